@@ -1,0 +1,56 @@
+# fleet_rollout: `make demo` and `make test` are the two commands a fresh machine needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
+        bench-lab bench-rollout clean
+
+$(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.txt
+	./scripts/install-system-packages.sh system-packages.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+	echo "$(CURDIR)/actions/lib" > "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
+	touch $@
+
+install: $(STAMP)
+
+probe: install
+	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi
+
+lint: install
+	$(VPY) -m ruff check .
+	$(VENV)/bin/vermin -q --no-tips --violations --target=3.8- actions/ >/dev/null
+
+test: install probe lint
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+demo: install probe
+	$(VPY) -m fleet_runtime.demo
+
+bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout
+
+bench-redfish: install
+	$(VPY) bench/bench_redfish.py
+
+bench-runtime: install
+	$(VPY) bench/bench_runtime.py
+
+bench-probe: install probe
+	$(VPY) bench/bench_probe.py
+
+bench-judge: install
+	$(VPY) bench/bench_judge.py
+
+bench-lab: install probe
+	$(VPY) bench/bench_lab.py
+
+bench-rollout: install probe
+	$(VPY) bench/bench_rollout.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
+	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe clean; fi

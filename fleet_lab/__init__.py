@@ -1,0 +1,4 @@
+"""The virtual lab: BMC simulator, simulated and virtual servers, traffic.
+
+Never imported by the pack.
+"""

@@ -1,0 +1,50 @@
+"""The repository root is a StackStorm pack; code under actions/ must run on Python 3.8-3.11."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python38() -> str:
+    for candidate in [shutil.which("python3.8")] + sorted(
+        glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8"))
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.fail("no Python 3.8 interpreter on this machine; the pack must be checked on 3.8")
+
+
+def test_pack_yaml_has_required_fields() -> None:
+    pack = yaml.safe_load((ROOT / "pack.yaml").read_text())
+    for field in ("ref", "name", "description", "version", "author", "email"):
+        assert pack.get(field), f"pack.yaml: missing {field}"
+    assert pack["ref"] == "fleet_rollout"
+
+
+def test_config_schema_marks_passwords_secret() -> None:
+    schema = yaml.safe_load((ROOT / "config.schema.yaml").read_text())
+    password = schema["credentials"]["additionalProperties"]["properties"]["password"]
+    assert password.get("secret") is True
+
+
+def test_library_has_no_stackstorm_import() -> None:
+    for path in (ROOT / "actions" / "lib").rglob("*.py"):
+        text = path.read_text()
+        assert "import st2common" not in text and "from st2common" not in text, path
+
+
+def test_actions_compile_on_python38() -> None:
+    files = [str(p) for p in (ROOT / "actions").rglob("*.py")]
+    assert files
+    proc = subprocess.run(
+        [_python38(), "-m", "py_compile", *files], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
