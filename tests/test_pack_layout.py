@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _python38() -> str:
-    for candidate in [shutil.which("python3.8")] + sorted(
-        glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8"))
-    ):
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    candidates += ["/usr/bin/python3.8", "/usr/local/bin/python3.8"]
+    for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     pytest.fail("no Python 3.8 interpreter on this machine; the pack must be checked on 3.8")
