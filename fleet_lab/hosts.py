@@ -1,0 +1,97 @@
+"""The host hook: how the BMC simulator tells a server backend what the BIOS put into effect.
+
+The BMC simulator owns power state and BIOS settings. At every power-on it hands the backend a
+BootConfig (the settings now in effect and the NUMA layout they give); the backend makes the
+server boot that way: `sim` writes a fake sysfs/procfs tree, `vm` starts a QEMU guest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Protocol
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    node_id: int
+    cpus: List[int]
+    memory_mb: int
+    socket: int
+
+
+@dataclass(frozen=True)
+class BootConfig:
+    """What a server looks like after POST with the BIOS settings in effect."""
+
+    host: str
+    snoop_mode: str  # early | home | cod | osb (logical, see fleet_rollout.redfish.knobs)
+    node_interleaving: str  # enabled | disabled
+    sockets: int = 2
+    cores_per_socket: int = 2
+    memory_mb: int = 768
+    nodes: List[NumaNode] = field(default_factory=list)
+    distances: List[List[int]] = field(default_factory=list)  # SLIT, nodes x nodes
+    extra: Dict[str, str] = field(default_factory=dict)  # raw BIOS attributes in effect
+
+
+def numa_layout(
+    sockets: int, cores_per_socket: int, memory_mb: int, snoop_mode: str, node_interleaving: str
+) -> tuple[List[NumaNode], List[List[int]]]:
+    """NUMA nodes and SLIT distances the OS sees for these BIOS settings.
+
+    Interleaving enabled -> one node holding every CPU; disabled -> one node per socket;
+    Cluster-on-Die (snoop_mode cod, interleaving disabled) -> two nodes per socket.
+    Distances: 10 local, 11 between the two halves of one die, 21 across sockets.
+    """
+    cpus = list(range(sockets * cores_per_socket))
+    if node_interleaving == "enabled":
+        return [NumaNode(0, cpus, memory_mb, 0)], [[10]]
+    per_socket = 2 if snoop_mode == "cod" and cores_per_socket >= 2 else 1
+    count = sockets * per_socket
+    nodes: List[NumaNode] = []
+    cores_per_node = cores_per_socket // per_socket
+    for socket in range(sockets):
+        for half in range(per_socket):
+            first = socket * cores_per_socket + half * cores_per_node
+            end_of_socket = (socket + 1) * cores_per_socket
+            last = first + cores_per_node if half < per_socket - 1 else end_of_socket
+            nodes.append(NumaNode(len(nodes), cpus[first:last], memory_mb // count, socket))
+    distances = [
+        [10 if a.node_id == b.node_id else (11 if a.socket == b.socket else 21) for b in nodes]
+        for a in nodes
+    ]
+    return nodes, distances
+
+
+def boot_config(host: str, snoop_mode: str, node_interleaving: str, sockets: int = 2,
+                cores_per_socket: int = 2, memory_mb: int = 768,
+                extra: Dict[str, str] | None = None) -> BootConfig:
+    nodes, distances = numa_layout(sockets, cores_per_socket, memory_mb, snoop_mode,
+                                   node_interleaving)
+    return BootConfig(host, snoop_mode, node_interleaving, sockets, cores_per_socket, memory_mb,
+                      nodes, distances, dict(extra or {}))
+
+
+class HostBackend(Protocol):
+    """What the BMC simulator calls. Implementations must not block the event loop for long."""
+
+    def power_on(self, config: BootConfig) -> None:
+        """Start booting the server with these settings in effect (returns at once)."""
+
+    def power_off(self, host: str) -> None:
+        """Stop the server (hard power off)."""
+
+    def is_up(self, host: str) -> bool:
+        """True once the OS is running and reachable (e.g. SSH answers)."""
+
+
+class NullBackend:
+    """No servers at all: only the BMCs exist (Redfish-only tests)."""
+
+    def power_on(self, config: BootConfig) -> None:
+        return None
+
+    def power_off(self, host: str) -> None:
+        return None
+
+    def is_up(self, host: str) -> bool:
+        return True
