@@ -1,0 +1,372 @@
+"""A safe client over DMTF's python-redfish-library for one BMC.
+
+The library's defaults are wrong for a fleet tool (DESIGN.md): TLS unverified unless a CA file is
+given, no timeout, POST/PATCH resent after timeouts (a Reset sent twice), no re-login on 401.
+This wrapper fixes all of them:
+
+- TLS verified by default (the given CA bundle, else the system/certifi store); plain http only
+  when the endpoint explicitly allows it.
+- A timeout on every request.
+- GETs retried with exponential backoff, honouring Retry-After on 503; writes never resent on a
+  transport error: the caller gets `WriteOutcomeUnknown` and must check the BMC's state.
+- Re-login once on 401 (an expired session); the request is then repeated, which is safe because
+  a 401 means the BMC did not act on it.
+- The session is always logged out (context manager), and passwords and session tokens never
+  reach exceptions or logs.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections import Counter
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import redfish
+from redfish.rest.v1 import (
+    InvalidCredentialsError,
+    RetriesExhaustedError,
+    ServerDownOrUnreachableError,
+    SessionCreationError,
+)
+
+from fleet_rollout.errors import RedfishError
+
+LOG = logging.getLogger(__name__)
+
+_TRANSIENT_STATUSES = (502, 503, 504)
+
+
+class WriteOutcomeUnknown(RedfishError):
+    """A write whose answer was lost: the BMC may or may not have carried it out. Not resent."""
+
+
+class _ScrubFilter(logging.Filter):
+    """Removes session tokens and passwords from the redfish library's own log records."""
+
+    _patterns = [
+        (re.compile(r"(X-Auth-Token['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+", re.I), r"\1<REDACTED>"),
+        (re.compile(r"(\"Password\"\s*:\s*)\"(?:[^\"\\]|\\.)*\"", re.I), r'\1"<REDACTED>"'),
+        (re.compile(r"(Authorization['\"]?\s*[:=]\s*['\"]?)(Basic|Bearer)\s+\S+", re.I),
+         r"\1<REDACTED>"),
+    ]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record is not ours to fix
+            return True
+        for pattern, repl in self._patterns:
+            message = pattern.sub(repl, message)
+        record.msg, record.args = message, None
+        return True
+
+
+for _name in ("redfish", "redfish.rest.v1"):
+    logging.getLogger(_name).addFilter(_ScrubFilter())
+
+
+class BmcEndpoint:
+    """Where and how to reach one BMC. The password never shows in repr or str."""
+
+    def __init__(self, host: str, address: str, username: str, password: str,
+                 ca_bundle: Optional[str] = None, allow_http: bool = False,
+                 timeout: float = 30.0, get_retries: int = 4, backoff: float = 1.0,
+                 max_backoff: float = 30.0, vendor: Optional[str] = None,
+                 auth: str = "session") -> None:
+        if "://" not in address:
+            address = "https://" + address
+        self.host = host
+        self.address = address.rstrip("/")
+        self.username = username
+        self._password = password
+        self.ca_bundle = ca_bundle or None
+        self.allow_http = allow_http
+        self.timeout = float(timeout)
+        self.get_retries = int(get_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.vendor = vendor or None
+        self.auth = auth
+
+    @property
+    def password(self) -> str:
+        return self._password
+
+    def __repr__(self) -> str:
+        return f"BmcEndpoint(host={self.host!r}, address={self.address!r}, user={self.username!r})"
+
+    __str__ = __repr__
+
+
+class Response:
+    """What the BMC answered: status, headers (lower-case keys) and the JSON body if any."""
+
+    def __init__(self, status: int, headers: Dict[str, str], body: Any, text: str) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body if isinstance(body, dict) else {}
+        self.text = text
+
+    @property
+    def etag(self) -> Optional[str]:
+        return self.headers.get("etag") or self.body.get("@odata.etag")
+
+    @property
+    def location(self) -> Optional[str]:
+        return self.headers.get("location")
+
+    def retry_after(self, default: float) -> float:
+        value = self.headers.get("retry-after")
+        if value is None:
+            return default
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return default  # an HTTP date: fall back to our own backoff
+
+    def error_message(self) -> str:
+        """The BMC's own explanation of an error response, if it gave one."""
+        err = self.body.get("error") if self.body else None
+        if isinstance(err, dict):
+            infos = err.get("@Message.ExtendedInfo") or []
+            texts = [str(i.get("Message") or i.get("MessageId"))
+                     for i in infos if isinstance(i, dict)]
+            return "; ".join(t for t in texts if t) or str(err.get("message") or err.get("code"))
+        return self.text[:200] if self.text else ""
+
+
+def _cafile(endpoint: BmcEndpoint) -> str:
+    if endpoint.ca_bundle:
+        return endpoint.ca_bundle
+    import requests.certs
+
+    return requests.certs.where()
+
+
+class RedfishSession:
+    """One logged-in session with one BMC. Use as a context manager."""
+
+    def __init__(self, endpoint: BmcEndpoint, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.endpoint = endpoint
+        self._sleep = sleep
+        self._client: Any = None
+        self._logged_in = False
+        self.requests: Counter = Counter()  # method -> count, for benchmarks and tests
+        self.root: Dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> RedfishSession:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def host(self) -> str:
+        return self.endpoint.host
+
+    def open(self) -> None:
+        ep = self.endpoint
+        if ep.address.startswith("http://") and not ep.allow_http:
+            raise RedfishError(
+                f"BMC address {ep.address} is plain http; TLS is required (set "
+                "allow_insecure_http only for labs)", ep.host)
+        if not ep.address.startswith(("https://", "http://")):
+            raise RedfishError(f"BMC address {ep.address} must start with https://", ep.host)
+        self._client = redfish.redfish_client(
+            base_url=ep.address, username=ep.username, password=ep.password,
+            cafile=_cafile(ep), timeout=ep.timeout, max_retry=0, check_connectivity=False)
+        root = self.get("/redfish/v1/")
+        self.root = root.body
+        sessions = (self.root.get("Links") or {}).get("Sessions") or {}
+        if sessions.get("@odata.id"):
+            self._client.login_url = sessions["@odata.id"]
+        self._login()
+
+    def _login(self) -> None:
+        ep = self.endpoint
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._client.login(auth=ep.auth)
+                self._logged_in = True
+                self.requests["POST" if ep.auth == "session" else "GET"] += 1
+                return
+            except InvalidCredentialsError:
+                raise RedfishError(f"login as {ep.username!r} refused: invalid credentials",
+                                   ep.host, status=401) from None
+            except (SessionCreationError, ServerDownOrUnreachableError,
+                    RetriesExhaustedError) as err:
+                if attempt > ep.get_retries:
+                    raise RedfishError(f"login failed after {attempt} attempts: "
+                                       f"{self._scrub(str(err)).splitlines()[0]}", ep.host,
+                                       transient=True) from None
+                self._sleep(self._backoff(attempt, None))
+
+    def close(self) -> None:
+        if self._client is None:
+            return
+        try:
+            if self._logged_in:
+                self._client.logout()
+                self.requests["DELETE"] += 1
+        except Exception as err:  # logout must never mask the real outcome
+            LOG.warning("%s: logout failed: %s", self.host, self._scrub(str(err)))
+        finally:
+            self._logged_in = False
+            self._client = None
+
+    # ------------------------------------------------------------------ helpers
+    def _scrub(self, text: str) -> str:
+        password = self.endpoint.password
+        if password:
+            text = text.replace(password, "<REDACTED>")
+        return text
+
+    def _backoff(self, attempt: int, response: Optional[Response]) -> float:
+        ep = self.endpoint
+        delay = min(ep.max_backoff, ep.backoff * (2 ** (attempt - 1)))
+        delay = delay * (0.75 + random.random() * 0.5)  # jitter: a fleet must not retry in step
+        if response is not None:
+            delay = min(ep.max_backoff, response.retry_after(delay))
+        return delay
+
+    def _raw(self, method: str, path: str, body: Any = None,
+             headers: Optional[Dict[str, str]] = None) -> Response:
+        if self._client is None:
+            raise RedfishError("session is not open", self.host)
+        call = getattr(self._client, method.lower())
+        kwargs: Dict[str, Any] = {"headers": headers or {}, "timeout": self.endpoint.timeout,
+                                  "max_retry": 0}
+        if body is not None:
+            kwargs["body"] = body
+        self.requests[method] += 1
+        resp = call(path, **kwargs)
+        try:
+            parsed = resp.dict
+        except Exception:
+            parsed = None
+        hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        return Response(resp.status, hdrs, parsed, resp.text or "")
+
+    def _transport_error(self, err: BaseException) -> str:
+        cause = err.__cause__ or err.__context__ or err
+        name = type(cause).__name__
+        text = self._scrub(str(cause)).splitlines()[0] if str(cause) else name
+        if "CERTIFICATE_VERIFY_FAILED" in text or "SSLError" in name:
+            return (f"TLS verification failed ({text[:160]}); give the BMC CA in the pack "
+                    "config ca_bundle")
+        return f"{name}: {text[:200]}"
+
+    # ------------------------------------------------------------------ requests
+    def get(self, path: str, ok: Iterable[int] = (200,)) -> Response:
+        """GET with retries (transport errors, 502/503/504), re-login on 401."""
+        attempt = 0
+        relogged = False
+        while True:
+            attempt += 1
+            try:
+                resp = self._raw("GET", path)
+            except RetriesExhaustedError as err:
+                if attempt > self.endpoint.get_retries:
+                    raise RedfishError(f"GET {path}: unreachable after {attempt} attempts: "
+                                       f"{self._transport_error(err)}", self.host,
+                                       transient=True) from None
+                self._sleep(self._backoff(attempt, None))
+                continue
+            if resp.status == 401 and self._logged_in and not relogged:
+                relogged = True
+                self._relogin()
+                attempt -= 1
+                continue
+            if resp.status in _TRANSIENT_STATUSES:
+                if attempt > self.endpoint.get_retries:
+                    raise RedfishError(f"GET {path}: HTTP {resp.status} after {attempt} attempts",
+                                       self.host, status=resp.status, transient=True)
+                self._sleep(self._backoff(attempt, resp))
+                continue
+            if resp.status not in tuple(ok):
+                raise RedfishError(f"GET {path}: HTTP {resp.status} {resp.error_message()}",
+                                   self.host, status=resp.status)
+            return resp
+
+    def _relogin(self) -> None:
+        LOG.info("%s: session expired (401); logging in again", self.host)
+        self._logged_in = False
+        self._login()
+
+    def write(self, method: str, path: str, body: Any = None,
+              headers: Optional[Dict[str, str]] = None,
+              ok: Iterable[int] = (200, 201, 202, 204)) -> Response:
+        """POST/PATCH/DELETE exactly once. Re-sent only after a 401, which the BMC did not act on.
+
+        A transport error raises WriteOutcomeUnknown: the caller must look at the BMC's state to
+        learn whether the write happened. 503 raises a transient RedfishError (not carried out).
+        """
+        relogged = False
+        while True:
+            try:
+                resp = self._raw(method, path, body, headers)
+            except RetriesExhaustedError as err:
+                raise WriteOutcomeUnknown(
+                    f"{method} {path}: no answer ({self._transport_error(err)}); the BMC may "
+                    "have carried it out; not resent", self.host, transient=True) from None
+            if resp.status == 401 and self._logged_in and not relogged:
+                relogged = True
+                self._relogin()
+                continue
+            if resp.status not in tuple(ok):
+                raise RedfishError(f"{method} {path}: HTTP {resp.status} {resp.error_message()}",
+                                   self.host, status=resp.status,
+                                   transient=resp.status in _TRANSIENT_STATUSES)
+            return resp
+
+    def post(self, path: str, body: Any, **kw: Any) -> Response:
+        return self.write("POST", path, body, **kw)
+
+    def patch(self, path: str, body: Any, etag: Optional[str] = None, **kw: Any) -> Response:
+        headers = {"If-Match": etag} if etag else None
+        return self.write("PATCH", path, body, headers=headers, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Response:
+        return self.write("DELETE", path, None, **kw)
+
+    def wait_task(self, response: Response, timeout: float = 300.0) -> Response:
+        """Follow a 202 task monitor until the task is done, honouring Retry-After."""
+        if response.status != 202 or not response.location:
+            return response
+        monitor = response.location
+        deadline = time.monotonic() + timeout
+        current = response
+        while current.status == 202:
+            if time.monotonic() > deadline:
+                raise RedfishError(f"task {monitor} not finished after {timeout:.0f}s", self.host,
+                                   transient=True)
+            self._sleep(min(self.endpoint.max_backoff, current.retry_after(1.0)))
+            current = self.get(monitor, ok=(200, 201, 202, 204))
+        state = current.body.get("TaskState")
+        if state in ("Exception", "Killed", "Cancelled"):
+            raise RedfishError(f"task {monitor} ended {state}: {current.error_message()}",
+                               self.host)
+        return current
+
+
+def odata_id(obj: Any) -> Optional[str]:
+    if isinstance(obj, dict):
+        value = obj.get("@odata.id")
+        return str(value) if value else None
+    return None
+
+
+def split_etag(value: Optional[str]) -> Tuple[bool, Optional[str]]:
+    """(weak, bare value) of an ETag header."""
+    if not value:
+        return False, None
+    value = value.strip()
+    if value.startswith("W/"):
+        return True, value[2:]
+    return False, value

@@ -1,0 +1,113 @@
+"""Whole BIOS operations on one host, each in its own logged-out-afterwards session.
+
+These are what the pack's actions call: snapshot, apply (plan -> stage -> commit -> reset ->
+wait_applied) and restore (back to a snapshot). Every result is a plain dict (JSON for the st2
+datastore) and carries the request counts of the session that produced it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Optional
+
+from fleet_rollout.redfish.bios import (
+    BiosSnapshot,
+    commit,
+    plan,
+    read_state,
+    restore_targets,
+    snapshot,
+    stage,
+)
+from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
+from fleet_rollout.redfish.discovery import BmcContext, discover
+from fleet_rollout.redfish.personalities import validate_desired
+from fleet_rollout.redfish.power import reset, wait_applied
+
+
+class Timeouts:
+    def __init__(self, graceful: float = 300.0, force: float = 120.0, boot: float = 900.0,
+                 poll: float = 2.0) -> None:
+        self.graceful = graceful
+        self.force = force
+        self.boot = boot
+        self.poll = poll
+
+
+def _open(endpoint: BmcEndpoint, sleep: Callable[[float], None]) -> RedfishSession:
+    return RedfishSession(endpoint, sleep=sleep)
+
+
+def take_snapshot(endpoint: BmcEndpoint,
+                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    with _open(endpoint, sleep) as session:
+        ctx = discover(session, endpoint.vendor)
+        snap = snapshot(session, ctx).to_dict()
+        snap["requests"] = dict(session.requests)
+    return snap
+
+
+def check_desired(endpoint: BmcEndpoint, desired: Dict[str, Any],
+                  sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Dry run: resolve knobs against this host's registry; KnobError if it cannot take them."""
+    wanted = validate_desired(desired)
+    with _open(endpoint, sleep) as session:
+        ctx = discover(session, endpoint.vendor)
+        state = read_state(session, ctx)
+        targets = plan(ctx, wanted, state.current)
+        compliant = all(state.current.get(k) == v for k, v in targets.items())
+        return {"host": endpoint.host, "vendor": ctx.personality.key, "targets": targets,
+                "compliant": compliant, "pending": state.pending,
+                "active_jobs": [j["id"] for j in state.active_jobs],
+                "requests": dict(session.requests)}
+
+
+def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
+                   timeouts: Timeouts, clear_foreign: bool, owned: Any,
+                   sleep: Callable[[float], None], do_reset: bool) -> Dict[str, Any]:
+    staged = stage(session, ctx, targets, clear_foreign=clear_foreign, owned=owned)
+    committed = commit(session, ctx, staged)
+    report: Dict[str, Any] = {"host": ctx.host, "vendor": ctx.personality.key,
+                              "targets": targets, "stage": staged.to_dict(),
+                              "commit": committed.to_dict(), "reset": None, "applied": None}
+    if not staged.needs_reset or not do_reset:
+        return report
+    before_time = read_state(session, ctx).settings_time
+    report["reset"] = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll,
+                            sleep=sleep).to_dict()
+    jobs = [committed.job_id] if committed.job_id else []
+    report["applied"] = wait_applied(session, ctx, targets, before_time, jobs, timeouts.boot,
+                                     timeouts.poll, sleep).to_dict()
+    return report
+
+
+def apply_bios(endpoint: BmcEndpoint, desired: Dict[str, Any],
+               timeouts: Optional[Timeouts] = None, clear_foreign: bool = False,
+               do_reset: bool = True,
+               sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Snapshot, then bring the BIOS to `desired` (logical knobs), reset and verify."""
+    wanted = validate_desired(desired)
+    timeouts = timeouts or Timeouts()
+    with _open(endpoint, sleep) as session:
+        ctx = discover(session, endpoint.vendor)
+        snap = snapshot(session, ctx)
+        targets = plan(ctx, wanted, snap.attributes)
+        report = _apply_targets(session, ctx, targets, timeouts, clear_foreign,
+                                set(snap.attributes), sleep, do_reset)
+        report["snapshot"] = snap.to_dict()
+        report["requests"] = dict(session.requests)
+    return report
+
+
+def restore_bios(endpoint: BmcEndpoint, snap: Dict[str, Any],
+                 timeouts: Optional[Timeouts] = None, do_reset: bool = True,
+                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Put the knob attributes back to a snapshot's values (cancelling our own pending ones)."""
+    timeouts = timeouts or Timeouts()
+    before = BiosSnapshot.from_dict({k: v for k, v in snap.items() if k != "requests"})
+    with _open(endpoint, sleep) as session:
+        ctx = discover(session, endpoint.vendor)
+        targets = restore_targets(ctx, before)
+        report = _apply_targets(session, ctx, targets, timeouts, False, set(targets), sleep,
+                                do_reset)
+        report["requests"] = dict(session.requests)
+    return report

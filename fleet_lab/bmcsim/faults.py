@@ -1,0 +1,62 @@
+"""Faults a simulated BMC can be told to show, at start (--fault) or at runtime (admin endpoint)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Union
+
+
+@dataclass
+class Faults:
+    latency_ms: int = 0  # added to every request
+    unavailable: int = 0  # the next N requests answer 503 with Retry-After
+    retry_after_s: int = 1
+    drop_after_write: int = 0  # the next N writes are carried out, then the connection is cut
+    job_failure: bool = False  # config jobs fail at POST; settings not applied
+    settings_not_applied: bool = False  # pending settings silently dropped at POST
+    settings_failed: Union[bool, str] = False  # SettingsFailed message for one attribute
+    ignore_graceful: bool = False  # GracefulRestart accepted but the OS never restarts
+    unreachable_s: float = 0.0  # connections cut for this many seconds from now (one-shot)
+
+    def update(self, values: Dict[str, Any]) -> None:
+        known = {f.name: f for f in fields(self)}
+        for key, value in values.items():
+            if key == "expire_sessions":
+                continue  # an action, handled by the caller
+            if key not in known:
+                raise ValueError(f"unknown fault {key!r}; known: {', '.join(sorted(known))}")
+            current = getattr(self, key)
+            if key == "settings_failed" and isinstance(value, str) and value not in (
+                    "true", "false"):
+                setattr(self, key, value)
+            elif isinstance(current, bool) or key == "settings_failed":
+                setattr(self, key, _as_bool(value, key))
+            elif isinstance(current, int):
+                setattr(self, key, int(value))
+            else:
+                setattr(self, key, float(value))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _as_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"fault {key}: expected true/false, got {value!r}")
+
+
+def parse_fault_args(items: list[str]) -> Dict[str, Any]:
+    """`--fault key=value` options of the CLI, as a dict (validated by Faults.update)."""
+    out: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--fault {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    Faults().update(out)  # validate names and types now
+    return out

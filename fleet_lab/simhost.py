@@ -1,0 +1,141 @@
+"""The `sim` host backend: each server is a fake sysfs/procfs tree that follows its BIOS.
+
+At every boot the tree is rewritten from the BootConfig: NUMA nodes, cpulists, SLIT distances,
+memory per node, CPU packages, LLC, huge pages, a new boot_id, and NIC/UDP counters reset to zero
+(a reboot resets kernel counters). The probe (--sysroot) and the counter collector read it with
+the same code they use on a real host.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from typing import Dict
+
+from fleet_lab.hosts import BootConfig
+
+SNMP_UDP_FIELDS = ["InDatagrams", "NoPorts", "InErrors", "OutDatagrams", "RcvbufErrors",
+                   "SndbufErrors", "InCsumErrors", "IgnoredMulti", "MemErrors"]
+NET_STATS = ["rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors",
+             "rx_dropped", "tx_dropped", "rx_missed_errors", "rx_fifo_errors", "rx_over_errors",
+             "rx_crc_errors", "rx_frame_errors", "rx_length_errors", "multicast", "collisions"]
+
+
+def _write(root: str, rel: str, text: str) -> None:
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _cpulist(cpus: list[int]) -> str:
+    if not cpus:
+        return ""
+    ranges = []
+    start = prev = cpus[0]
+    for cpu in cpus[1:]:
+        if cpu == prev + 1:
+            prev = cpu
+            continue
+        ranges.append(f"{start}-{prev}" if prev != start else str(start))
+        start = prev = cpu
+    ranges.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(ranges)
+
+
+def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> None:
+    """Write (or rewrite) the fake tree of one host for a boot with this configuration."""
+    node_dir = os.path.join(root, "sys/devices/system/node")
+    if os.path.isdir(node_dir):
+        shutil.rmtree(node_dir)
+    cpus = sorted(c for n in config.nodes for c in n.cpus)
+    _write(root, "sys/devices/system/node/online", _cpulist([n.node_id for n in config.nodes])
+           + "\n")
+    _write(root, "sys/devices/system/node/possible",
+           _cpulist([n.node_id for n in config.nodes]) + "\n")
+    for node, row in zip(config.nodes, config.distances):
+        base = f"sys/devices/system/node/node{node.node_id}"
+        _write(root, f"{base}/cpulist", _cpulist(node.cpus) + "\n")
+        _write(root, f"{base}/distance", " ".join(str(d) for d in row) + "\n")
+        kb = node.memory_mb * 1024
+        _write(root, f"{base}/meminfo",
+               f"Node {node.node_id} MemTotal:       {kb} kB\n"
+               f"Node {node.node_id} MemFree:        {kb * 3 // 4} kB\n"
+               f"Node {node.node_id} MemUsed:        {kb // 4} kB\n")
+        _write(root, f"{base}/hugepages/hugepages-2048kB/nr_hugepages", "0\n")
+        _write(root, f"{base}/hugepages/hugepages-2048kB/free_hugepages", "0\n")
+    socket_of = {c: n.socket for n in config.nodes for c in n.cpus}
+    cpu_dir = os.path.join(root, "sys/devices/system/cpu")
+    if os.path.isdir(cpu_dir):
+        shutil.rmtree(cpu_dir)
+    _write(root, "sys/devices/system/cpu/online", _cpulist(cpus) + "\n")
+    _write(root, "sys/devices/system/cpu/possible", _cpulist(cpus) + "\n")
+    for cpu in cpus:
+        base = f"sys/devices/system/cpu/cpu{cpu}"
+        _write(root, f"{base}/topology/physical_package_id", f"{socket_of[cpu]}\n")
+        _write(root, f"{base}/topology/core_id", f"{cpu % config.cores_per_socket}\n")
+        _write(root, f"{base}/cache/index3/level", "3\n")
+        _write(root, f"{base}/cache/index3/type", "Unified\n")
+        _write(root, f"{base}/cache/index3/size", "16384K\n")
+    _write(root, "sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+    _write(root, "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "0\n")
+    _write(root, "sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "0\n")
+    _write(root, "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
+    _write(root, "proc/sys/kernel/osrelease", f"{kernel}\n")
+    _write(root, "proc/sys/kernel/hostname", f"{config.host}\n")
+    cpuinfo = "".join(
+        f"processor\t: {c}\nvendor_id\t: GenuineIntel\nmodel name\t: Lab Xeon E5-2680 v4 (sim)\n"
+        f"physical id\t: {socket_of[c]}\ncore id\t\t: {c % config.cores_per_socket}\n\n"
+        for c in cpus)
+    _write(root, "proc/cpuinfo", cpuinfo)
+    _write(root, "proc/cmdline", "console=ttyS0 " + " ".join(
+        f"fleet.{k}={v}" for k, v in (("snoop", config.snoop_mode),
+                                      ("interleave", config.node_interleaving))) + "\n")
+    reset_counters(root, cpus)
+
+
+def reset_counters(root: str, cpus: list[int], iface: str = "eth0") -> None:
+    for name in NET_STATS:
+        _write(root, f"sys/class/net/{iface}/statistics/{name}", "0\n")
+    _write(root, f"sys/class/net/{iface}/device/numa_node", "0\n")
+    _write(root, "proc/net/softnet_stat", "".join(
+        ("00000000 " * 11).strip() + f" {cpu:08x} 00000000 00000000\n" for cpu in cpus))
+    header = "Udp: " + " ".join(SNMP_UDP_FIELDS)
+    _write(root, "proc/net/snmp",
+           "Ip: Forwarding DefaultTTL InReceives\nIp: 2 64 0\n"
+           f"{header}\nUdp: " + " ".join("0" for _ in SNMP_UDP_FIELDS) + "\n")
+    _write(root, f"run/fleet-sim/ethtool-S/{iface}",
+           "NIC statistics:\n     rx_packets: 0\n     rx_missed_errors: 0\n"
+           "     rx_no_buffer_count: 0\n")
+
+
+class SimBackend:
+    """HostBackend writing one fake tree per host under `root`."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._up: Dict[str, bool] = {}
+        self._lock = threading.Lock()
+        os.makedirs(root, exist_ok=True)
+
+    def sysroot(self, host: str) -> str:
+        return os.path.join(self.root, host)
+
+    def power_on(self, config: BootConfig) -> None:
+        root = self.sysroot(config.host)
+        write_tree(root, config)
+        _write(root, "run/fleet-sim/power", "on\n")
+        with self._lock:
+            self._up[config.host] = True
+
+    def power_off(self, host: str) -> None:
+        _write(self.sysroot(host), "run/fleet-sim/power", "off\n")
+        with self._lock:
+            self._up[host] = False
+
+    def is_up(self, host: str) -> bool:
+        with self._lock:
+            return self._up.get(host, True)

@@ -1,0 +1,88 @@
+"""Shared helpers for the Redfish tests: a simulated BMC fleet on loopback (real HTTPS)."""
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import tempfile
+from typing import Any, Dict, Iterator, List, Optional
+
+import requests
+
+from fleet_lab.bmcsim.fleet import BmcFleet, FleetConfig
+from fleet_rollout.redfish.client import BmcEndpoint
+
+PASSWORD = "Sup3r-Secret-Pa55word!"
+
+
+def _free_base_port(count: int) -> int:
+    for _ in range(50):
+        base = random.randint(20000, 60000 - count)
+        try:
+            sockets = []
+            for port in range(base, base + count):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                sockets.append(s)
+        except OSError:
+            continue
+        finally:
+            for s in locals().get("sockets", []):
+                s.close()
+        return base
+    raise RuntimeError("no free port range on 127.0.0.1")
+
+
+@contextlib.contextmanager
+def bmc_fleet(vendors: List[str], count: Optional[int] = None, reboot_seconds: float = 0.6,
+              faults: Optional[Dict[str, Any]] = None, tls: bool = True,
+              backend: Any = None) -> Iterator[BmcFleet]:
+    with tempfile.TemporaryDirectory() as state_dir:
+        n = count or len(vendors)
+        config = FleetConfig(count=n, base_port=_free_base_port(n), vendors=vendors,
+                             password=PASSWORD, tls=tls, state_dir=state_dir,
+                             reboot_seconds=reboot_seconds, faults=dict(faults or {}))
+        fleet = BmcFleet(config, backend).start_in_thread()
+        try:
+            yield fleet
+        finally:
+            fleet.stop()
+
+
+def endpoint(fleet: BmcFleet, index: int = 0, **kw: Any) -> BmcEndpoint:
+    opts: Dict[str, Any] = {"ca_bundle": fleet.ca_path, "backoff": 0.05, "max_backoff": 2.0,
+                            "timeout": 5.0}
+    opts.update(kw)
+    return BmcEndpoint(fleet.bmcs[index].name, fleet.url(index), "admin", PASSWORD, **opts)
+
+
+def admin(fleet: BmcFleet, index: int, method: str = "GET", path: str = "state",
+          body: Any = None) -> Any:
+    """The simulator's lab-only admin endpoint (faults, state), over the same HTTPS port."""
+    verify: Any = fleet.ca_path if fleet.config.tls else False
+    resp = requests.request(method, f"{fleet.url(index)}/_sim/{path}", json=body, verify=verify,
+                            timeout=10)
+    resp.raise_for_status()
+    return resp.json() if resp.content else None
+
+
+def set_faults(fleet: BmcFleet, index: int, **faults: Any) -> None:
+    admin(fleet, index, "POST", "faults", faults)
+
+
+def state(fleet: BmcFleet, index: int = 0) -> Dict[str, Any]:
+    return admin(fleet, index)
+
+
+def reset_counters(fleet: BmcFleet, index: int = 0) -> None:
+    admin(fleet, index, "DELETE", "counters")
+
+
+def writes(doc: Dict[str, Any]) -> int:
+    """PATCH/POST/DELETE requests a BMC served (login and logout are counted apart)."""
+    counters = doc["counters"]
+    return counters.get("PATCH", 0) + counters.get("POST", 0) + counters.get("DELETE", 0)
+
+
+FAST = {"graceful": 5.0, "force": 10.0, "boot": 30.0, "poll": 0.1}
