@@ -101,6 +101,7 @@ class Bmc:
         self.boot_count = 1
         self.jobs: Dict[str, Job] = {}
         self.sessions: Dict[str, str] = {}  # session id -> token
+        self.issued_tokens: List[str] = []
         self.counters: Dict[str, int] = {}
         self.resets: List[str] = []  # accepted reset types, in order
         self.tasks: Dict[str, float] = {}  # task monitor id -> time it completes
@@ -151,6 +152,7 @@ class Bmc:
         session_id = secrets.token_hex(8)
         token = secrets.token_hex(16)
         self.sessions[session_id] = token
+        self.issued_tokens.append(token)  # lab only: lets tests prove tokens never leak
         return session_id, token
 
     def session_for_token(self, token: str) -> Optional[str]:

@@ -1,0 +1,152 @@
+"""The safe client over python-redfish-library: TLS, timeouts, retries, re-login, no resends,
+logout, and secrets kept out of every text. Real HTTP(S) against the BMC simulator."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from redfish_support import PASSWORD, bmc_fleet, endpoint, reset_counters, set_faults, state
+
+from fleet_rollout.errors import RedfishError
+from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
+from fleet_rollout.redfish.discovery import discover
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    with bmc_fleet(["generic", "lenovo-xcc", "dell-idrac8"]) as f:
+        yield f
+
+
+class SleepRecorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, seconds):
+        self.calls.append(seconds)
+
+
+def test_tls_is_verified_by_default(fleet):
+    ep = endpoint(fleet, 0, ca_bundle=None, get_retries=0)  # system store: lab CA unknown
+    with pytest.raises(RedfishError) as err:
+        RedfishSession(ep).open()
+    assert "TLS verification failed" in str(err.value)
+
+
+def test_plain_http_needs_explicit_permission():
+    with bmc_fleet(["generic"], tls=False) as plain:
+        ep = endpoint(plain, 0)
+        with pytest.raises(RedfishError) as err:
+            RedfishSession(ep).open()
+        assert "plain http" in str(err.value)
+        with RedfishSession(endpoint(plain, 0, allow_http=True)) as session:
+            assert session.get("/redfish/v1/Systems").body["Members@odata.count"] == 1
+
+
+def test_every_request_has_a_timeout(fleet):
+    set_faults(fleet, 0, latency_ms=1500)
+    try:
+        sleeps = SleepRecorder()
+        ep = endpoint(fleet, 0, timeout=0.3, get_retries=2)
+        with pytest.raises(RedfishError) as err:
+            RedfishSession(ep, sleep=sleeps).open()
+        assert err.value.transient and "ReadTimeout" in str(err.value)
+        assert len(sleeps.calls) == 2  # two retries of the GET, with backoff between
+    finally:
+        set_faults(fleet, 0, latency_ms=0)
+
+
+def test_get_retries_honour_retry_after_on_503(fleet):
+    sleeps = SleepRecorder()
+    with RedfishSession(endpoint(fleet, 0, get_retries=4), sleep=sleeps) as session:
+        set_faults(fleet, 0, unavailable=3, retry_after_s=1)
+        response = session.get("/redfish/v1/Systems")
+    assert response.status == 200
+    assert sleeps.calls == [1.0, 1.0, 1.0]
+    assert state(fleet, 0)["counters"]["503"] >= 3
+
+
+def test_writes_are_never_resent_after_a_lost_answer(fleet):
+    with RedfishSession(endpoint(fleet, 0)) as session:
+        ctx = discover(session)
+        reset_counters(fleet, 0)
+        set_faults(fleet, 0, drop_after_write=1)
+        with pytest.raises(WriteOutcomeUnknown):
+            session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Disabled"}})
+        assert state(fleet, 0)["counters"].get("PATCH") == 1
+        assert state(fleet, 0)["pending"] == {"ProcTurboMode": "Disabled"}  # it did happen
+        session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Enabled"}})
+    assert state(fleet, 0)["pending"] == {}
+
+
+def test_relogin_on_expired_session(fleet):
+    with RedfishSession(endpoint(fleet, 0)) as session:
+        session.get("/redfish/v1/Systems")
+        set_faults(fleet, 0, expire_sessions=True)
+        assert session.get("/redfish/v1/Systems").status == 200
+        assert session.requests["POST"] == 2  # login, then login again after the 401
+    assert state(fleet, 0)["sessions_active"] == 0
+
+
+def test_session_logged_out_even_when_the_caller_fails(fleet):
+    with pytest.raises(ZeroDivisionError):
+        with RedfishSession(endpoint(fleet, 0)):
+            raise ZeroDivisionError()
+    assert state(fleet, 0)["sessions_active"] == 0
+
+
+def test_if_match_required_and_stale_etag(fleet):
+    index = 1  # Lenovo XCC answers 428 without If-Match
+    with RedfishSession(endpoint(fleet, index)) as session:
+        ctx = discover(session)
+        with pytest.raises(RedfishError) as err:
+            session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Disabled"}})
+        assert err.value.status == 428
+        with pytest.raises(RedfishError) as err:
+            session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Disabled"}},
+                          etag='"stale"')
+        assert err.value.status == 412
+    assert state(fleet, index)["pending"] == {}
+
+
+def test_wrong_password_is_clear_and_secret_free(fleet):
+    ep = endpoint(fleet, 0)
+    ep._password = "Wr0ng-" + PASSWORD
+    with pytest.raises(RedfishError) as err:
+        RedfishSession(ep).open()
+    assert "invalid credentials" in str(err.value)
+    assert PASSWORD not in str(err.value) and "Wr0ng" not in str(err.value)
+
+
+def test_password_and_tokens_never_in_logs_results_or_errors(fleet, caplog):
+    from fleet_rollout.redfish.operations import Timeouts, apply_bios
+
+    caplog.set_level(logging.DEBUG)
+    texts = []
+    ep = endpoint(fleet, 2)
+    texts.append(repr(ep) + str(ep))
+    set_faults(fleet, 2, unavailable=1)
+    report = apply_bios(ep, {"node_interleaving": "enabled"},
+                        Timeouts(graceful=5, force=5, boot=30, poll=0.1))
+    texts.append(json.dumps(report))
+    set_faults(fleet, 2, expire_sessions=True, drop_after_write=1)
+    try:
+        apply_bios(ep, {"snoop_mode": "home"}, Timeouts(graceful=5, force=5, boot=30, poll=0.1))
+    except RedfishError as err:
+        texts.append(str(err))
+    set_faults(fleet, 2, job_failure=True)
+    try:
+        apply_bios(ep, {"snoop_mode": "cod"}, Timeouts(graceful=5, force=5, boot=30, poll=0.1))
+    except RedfishError as err:
+        texts.append(str(err))
+    finally:
+        set_faults(fleet, 2, job_failure=False)
+    texts.extend(r.getMessage() for r in caplog.records)
+    assert any("X-Auth-Token" in r.getMessage() for r in caplog.records), "debug logs captured"
+    joined = "\n".join(texts)
+    assert PASSWORD not in joined
+    tokens = list(fleet.bmcs[2].issued_tokens)
+    assert len(tokens) >= 3
+    assert all(t not in joined for t in tokens)
+    assert "<REDACTED>" in joined
