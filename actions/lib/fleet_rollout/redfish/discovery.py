@@ -75,7 +75,7 @@ def discover(session: RedfishSession, vendor: Optional[str] = None) -> BmcContex
     registry_id = bios.get("AttributeRegistry")
     if not registry_id:
         raise RedfishError(f"{bios_uri} names no AttributeRegistry", host)
-    registry = fetch_registry(session, str(registry_id))
+    registry = fetch_registry(session, str(registry_id), cache_key=detected)
     jobs_uri = None
     clear_uri = None
     if pers.dell_jobs and manager_uri:

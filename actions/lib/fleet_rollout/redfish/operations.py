@@ -42,7 +42,7 @@ def take_snapshot(endpoint: BmcEndpoint,
     with _open(endpoint, sleep) as session:
         ctx = discover(session, endpoint.vendor)
         snap = snapshot(session, ctx).to_dict()
-        snap["requests"] = dict(session.requests)
+    snap["requests"] = dict(session.requests)
     return snap
 
 
@@ -63,7 +63,8 @@ def check_desired(endpoint: BmcEndpoint, desired: Dict[str, Any],
 
 def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
                    timeouts: Timeouts, clear_foreign: bool, owned: Any,
-                   sleep: Callable[[float], None], do_reset: bool) -> Dict[str, Any]:
+                   sleep: Callable[[float], None], do_reset: bool,
+                   settings_time: Optional[str]) -> Dict[str, Any]:
     staged = stage(session, ctx, targets, clear_foreign=clear_foreign, owned=owned)
     committed = commit(session, ctx, staged)
     report: Dict[str, Any] = {"host": ctx.host, "vendor": ctx.personality.key,
@@ -71,7 +72,7 @@ def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
                               "commit": committed.to_dict(), "reset": None, "applied": None}
     if not staged.needs_reset or not do_reset:
         return report
-    before_time = read_state(session, ctx).settings_time
+    before_time = settings_time  # settings Time moves only when the BMC applies settings
     report["reset"] = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll,
                             sleep=sleep).to_dict()
     jobs = [committed.job_id] if committed.job_id else []
@@ -92,9 +93,9 @@ def apply_bios(endpoint: BmcEndpoint, desired: Dict[str, Any],
         snap = snapshot(session, ctx)
         targets = plan(ctx, wanted, snap.attributes)
         report = _apply_targets(session, ctx, targets, timeouts, clear_foreign,
-                                set(snap.attributes), sleep, do_reset)
+                                set(snap.attributes), sleep, do_reset, snap.settings_time)
         report["snapshot"] = snap.to_dict()
-        report["requests"] = dict(session.requests)
+    report["requests"] = dict(session.requests)  # after logout: the whole session
     return report
 
 
@@ -108,6 +109,6 @@ def restore_bios(endpoint: BmcEndpoint, snap: Dict[str, Any],
         ctx = discover(session, endpoint.vendor)
         targets = restore_targets(ctx, before)
         report = _apply_targets(session, ctx, targets, timeouts, False, set(targets), sleep,
-                                do_reset)
-        report["requests"] = dict(session.requests)
+                                do_reset, read_state(session, ctx).settings_time)
+    report["requests"] = dict(session.requests)
     return report

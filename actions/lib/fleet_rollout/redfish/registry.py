@@ -116,8 +116,29 @@ def parse_registry(doc: Dict[str, Any], host: Optional[str] = None) -> Attribute
     return AttributeRegistry(str(doc.get("Id") or ""), attributes, deps)
 
 
-def fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegistry:
-    """Find and load the attribute registry `registry_id` from the service's Registries."""
+_CACHE: Dict[Tuple[str, str], AttributeRegistry] = {}
+_CACHE_MAX = 64
+
+
+def fetch_registry(session: RedfishSession, registry_id: str,
+                   cache_key: Optional[str] = None) -> AttributeRegistry:
+    """The attribute registry `registry_id` of this service.
+
+    A registry id names one version of one vendor's registry, so hosts of the same model share
+    it: with a cache_key (the vendor personality), it is fetched once per process.
+    """
+    key = (cache_key or session.endpoint.address, registry_id)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    registry = _fetch_registry(session, registry_id)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = registry
+    return registry
+
+
+def _fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegistry:
     registries_uri = odata_id(session.root.get("Registries")) or "/redfish/v1/Registries"
     listing = session.get(registries_uri).body
     members = [odata_id(m) for m in listing.get("Members") or []]
