@@ -94,7 +94,43 @@ def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> 
     _write(root, "proc/cmdline", "console=ttyS0 " + " ".join(
         f"fleet.{k}={v}" for k, v in (("snoop", config.snoop_mode),
                                       ("interleave", config.node_interleaving))) + "\n")
+    for key, value in SIM_SYSCTLS.items():  # runtime values reset at boot, then sysctl.d
+        _write(root, "proc/sys/" + key.replace(".", "/"), f"{value}\n")
+    _apply_sysctl_d(root)
+    _write(root, "proc/uptime", "1.00 1.00\n")
+    _write(root, "proc/net/tcp", "  sl  local_address rem_address   st tx_queue rx_queue\n")
+    _write(root, "proc/net/tcp6", "  sl  local_address rem_address   st tx_queue rx_queue\n")
+    if not os.path.exists(os.path.join(root, "etc/default/grub")):
+        _write(root, "etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+               'GRUB_CMDLINE_LINUX=""\n')
+    irqs = [24 + i for i in range(2)]
+    _write(root, "proc/interrupts", "           CPU0\n" + "".join(
+        f" {irq}:          0   PCI-MSI  eth0-TxRx-{i}\n" for i, irq in enumerate(irqs)))
+    for irq in irqs:
+        _write(root, f"proc/irq/{irq}/smp_affinity_list", _cpulist(cpus) + "\n")
     reset_counters(root, cpus)
+
+
+SIM_SYSCTLS = {"net.core.rmem_max": 212992, "net.core.rmem_default": 212992,
+               "net.core.netdev_max_backlog": 1000, "net.core.netdev_budget": 300,
+               "vm.swappiness": 60, "kernel.numa_balancing": 1}
+
+
+def _apply_sysctl_d(root: str) -> None:
+    """What systemd-sysctl does at boot: values from etc/sysctl.d/*.conf."""
+    directory = os.path.join(root, "etc/sysctl.d")
+    if not os.path.isdir(directory):
+        return
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".conf"):
+            continue
+        with open(os.path.join(directory, name)) as handle:
+            for line in handle:
+                key, sep, value = line.partition("=")
+                if sep and not key.strip().startswith("#"):
+                    rel = "proc/sys/" + key.strip().replace(".", "/")
+                    if os.path.exists(os.path.join(root, rel)):
+                        _write(root, rel, value.strip() + "\n")
 
 
 def reset_counters(root: str, cpus: list[int], iface: str = "eth0") -> None:

@@ -1,0 +1,55 @@
+"""One function per host-side step; each runs a playbook on many hosts and returns per-host
+results (HostResult: ok, changed, failed task and message, the step's JSON result)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, Optional
+
+from fleet_rollout.hostside.ansible_run import PACK_DIR, HostResult, run_playbook
+
+PROBE_BINARY = os.path.join(PACK_DIR, "probe", "build", "fleet-probe")
+COLLECTOR_SCRIPT = os.path.join(PACK_DIR, "actions", "lib", "fleet_rollout", "counters",
+                                "collector.py")
+
+
+class HostSide:
+    """Where the hosts are (an Ansible inventory) and how to reach them."""
+
+    def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
+                 timeout: Optional[int] = None) -> None:
+        self.inventory = inventory
+        self.private_key = private_key or None
+        self.forks = forks
+        self.timeout = timeout
+
+    def _run(self, playbook: str, hosts: Iterable[str],
+             extravars: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+        return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
+                            self.private_key, self.timeout)
+
+    def health(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
+        return self._run("health", hosts)
+
+    def drain(self, hosts: Iterable[str], timeout: float = 300,
+              threshold: int = 0) -> Dict[str, HostResult]:
+        return self._run("drain", hosts, {"fleet_drain_timeout": timeout,
+                                          "fleet_drain_threshold": threshold})
+
+    def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
+        return self._run("undrain", hosts)
+
+    def kernel(self, hosts: Iterable[str], action: str,
+               settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+        if action not in ("apply", "reapply", "restore"):
+            raise ValueError(f"kernel action {action!r}: apply, reapply or restore")
+        return self._run("kernel", hosts, {"fleet_kernel_action": action,
+                                           "fleet_kernel_settings": settings or {}})
+
+    def probe(self, hosts: Iterable[str], budget_ms: int = 5000,
+              binary: str = PROBE_BINARY) -> Dict[str, HostResult]:
+        return self._run("probe", hosts, {"fleet_probe_binary": binary,
+                                          "fleet_probe_budget_ms": int(budget_ms)})
+
+    def counters(self, hosts: Iterable[str],
+                 script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
+        return self._run("counters", hosts, {"fleet_collector_script": script})

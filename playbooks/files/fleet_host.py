@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""fleet_rollout's host-side helper, shipped by the playbooks with ansible.builtin.script.
+
+Stdlib only, Python 3.6+. Every sub-command prints one JSON document on stdout and exits 0 on
+success, 1 on a failure it can explain (the JSON then has "error"). `--sysroot DIR` makes it work
+on a lab `sim` host (a fake tree) exactly as on a real root.
+
+  health                       boot id, uptime, maintenance flag, established connections
+  drain   --port P ...         set the maintenance flag, wait until connections drain
+  undrain                      clear the maintenance flag
+  kernel-apply --settings J    apply kernel settings; first apply records the old values
+  kernel-reapply               re-apply the runtime-only settings after a reboot (IRQ affinity)
+  kernel-restore               put back the values recorded by the first kernel-apply
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+FLAG = "etc/fleet/maintenance"
+STATE_DIR = "var/lib/fleet-rollout"
+SNAPSHOT = STATE_DIR + "/kernel-snapshot.json"
+SETTINGS = STATE_DIR + "/kernel-settings.json"
+SYSCTL_FILE = "etc/sysctl.d/90-fleet-rollout.conf"
+GRUB = "etc/default/grub"
+SIM_NIC = "run/fleet-sim/nic"
+
+
+class Failure(Exception):
+    pass
+
+
+def path(root, rel):
+    return os.path.join(root, rel.lstrip("/"))
+
+
+def read(root, rel, default=None):
+    try:
+        with open(path(root, rel)) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        if default is not None:
+            return default
+        raise Failure("cannot read " + path(root, rel)) from None
+
+
+def write(root, rel, text):
+    target = path(root, rel)
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
+        os.makedirs(directory)
+    tmp = target + ".fleet-tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.rename(tmp, target)
+
+
+def is_sim(root):
+    return os.path.realpath(root) != "/"
+
+
+# ---------------------------------------------------------------- health and drain
+def established(root, port):
+    """ESTABLISHED TCP connections whose local port is `port` (from /proc/net/tcp{,6})."""
+    count = 0
+    for name in ("proc/net/tcp", "proc/net/tcp6"):
+        text = read(root, name, "")
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != "01":
+                continue
+            try:
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            except (IndexError, ValueError):
+                continue
+            if local_port == port:
+                count += 1
+    return count
+
+
+def cmd_health(args):
+    uptime = read(args.sysroot, "proc/uptime", "0 0").split()[0]
+    return {
+        "boot_id": read(args.sysroot, "proc/sys/kernel/random/boot_id", "").strip(),
+        "kernel": read(args.sysroot, "proc/sys/kernel/osrelease", "").strip(),
+        "uptime_s": float(uptime),
+        "maintenance": os.path.exists(path(args.sysroot, FLAG)),
+        "established": established(args.sysroot, args.port),
+        "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
+    }
+
+
+def cmd_drain(args):
+    flag = path(args.sysroot, FLAG)
+    was_set = os.path.exists(flag)
+    if not was_set:
+        write(args.sysroot, FLAG, "drained by fleet_rollout at %d\n" % int(time.time()))
+    started = time.time()
+    count = established(args.sysroot, args.port)
+    while count > args.threshold:
+        if time.time() - started >= args.timeout:
+            raise Failure("still %d established connections on port %d after %ds (threshold %d);"
+                          " the host stays marked drained" % (count, args.port, args.timeout,
+                                                              args.threshold))
+        time.sleep(args.poll)
+        count = established(args.sysroot, args.port)
+    return {"drained": True, "changed": not was_set, "flag": flag, "established": count,
+            "waited_s": round(time.time() - started, 2)}
+
+
+def cmd_undrain(args):
+    flag = path(args.sysroot, FLAG)
+    existed = os.path.exists(flag)
+    if existed:
+        os.remove(flag)
+    return {"drained": False, "changed": existed, "flag": flag}
+
+
+# ---------------------------------------------------------------- kernel settings
+def sysctl_path(key):
+    if not re.match(r"^[A-Za-z0-9_.\-/]+$", key) or ".." in key:
+        raise Failure("bad sysctl name %r" % key)
+    return "proc/sys/" + key.replace(".", "/")
+
+
+def grub_cmdline(text):
+    match = re.search(r'^GRUB_CMDLINE_LINUX="([^"]*)"', text, re.M)
+    return match.group(1).split() if match else []
+
+
+def set_grub_cmdline(text, tokens):
+    line = 'GRUB_CMDLINE_LINUX="%s"' % " ".join(tokens)
+    if re.search(r'^GRUB_CMDLINE_LINUX=', text, re.M):
+        return re.sub(r'^GRUB_CMDLINE_LINUX=.*$', line, text, count=1, flags=re.M)
+    return text.rstrip("\n") + "\n" + line + "\n"
+
+
+def update_grub(root):
+    if is_sim(root):
+        return "sim"
+    for tool in ("update-grub", "grub2-mkconfig", "grub-mkconfig"):
+        exe = shutil.which(tool)
+        if exe:
+            cmd = [exe] if tool == "update-grub" else [exe, "-o", "/boot/grub/grub.cfg"]
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if proc.returncode != 0:
+                raise Failure("%s failed: %s" % (tool, proc.stdout.decode()[-300:]))
+            return tool
+    raise Failure("no update-grub/grub-mkconfig on this host: kernel command line cannot change")
+
+
+def interfaces(root, wanted):
+    names = sorted(n for n in os.listdir(path(root, "sys/class/net")) if n != "lo")
+    if wanted in (None, "all"):
+        return names
+    missing = [n for n in wanted if n not in names]
+    if missing:
+        raise Failure("NIC(s) %s not on this host (has %s)" % (", ".join(missing),
+                                                                ", ".join(names)))
+    return list(wanted)
+
+
+def ethtool(args):
+    proc = subprocess.run(["ethtool"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode().strip()
+
+
+def parse_ethtool_block(text, section):
+    """Values under 'Current hardware settings:' of `ethtool -g/-l` output."""
+    out = {}
+    part = text.split(section, 1)
+    if len(part) < 2:
+        return out
+    for line in part[1].splitlines()[1:]:
+        if ":" not in line:
+            continue
+        key, value = line.split(":", 1)
+        value = value.strip()
+        if value.isdigit():
+            out[key.strip().lower()] = int(value)
+    return out
+
+
+def nic_get(root, iface):
+    if is_sim(root):
+        return json.loads(read(root, "%s/%s.json" % (SIM_NIC, iface),
+                               '{"rx": 256, "tx": 256, "combined": 1}'))
+    current = {}
+    code, out, _ = ethtool(["-g", iface])
+    if code == 0:
+        ring = parse_ethtool_block(out, "Current hardware settings:")
+        current.update({k: ring[k] for k in ("rx", "tx") if k in ring})
+    code, out, _ = ethtool(["-l", iface])
+    if code == 0:
+        chan = parse_ethtool_block(out, "Current hardware settings:")
+        if "combined" in chan:
+            current["combined"] = chan["combined"]
+    return current
+
+
+def nic_set(root, iface, values):
+    if is_sim(root):
+        current = nic_get(root, iface)
+        current.update(values)
+        write(root, "%s/%s.json" % (SIM_NIC, iface), json.dumps(current))
+        return
+    ring = [x for k in ("rx", "tx") if k in values for x in (k, str(values[k]))]
+    if ring:
+        code, _, err = ethtool(["-G", iface] + ring)
+        if code != 0:
+            raise Failure("ethtool -G %s %s: %s" % (iface, " ".join(ring), err))
+    if "combined" in values:
+        code, _, err = ethtool(["-L", iface, "combined", str(values["combined"])])
+        if code != 0:
+            raise Failure("ethtool -L %s combined %s: %s" % (iface, values["combined"], err))
+
+
+def cpulist(text):
+    cpus = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.extend(range(int(lo), int(hi) + 1))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def nic_irqs(root, iface):
+    msi = path(root, "sys/class/net/%s/device/msi_irqs" % iface)
+    if os.path.isdir(msi):
+        return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
+    irqs = []
+    for line in read(root, "proc/interrupts", "").splitlines():
+        head = line.split(":", 1)
+        if len(head) == 2 and head[0].strip().isdigit() and (
+                iface in line or re.search(r"virtio\d+-(input|output)", line)):
+            irqs.append(int(head[0]))
+    return irqs
+
+
+def local_cpus(root, iface):
+    node = read(root, "sys/class/net/%s/device/numa_node" % iface, "-1").strip()
+    if node.lstrip("-").isdigit() and int(node) >= 0:
+        text = read(root, "sys/devices/system/node/node%s/cpulist" % node, "")
+        if text.strip():
+            return cpulist(text)
+    return cpulist(read(root, "sys/devices/system/cpu/online", "0"))
+
+
+def apply_irq_affinity(root, ifaces, snapshot):
+    changed = []
+    for iface in ifaces:
+        cpus = local_cpus(root, iface)
+        for index, irq in enumerate(nic_irqs(root, iface)):
+            rel = "proc/irq/%d/smp_affinity_list" % irq
+            old = read(root, rel, "").strip()
+            want = str(cpus[index % len(cpus)])
+            if snapshot is not None:
+                snapshot.setdefault("irq", {}).setdefault(str(irq), old)
+            if old != want:
+                try:
+                    write_proc(root, rel, want)
+                except (IOError, OSError) as err:
+                    raise Failure("IRQ %d affinity -> CPU %s: %s" % (irq, want, err)) from None
+                changed.append("irq%d=%s" % (irq, want))
+    return changed
+
+
+def write_proc(root, rel, value):
+    if is_sim(root):
+        write(root, rel, value + "\n")
+        return
+    with open(path(root, rel), "w") as handle:
+        handle.write(value)
+
+
+def load_settings(args):
+    try:
+        settings = json.loads(args.settings)
+    except ValueError as err:
+        raise Failure("--settings is not JSON: %s" % err) from None
+    if not isinstance(settings, dict):
+        raise Failure("--settings must be a JSON object")
+    unknown = sorted(set(settings) - {"sysctl", "cmdline", "nic", "irq_affinity"})
+    if unknown:
+        raise Failure("unknown kernel setting group(s): %s" % ", ".join(unknown))
+    return settings
+
+
+def cmd_kernel_apply(args):
+    root = args.sysroot
+    settings = load_settings(args)
+    existing = read(root, SNAPSHOT, "")
+    snapshot = json.loads(existing) if existing else {"taken_at": int(time.time())}
+    first = not existing
+    changed = []
+    reboot_required = False
+    sysctl = settings.get("sysctl") or {}
+    if sysctl:
+        old_sysctl = snapshot.setdefault("sysctl", {})
+        if "sysctl_file" not in snapshot:
+            snapshot["sysctl_file"] = read(root, SYSCTL_FILE, "") or None
+        for key, value in sorted(sysctl.items()):
+            rel = sysctl_path(key)
+            if not os.path.exists(path(root, rel)):
+                raise Failure("sysctl %s does not exist on this kernel" % key)
+            current = " ".join(read(root, rel).split())
+            old_sysctl.setdefault(key, current)
+            want = " ".join(str(value).split())
+            if current != want:
+                try:
+                    write_proc(root, rel, want)
+                except (IOError, OSError) as err:
+                    raise Failure("sysctl %s=%s: %s" % (key, want, err)) from None
+                changed.append("sysctl %s=%s" % (key, want))
+        body = "# written by fleet_rollout; restored on rollback\n" + "".join(
+            "%s = %s\n" % (k, v) for k, v in sorted(sysctl.items()))
+        if read(root, SYSCTL_FILE, "") != body:
+            write(root, SYSCTL_FILE, body)
+    cmdline = settings.get("cmdline") or {}
+    if cmdline:
+        text = read(root, GRUB, "")
+        if not text:
+            raise Failure("%s missing: kernel command line cannot change" % path(root, GRUB))
+        if "grub" not in snapshot:
+            snapshot["grub"] = text
+        tokens = grub_cmdline(text)
+        remove = set(cmdline.get("remove") or [])
+        new = [t for t in tokens if t not in remove and t.split("=")[0] not in remove]
+        for token in cmdline.get("add") or []:
+            key = token.split("=")[0]
+            new = [t for t in new if t.split("=")[0] != key]
+            new.append(token)
+        if new != tokens:
+            write(root, GRUB, set_grub_cmdline(text, new))
+            snapshot["grub_tool"] = update_grub(root)
+            changed.append("cmdline %s" % " ".join(new))
+            reboot_required = True
+    nic = settings.get("nic") or {}
+    ifaces = interfaces(root, nic.get("interfaces") or "all") if (nic or settings.get(
+        "irq_affinity")) else []
+    if nic:
+        wanted = {k: int(nic[k]) for k in ("rx", "tx", "combined") if k in nic}
+        old_nic = snapshot.setdefault("nic", {})
+        for iface in ifaces:
+            current = nic_get(root, iface)
+            old_nic.setdefault(iface, current)
+            diff = {k: v for k, v in wanted.items() if current.get(k) != v}
+            if diff:
+                try:
+                    nic_set(root, iface, diff)
+                except Failure:
+                    if not nic.get("best_effort"):
+                        raise
+                    continue
+                changed.append("nic %s %s" % (iface, diff))
+    if settings.get("irq_affinity") == "numa-local":
+        changed.extend(apply_irq_affinity(root, ifaces, snapshot))
+    write(root, SETTINGS, json.dumps(settings))
+    write(root, SNAPSHOT, json.dumps(snapshot))
+    return {"changed": changed, "reboot_required": reboot_required, "snapshot": snapshot,
+            "first_apply": first}
+
+
+def cmd_kernel_reapply(args):
+    root = args.sysroot
+    text = read(root, SETTINGS, "")
+    if not text:
+        return {"changed": [], "note": "no kernel settings recorded"}
+    settings = json.loads(text)
+    changed = []
+    if settings.get("irq_affinity") == "numa-local":
+        nic = settings.get("nic") or {}
+        changed = apply_irq_affinity(root, interfaces(root, nic.get("interfaces") or "all"), None)
+    return {"changed": changed}
+
+
+def cmd_kernel_restore(args):
+    root = args.sysroot
+    text = read(root, SNAPSHOT, "")
+    if not text:
+        return {"changed": [], "note": "nothing to restore (no kernel snapshot on this host)"}
+    snapshot = json.loads(text)
+    changed = []
+    reboot_required = False
+    for key, value in sorted((snapshot.get("sysctl") or {}).items()):
+        rel = sysctl_path(key)
+        if " ".join(read(root, rel).split()) != value:
+            write_proc(root, rel, value)
+            changed.append("sysctl %s=%s" % (key, value))
+    if "sysctl_file" in snapshot:
+        if snapshot["sysctl_file"]:
+            write(root, SYSCTL_FILE, snapshot["sysctl_file"])
+        elif os.path.exists(path(root, SYSCTL_FILE)):
+            os.remove(path(root, SYSCTL_FILE))
+    if "grub" in snapshot and read(root, GRUB, "") != snapshot["grub"]:
+        write(root, GRUB, snapshot["grub"])
+        update_grub(root)
+        changed.append("cmdline restored")
+        reboot_required = True
+    for iface, values in sorted((snapshot.get("nic") or {}).items()):
+        current = nic_get(root, iface)
+        diff = {k: v for k, v in values.items() if current.get(k) != v}
+        if diff:
+            nic_set(root, iface, diff)
+            changed.append("nic %s %s" % (iface, diff))
+    for irq, value in sorted((snapshot.get("irq") or {}).items()):
+        rel = "proc/irq/%s/smp_affinity_list" % irq
+        if value and read(root, rel, "").strip() != value:
+            try:
+                write_proc(root, rel, value)
+                changed.append("irq%s=%s" % (irq, value))
+            except (IOError, OSError):
+                pass  # an IRQ that is gone after a reboot has nothing to restore
+    for rel in (SNAPSHOT, SETTINGS):
+        if os.path.exists(path(root, rel)):
+            os.remove(path(root, rel))
+    return {"changed": changed, "reboot_required": reboot_required, "restored": snapshot}
+
+
+COMMANDS = {
+    "health": cmd_health, "drain": cmd_drain, "undrain": cmd_undrain,
+    "kernel-apply": cmd_kernel_apply, "kernel-reapply": cmd_kernel_reapply,
+    "kernel-restore": cmd_kernel_restore,
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="fleet_rollout host-side helper")
+    parser.add_argument("command", choices=sorted(COMMANDS))
+    parser.add_argument("--sysroot", default="/")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--threshold", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--settings", default="{}")
+    args = parser.parse_args(argv)
+    try:
+        result = COMMANDS[args.command](args)
+    except Failure as err:
+        print(json.dumps({"ok": False, "error": str(err)}))
+        return 1
+    result["ok"] = True
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The host side (real Ansible through ansible-runner, the real playbooks and host script)
+against `sim` hosts: fake trees reached through Ansible's local connection with a sysroot."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+import yaml
+
+from fleet_lab.hosts import boot_config
+from fleet_lab.simhost import SimBackend
+from fleet_rollout.hostside.operations import HostSide
+
+HOSTS = ["sim-001", "sim-002", "sim-003"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def lab(tmp_path):
+    backend = SimBackend(str(tmp_path / "hosts"))
+    for name in HOSTS:
+        backend.power_on(boot_config(name, "early", "disabled"))
+    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
+                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
+    hosts["ghost"] = {"ansible_host": "127.0.0.1", "ansible_port": _closed_port(),
+                      "ansible_user": "root"}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    return backend, HostSide(str(inventory), forks=5)
+
+
+def test_health_and_unreachable_host_is_a_per_host_error(lab):
+    backend, side = lab
+    results = side.health(HOSTS + ["ghost"])
+    for name in HOSTS:
+        assert results[name].ok, results[name]
+        boot_id = open(os.path.join(backend.sysroot(name),
+                                    "proc/sys/kernel/random/boot_id")).read().strip()
+        assert results[name].result["boot_id"] == boot_id
+        assert results[name].result["maintenance"] is False
+    ghost = results["ghost"]
+    assert not ghost.ok and ghost.unreachable and "unreachable" in ghost.error
+
+
+def test_unknown_host_is_reported(lab):
+    _, side = lab
+    results = side.health(["sim-001", "nosuchhost"])
+    assert results["sim-001"].ok
+    assert not results["nosuchhost"].ok and "not in inventory" in results["nosuchhost"].error
+
+
+def test_drain_and_undrain(lab):
+    backend, side = lab
+    flag = os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance")
+    results = side.drain(["sim-001", "sim-002"])
+    assert all(r.ok and r.changed for r in results.values())
+    assert os.path.exists(flag)
+    assert side.health(["sim-001"])["sim-001"].result["maintenance"] is True
+    again = side.drain(["sim-001"])["sim-001"]
+    assert again.ok and not again.changed  # idempotent
+    results = side.undrain(["sim-001", "sim-002"])
+    assert all(r.ok for r in results.values())
+    assert not os.path.exists(flag)
+
+
+def test_drain_timeout_fails_and_keeps_the_host_marked(lab):
+    backend, side = lab
+    tcp = os.path.join(backend.sysroot("sim-003"), "proc/net/tcp")
+    with open(tcp, "a") as handle:  # one ESTABLISHED connection on :8080 (0x1F90)
+        handle.write("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
+                     "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
+    result = side.drain(["sim-003"], timeout=1)["sim-003"]
+    assert not result.ok
+    assert "still 1 established connections on port 8080" in result.error
+    assert result.failed_task == "Drain with the maintenance flag"
+    assert os.path.exists(os.path.join(backend.sysroot("sim-003"), "etc/fleet/maintenance"))
+
+
+SETTINGS = {
+    "sysctl": {"net.core.rmem_max": 8388608, "net.core.netdev_max_backlog": 5000},
+    "cmdline": {"add": ["intel_idle.max_cstate=1"], "remove": ["quiet"]},
+    "nic": {"rx": 1024, "tx": 1024, "combined": 2},
+    "irq_affinity": "numa-local",
+}
+
+
+def _read(backend, host, rel):
+    return open(os.path.join(backend.sysroot(host), rel)).read()
+
+
+def test_kernel_settings_apply_survive_reboot_and_restore(lab):
+    backend, side = lab
+    before_grub = _read(backend, "sim-001", "etc/default/grub")
+    result = side.kernel(["sim-001"], "apply", SETTINGS)["sim-001"]
+    assert result.ok, result
+    assert result.result["reboot_required"] is True
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "8388608"
+    assert "net.core.rmem_max = 8388608" in _read(backend, "sim-001",
+                                                  "etc/sysctl.d/90-fleet-rollout.conf")
+    assert 'GRUB_CMDLINE_LINUX="intel_idle.max_cstate=1"' in _read(backend, "sim-001",
+                                                                   "etc/default/grub")
+    assert _read(backend, "sim-001", "proc/irq/24/smp_affinity_list").strip() == "0"
+    assert _read(backend, "sim-001", "proc/irq/25/smp_affinity_list").strip() == "1"
+
+    again = side.kernel(["sim-001"], "apply", SETTINGS)["sim-001"]
+    assert again.ok and again.result["changed"] == [] and not again.changed
+
+    backend.power_on(boot_config("sim-001", "home", "disabled"))  # the BIOS reboot
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "8388608"
+    reapplied = side.kernel(["sim-001"], "reapply")["sim-001"]
+    assert reapplied.ok and "irq24=0" in reapplied.result["changed"]
+
+    restored = side.kernel(["sim-001"], "restore")["sim-001"]
+    assert restored.ok, restored
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "212992"
+    assert _read(backend, "sim-001", "etc/default/grub") == before_grub
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"),
+                                           "etc/sysctl.d/90-fleet-rollout.conf"))
+    nic = _read(backend, "sim-001", "run/fleet-sim/nic/eth0.json")
+    assert '"rx": 256' in nic and '"combined": 1' in nic
+
+
+def test_failed_task_names_task_and_reason(lab):
+    _, side = lab
+    result = side.kernel(["sim-002"], "apply", {"sysctl": {"net.core.no_such_knob": 1}})
+    entry = result["sim-002"]
+    assert not entry.ok
+    assert entry.failed_task == "Kernel settings (apply)"
+    assert "sysctl net.core.no_such_knob does not exist" in entry.error
