@@ -344,7 +344,7 @@ class Bmc:
         if reset_type != "On":
             self.power_state = "Off"
             self._set_boot("None", "PowerOff")
-            self.backend.power_off(self.name)
+            await self._host(self.backend.power_off, self.name)
             if reset_type in ("ForceOff", "GracefulShutdown"):
                 return
             await asyncio.sleep(t.off)
@@ -358,30 +358,34 @@ class Bmc:
         self._set_boot("SystemHardwareInitializationComplete", "FinishedPost")
         self.boot_count += 1
         self.save()
-        self.backend.power_on(self.boot_config())
+        await self._host(self.backend.power_on, self.boot_config())
         self._set_boot("OSBootStarted")
         await asyncio.sleep(t.os_boot)
-        deadline = time.monotonic() + self.os_boot_timeout
-        while not self.backend.is_up(self.name) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        if self.backend.is_up(self.name):
-            self._set_boot("OSRunning")
+        await self._await_os()
+
+    @staticmethod
+    async def _host(func: Any, *args: Any) -> Any:
+        """Backend calls may block (QEMU start, SSH probe): keep them off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
     def start_host(self) -> None:
         """Boot the server when the lab starts (the BMC was already powered)."""
         if self.power_state != "On":
             return
-        self.backend.power_on(self.boot_config())
-        if not self.backend.is_up(self.name):
-            self._set_boot("OSBootStarted")
-            self._reboot = asyncio.get_event_loop().create_task(self._await_os())
+        self._set_boot("OSBootStarted")
+        self._reboot = asyncio.get_event_loop().create_task(self._first_boot())
+
+    async def _first_boot(self) -> None:
+        await self._host(self.backend.power_on, self.boot_config())
+        await self._await_os()
 
     async def _await_os(self) -> None:
         deadline = time.monotonic() + self.os_boot_timeout
-        while not self.backend.is_up(self.name) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        if self.backend.is_up(self.name):
-            self._set_boot("OSRunning")
+        while time.monotonic() < deadline:
+            if await self._host(self.backend.is_up, self.name):
+                self._set_boot("OSRunning")
+                return
+            await asyncio.sleep(0.5)
 
     def count(self, key: str) -> None:
         self.counters[key] = self.counters.get(key, 0) + 1
