@@ -1,0 +1,187 @@
+"""The lab daemon (`python -m fleet_lab.daemon --state-dir D`): BMCs, servers and traffic.
+
+Started and stopped by `fleet-rollout lab up/down`. SIGTERM/SIGINT stop everything it started:
+the BMC listeners, every VM, the traffic source.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from fleet_lab.bmcsim.fleet import BmcFleet, FleetConfig
+from fleet_lab.hosts import BootConfig
+from fleet_lab.lab import LabConfig, load_config, paths
+from fleet_lab.simhost import SimBackend
+from fleet_lab.traffic import SimCounters, TrafficSettings, UdpSender
+
+
+class SimLabBackend(SimBackend):
+    """SimBackend whose boots also reset the host's counter model (a reboot zeroes counters)."""
+
+    def __init__(self, root: str, counters: SimCounters) -> None:
+        super().__init__(root)
+        self.counters = counters
+
+    def power_on(self, config: BootConfig) -> None:
+        super().power_on(config)
+        self.counters.booted(config)
+
+    def power_off(self, host: str) -> None:
+        super().power_off(host)
+        self.counters.powered_off(host)
+
+    def close(self) -> None:
+        return None
+
+
+def free_port_range(count: int) -> int:
+    for base in range(24000, 60000 - count, 97):
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free range of ports on 127.0.0.1")
+
+
+class Daemon:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        self.p = paths(self.state_dir)
+        self.config: LabConfig = load_config(self.state_dir)
+        self.stopping = asyncio.Event()
+
+    def progress(self, message: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        with open(self.p["progress"], "a") as handle:
+            handle.write(line + "\n")
+        print(line, flush=True)
+
+    def _backend(self) -> Any:
+        if self.config.backend == "vm":
+            from fleet_lab.vm.backend import VmBackend
+
+            self.progress("preparing the VM image (cached after the first build)")
+            return VmBackend(Path(self.state_dir), progress=self.progress)
+        self.counters = SimCounters(self.p["hosts"])
+        return SimLabBackend(self.p["hosts"], self.counters)
+
+    def manifest(self, fleet: BmcFleet, backend: Any, ready: bool) -> Dict[str, Any]:
+        hosts: List[Dict[str, Any]] = []
+        for index, bmc in enumerate(fleet.bmcs):
+            entry: Dict[str, Any] = {
+                "name": bmc.name, "vendor": bmc.spec.key, "bmc_url": fleet.url(index),
+                "site": self.config.site_of(index), "rack": self.config.rack_of(index)}
+            if self.config.backend == "vm":
+                ports = backend.ports(bmc.name)
+                entry.update({"ssh_port": ports.ssh, "health_port": ports.health,
+                              "udp_port": ports.udp})
+            else:
+                entry["sysroot"] = backend.sysroot(bmc.name)
+            hosts.append(entry)
+        return {"backend": self.config.backend, "pid": os.getpid(), "ready": ready,
+                "ca": fleet.ca_path, "state_dir": self.state_dir, "hosts": hosts,
+                "ssh_key": str(backend.key_path) if self.config.backend == "vm" else None,
+                "traffic": self.p["traffic"], "started": time.time()}
+
+    def write_manifest(self, doc: Dict[str, Any]) -> None:
+        tmp = self.p["manifest"] + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump(doc, handle, indent=1)
+        os.replace(tmp, self.p["manifest"])
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        config = self.config
+        backend = await loop.run_in_executor(None, self._backend)
+        reboot = config.reboot_seconds or (4.0 if config.backend == "vm" else 3.0)
+        base = config.base_port or free_port_range(config.hosts)
+        fleet = BmcFleet(FleetConfig(
+            count=config.hosts, base_port=base, vendors=config.vendors,
+            username=config.username, password=config.password, tls=True,
+            state_dir=self.state_dir, reboot_seconds=reboot, host_prefix="lab",
+            os_boot_timeout=600.0), backend)
+        if not os.path.exists(self.p["traffic"]):
+            default_pps = config.pps or 3500
+            TrafficSettings(enabled=True, pps=default_pps).save(self.p["traffic"])
+        traffic = None
+        try:
+            await fleet.service.start()
+            self.progress(f"{config.hosts} BMC(s) listening on 127.0.0.1:{base}-"
+                          f"{base + config.hosts - 1} ({', '.join(sorted(set(config.vendors)))})")
+            self.write_manifest(self.manifest(fleet, backend, ready=False))
+            started = time.monotonic()
+            last = -1
+            while not self.stopping.is_set():
+                up = sum(1 for b in fleet.bmcs if b.boot_state == "OSRunning")
+                if up != last:
+                    self.progress(f"servers up: {up}/{config.hosts} "
+                                  f"({time.monotonic() - started:.0f}s)")
+                    last = up
+                if up == config.hosts:
+                    break
+                await asyncio.sleep(0.5)
+            if config.backend == "vm":
+                targets = {b.name: backend.ports(b.name).as_dict() for b in fleet.bmcs}
+                traffic = loop.create_task(UdpSender(targets, self.p["traffic"]).run())
+            else:
+                traffic = loop.create_task(self._sim_traffic())
+            self.write_manifest(self.manifest(fleet, backend, ready=True))
+            self.progress("lab ready")
+            await self.stopping.wait()
+        finally:
+            self.progress("stopping the lab")
+            if traffic is not None:
+                traffic.cancel()
+            await fleet.service.stop()
+            await loop.run_in_executor(None, backend.close)
+            self.progress("lab stopped")
+        return 0
+
+    async def _sim_traffic(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(2.0)
+            now = time.monotonic()
+            settings = TrafficSettings.load(self.p["traffic"])
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.counters.tick, now - last, settings)
+            last = now
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", required=True)
+    args = parser.parse_args()
+    daemon = Daemon(args.state_dir)
+    with open(daemon.p["pid"], "w") as handle:
+        handle.write(str(os.getpid()))
+    try:
+        return asyncio.run(daemon.run())
+    except Exception as err:  # the log is where `lab up` looks
+        daemon.progress(f"lab failed: {type(err).__name__}: {err}")
+        raise
+    finally:
+        try:
+            os.remove(daemon.p["pid"])
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The lab: a BMC simulator, servers (sim trees or QEMU VMs) and traffic in one daemon process.
+
+`fleet-rollout lab up` writes the lab's config into its state directory, starts the daemon
+(`python -m fleet_lab.daemon`), shows its progress, and writes the Ansible inventory and the pack
+config the lab needs. `lab down` stops the daemon, which stops every VM; a cleanup pass then
+kills anything a crashed daemon left behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_STATE_DIR = os.path.join(REPO, ".lab")
+DEFAULT_INVENTORY = os.path.join(REPO, "inventory", "lab.yml")
+MODELS = {"dell-idrac8": "PowerEdge R630", "dell-idrac9": "PowerEdge R640",
+          "hpe-ilo4": "ProLiant DL360 Gen9", "hpe-ilo5": "ProLiant DL360 Gen10",
+          "lenovo-xcc": "ThinkSystem SR650", "supermicro": "SYS-1029U-TRT", "generic": "3500"}
+
+
+@dataclass
+class LabConfig:
+    hosts: int
+    backend: str = "sim"  # sim | vm
+    vendors: List[str] = field(default_factory=lambda: ["generic"])
+    sites: int = 2
+    hosts_per_rack: int = 4
+    base_port: int = 0  # 0: pick a free range
+    reboot_seconds: float = 0.0  # 0: backend default (sim 3 s, vm 4 s + the real VM boot)
+    pps: int = 0  # traffic per server, 0: backend default
+    username: str = "admin"
+    password: str = ""  # generated when empty; kept in the state dir (0600) and pack config
+    initial_bios: Dict[str, str] = field(default_factory=lambda: {
+        "snoop_mode": "early", "node_interleaving": "disabled"})
+
+    def host_names(self) -> List[str]:
+        return [f"lab-{i + 1:03d}" for i in range(self.hosts)]
+
+    def site_of(self, index: int) -> str:
+        return f"site-{chr(ord('a') + index % max(1, self.sites))}"
+
+    def rack_of(self, index: int) -> str:
+        per_site = index // max(1, self.sites)
+        return f"rack-{per_site // max(1, self.hosts_per_rack) + 1}"
+
+
+def paths(state_dir: str) -> Dict[str, str]:
+    return {
+        "config": os.path.join(state_dir, "lab-config.json"),
+        "manifest": os.path.join(state_dir, "lab.json"),
+        "progress": os.path.join(state_dir, "progress.log"),
+        "log": os.path.join(state_dir, "daemon.log"),
+        "pid": os.path.join(state_dir, "daemon.pid"),
+        "traffic": os.path.join(state_dir, "traffic.json"),
+        "pack_config": os.path.join(state_dir, "fleet_rollout.yaml"),
+        "hosts": os.path.join(state_dir, "hosts"),
+    }
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def save_config(state_dir: str, config: LabConfig) -> None:
+    os.makedirs(state_dir, exist_ok=True)
+    _write_private(paths(state_dir)["config"], json.dumps(asdict(config), indent=1))
+
+
+def load_config(state_dir: str) -> LabConfig:
+    with open(paths(state_dir)["config"]) as handle:
+        return LabConfig(**json.load(handle))
+
+
+def daemon_pid(state_dir: str) -> Optional[int]:
+    try:
+        with open(paths(state_dir)["pid"]) as handle:
+            pid = int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if b"fleet_lab.daemon" not in handle.read():
+                return None
+    except OSError:
+        return None
+    return pid
+
+
+def read_manifest(state_dir: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(paths(state_dir)["manifest"]) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def up(config: LabConfig, state_dir: str = DEFAULT_STATE_DIR,
+       inventory: str = DEFAULT_INVENTORY, progress: Callable[[str], None] = print,
+       timeout: float = 900.0) -> Dict[str, Any]:
+    """Start the lab and wait until every server is up; returns the manifest."""
+    if daemon_pid(state_dir):
+        raise RuntimeError(f"a lab is already running from {state_dir}; run `lab down` first")
+    if not config.password:
+        config.password = secrets.token_urlsafe(18)
+    p = paths(state_dir)
+    os.makedirs(state_dir, exist_ok=True)
+    for name in ("manifest", "progress"):
+        if os.path.exists(p[name]):
+            os.remove(p[name])
+    save_config(state_dir, config)
+    log = open(p["log"], "ab")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO, os.path.join(REPO, "actions", "lib"), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, "-m", "fleet_lab.daemon", "--state-dir",
+                             state_dir], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=REPO)
+    log.close()
+    shown = 0
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            lines = _progress_lines(p["progress"])
+            for line in lines[shown:]:
+                progress(line)
+            shown = len(lines)
+            manifest = read_manifest(state_dir)
+            if manifest and manifest.get("ready"):
+                break
+            if proc.poll() is not None:
+                tail = _tail(p["log"])
+                raise RuntimeError(f"lab daemon exited ({proc.returncode}):\n{tail}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"lab not up after {timeout:.0f}s; see {p['log']}")
+            time.sleep(0.5)
+    except BaseException:
+        down(state_dir, progress=lambda _m: None)
+        raise
+    write_inventory(manifest, config, inventory)
+    write_pack_config(manifest, config, state_dir, inventory)
+    return manifest
+
+
+def _progress_lines(path: str) -> List[str]:
+    try:
+        with open(path) as handle:
+            return [line.rstrip("\n") for line in handle]
+    except OSError:
+        return []
+
+
+def _tail(path: str, lines: int = 25) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = print,
+         timeout: float = 60.0) -> bool:
+    """Stop the daemon (which stops the servers); then clean up strays. True if one ran."""
+    pid = daemon_pid(state_dir)
+    if pid:
+        progress(f"stopping lab daemon {pid}")
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while daemon_pid(state_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if daemon_pid(state_dir):
+            os.killpg(pid, signal.SIGKILL)
+    vms = os.path.join(state_dir, "vms")
+    if os.path.isdir(vms):
+        from pathlib import Path
+
+        from fleet_lab.vm.backend import cleanup_state_dir
+
+        stopped = cleanup_state_dir(Path(state_dir))
+        if stopped:
+            progress(f"stopped leftover VMs: {', '.join(stopped)}")
+    manifest = paths(state_dir)["manifest"]
+    if os.path.exists(manifest):
+        os.remove(manifest)
+    return bool(pid)
+
+
+def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> None:
+    """inventory/lab.yml: one group per site; BMC address, vendor, labels per host."""
+    groups: Dict[str, Dict[str, Any]] = {}
+    for index, host in enumerate(manifest["hosts"]):
+        entry: Dict[str, Any] = {
+            "bmc_address": host["bmc_url"], "bmc_vendor": host["vendor"],
+            "bmc_credential": "lab", "site": host["site"], "rack": host["rack"],
+            "hardware_model": MODELS.get(host["vendor"], host["vendor"]),
+        }
+        if manifest["backend"] == "vm":
+            entry.update({"ansible_host": "127.0.0.1", "ansible_port": host["ssh_port"],
+                          "fleet_health_port": host["health_port"],
+                          "fleet_udp_port": host["udp_port"]})
+        else:
+            entry.update({"ansible_connection": "local", "fleet_sysroot": host["sysroot"],
+                          "ansible_python_interpreter": sys.executable})
+        groups.setdefault(host["site"].replace("-", "_"), {"hosts": {}})["hosts"][
+            host["name"]] = entry
+        del index
+    all_vars: Dict[str, Any] = {"fleet_service_port": 8080}
+    if manifest["backend"] == "vm":
+        all_vars.update({"ansible_user": "root",
+                         "ansible_ssh_private_key_file": manifest["ssh_key"],
+                         "ansible_python_interpreter": "/usr/bin/python3"})
+    doc = {"all": {"vars": all_vars, "children": groups}}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(f"# written by `fleet-rollout lab up` ({manifest['backend']} backend)\n")
+        yaml.safe_dump(doc, handle, sort_keys=True)
+
+
+def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
+                      inventory: str) -> str:
+    """The pack config for this lab (credentials are secret: file mode 0600)."""
+    doc = {
+        "credentials": {"lab": {"username": config.username, "password": config.password}},
+        "ca_bundle": manifest.get("ca") or "",
+        "allow_insecure_http": False,
+        "inventory": inventory,
+        "state_dir": os.path.join(state_dir, "rollouts"),
+        "chat_route": "lab",
+        "ansible_private_key": manifest.get("ssh_key") or "",
+    }
+    path = paths(state_dir)["pack_config"]
+    _write_private(path, "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc))
+    return path
+
+
+def set_traffic(state_dir: str, enabled: bool, pps: Optional[int] = None) -> Dict[str, Any]:
+    from fleet_lab.traffic import TrafficSettings
+
+    path = paths(state_dir)["traffic"]
+    settings = TrafficSettings.load(path)
+    settings.enabled = enabled
+    if pps:
+        settings.pps = int(pps)
+    settings.save(path)
+    return {"enabled": settings.enabled, "pps": settings.pps}

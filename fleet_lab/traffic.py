@@ -1,0 +1,178 @@
+"""Traffic for the lab: UDP to every server that is in service, so drop counters really move.
+
+vm backend: a UDP sender on the host to each guest's forwarded UDP port; the guest's receiver
+reads at a rate set by the BIOS settings in effect (fleet_lab.vm.model), so the guest kernel
+counts real drops (Udp RcvbufErrors/InErrors). A host is sent to only while its health check
+answers 200 (a drained host answers 503: traffic stops, like a load balancer would).
+
+sim backend: the same model as counter arithmetic on the fake trees (SimCounters).
+"""
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import random
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from fleet_lab.hosts import BootConfig
+from fleet_lab.simhost import SNMP_UDP_FIELDS, _write
+from fleet_lab.vm.model import receive_rate
+
+
+@dataclass
+class TrafficSettings:
+    enabled: bool = True
+    pps: int = 3500  # offered packets per second per server
+    payload: int = 64
+
+    @classmethod
+    def load(cls, path: str) -> TrafficSettings:
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+            return cls(bool(data.get("enabled", True)), int(data.get("pps", 3500)),
+                       int(data.get("payload", 64)))
+        except (OSError, ValueError):
+            return cls()
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as handle:
+            json.dump({"enabled": self.enabled, "pps": self.pps, "payload": self.payload}, handle)
+
+
+def health_ok(port: int, timeout: float = 1.0) -> Optional[bool]:
+    """True: in service (200); False: drained (503); None: not answering."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.request("GET", "/health")
+        status = conn.getresponse().status
+        conn.close()
+        return status == 200
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+class UdpSender:
+    """Sends `pps` packets per second to each target (host -> (udp_port, health_port))."""
+
+    def __init__(self, targets: Dict[str, Dict[str, int]], settings_path: str) -> None:
+        self.targets = targets
+        self.settings_path = settings_path
+        self.in_service: Dict[str, bool] = {}
+        self.sent: Dict[str, int] = {h: 0 for h in targets}
+
+    async def _health_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            for host, ports in self.targets.items():
+                ok = await loop.run_in_executor(None, health_ok, ports["health"])
+                self.in_service[host] = bool(ok)
+            await asyncio.sleep(2.0)
+
+    async def run(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        health = asyncio.get_running_loop().create_task(self._health_loop())
+        tick = 0.02
+        credit: Dict[str, float] = {h: 0.0 for h in self.targets}
+        settings = TrafficSettings.load(self.settings_path)
+        last_settings = time.monotonic()
+        last = time.monotonic()
+        try:
+            while True:
+                await asyncio.sleep(tick)
+                now = time.monotonic()
+                elapsed, last = now - last, now
+                if now - last_settings > 1.0:
+                    settings = TrafficSettings.load(self.settings_path)
+                    last_settings = now
+                if not settings.enabled:
+                    continue
+                payload = b"x" * settings.payload
+                for host, ports in self.targets.items():
+                    if not self.in_service.get(host):
+                        credit[host] = 0.0
+                        continue
+                    credit[host] += settings.pps * elapsed
+                    count = int(credit[host])
+                    credit[host] -= count
+                    for _ in range(count):
+                        try:
+                            sock.sendto(payload, ("127.0.0.1", ports["udp"]))
+                        except (BlockingIOError, OSError):
+                            break
+                        self.sent[host] += 1
+        finally:
+            health.cancel()
+            sock.close()
+
+
+@dataclass
+class HostCounters:
+    config: BootConfig
+    capacity_factor: float
+    rx_packets: int = 0
+    delivered: int = 0
+    drops: int = 0
+    softnet: List[int] = field(default_factory=list)
+
+
+class SimCounters:
+    """Counter model of `sim` hosts: offered traffic, receive capacity from the BIOS settings
+    (the same model as the VMs), per-host heterogeneity, drops written where the kernel would."""
+
+    def __init__(self, root: str, seed: int = 1) -> None:
+        self.root = root
+        self.hosts: Dict[str, HostCounters] = {}
+        self.random = random.Random(seed)
+
+    def booted(self, config: BootConfig) -> None:
+        factor = 0.9 + (zlib.crc32(config.host.encode()) % 1000) / 1000 * 0.2  # 0.9-1.1
+        self.hosts[config.host] = HostCounters(config, factor)
+
+    def powered_off(self, host: str) -> None:
+        self.hosts.pop(host, None)
+
+    def drained(self, host: str) -> bool:
+        return os.path.exists(os.path.join(self.root, host, "etc/fleet/maintenance"))
+
+    def tick(self, seconds: float, settings: TrafficSettings) -> None:
+        if not settings.enabled:
+            return
+        for host, state in list(self.hosts.items()):
+            if self.drained(host):
+                continue
+            cfg = state.config
+            offered = int(settings.pps * seconds * self.random.uniform(0.95, 1.05))
+            capacity = receive_rate(cfg.snoop_mode, cfg.node_interleaving, cfg.extra)
+            capacity = capacity * state.capacity_factor * seconds
+            dropped = max(0, int(offered - capacity))
+            if self.random.random() < 0.1:  # bursts: occasional short overload
+                dropped += self.random.randint(0, max(1, offered // 50))
+            dropped = min(dropped, offered)
+            state.rx_packets += offered
+            state.delivered += offered - dropped
+            state.drops += dropped
+            self._write(host, state)
+
+    def _write(self, host: str, state: HostCounters) -> None:
+        root = os.path.join(self.root, host)
+        stats = "sys/class/net/eth0/statistics"
+        _write(root, f"{stats}/rx_packets", f"{state.rx_packets}\n")
+        _write(root, f"{stats}/rx_bytes", f"{state.rx_packets * 106}\n")
+        values = {"InDatagrams": state.delivered, "InErrors": state.drops,
+                  "RcvbufErrors": state.drops}
+        header = "Udp: " + " ".join(SNMP_UDP_FIELDS)
+        row = "Udp: " + " ".join(str(values.get(f, 0)) for f in SNMP_UDP_FIELDS)
+        _write(root, "proc/net/snmp",
+               f"Ip: Forwarding DefaultTTL InReceives\nIp: 2 64 {state.rx_packets}\n"
+               f"{header}\n{row}\n")
+        _write(root, "run/fleet-sim/ethtool-S/eth0",
+               f"NIC statistics:\n     rx_packets: {state.rx_packets}\n"
+               "     rx_missed_errors: 0\n     rx_no_buffer_count: 0\n")

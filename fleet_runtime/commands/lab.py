@@ -1,0 +1,130 @@
+"""`fleet-rollout lab up|status|down|traffic`: the virtual lab of BMCs and servers."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List
+
+import requests
+
+from fleet_lab import lab
+from fleet_lab.bmcsim.vendors import VENDOR_KEYS
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("lab", help="the virtual lab (BMCs, servers, traffic)")
+    sub = parser.add_subparsers(dest="lab_command", metavar="up|status|down|traffic")
+    up = sub.add_parser("up", help="start the lab")
+    up.add_argument("--hosts", type=int, default=6)
+    up.add_argument("--backend", choices=["vm", "sim"], default="sim")
+    up.add_argument("--vendor", action="append", default=[],
+                    help="vendor (repeat or comma list; cycled over hosts): "
+                    + ", ".join(VENDOR_KEYS))
+    up.add_argument("--sites", type=int, default=2)
+    up.add_argument("--reboot-seconds", type=float, default=0.0)
+    up.add_argument("--pps", type=int, default=0, help="UDP packets/s per server")
+    up.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
+    up.add_argument("--inventory", default=lab.DEFAULT_INVENTORY)
+    up.add_argument("--timeout", type=float, default=900.0)
+    up.set_defaults(func=cmd_up)
+    status = sub.add_parser("status", help="show the lab's servers")
+    status.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+    down = sub.add_parser("down", help="stop the lab and everything it started")
+    down.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
+    down.set_defaults(func=cmd_down)
+    traffic = sub.add_parser("traffic", help="start or stop the lab's UDP traffic")
+    traffic.add_argument("action", choices=["start", "stop"])
+    traffic.add_argument("--pps", type=int, default=0)
+    traffic.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
+    traffic.set_defaults(func=cmd_traffic)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _vendors(values: List[str]) -> List[str]:
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    unknown = [v for v in out if v not in VENDOR_KEYS]
+    if unknown:
+        raise SystemExit(f"lab up: unknown vendor(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(VENDOR_KEYS)}")
+    return out or ["generic"]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    config = lab.LabConfig(hosts=args.hosts, backend=args.backend,
+                           vendors=_vendors(args.vendor), sites=args.sites,
+                           reboot_seconds=args.reboot_seconds, pps=args.pps)
+    if config.hosts < 1:
+        print("lab up: --hosts must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        manifest = lab.up(config, args.state_dir, args.inventory, timeout=args.timeout)
+    except KeyboardInterrupt:
+        print("interrupted: lab stopped", file=sys.stderr)
+        return 130
+    except RuntimeError as err:
+        print(f"lab up: {err}", file=sys.stderr)
+        return 1
+    print(f"inventory:   {args.inventory}")
+    print(f"pack config: {lab.paths(args.state_dir)['pack_config']}")
+    print(f"CA:          {manifest['ca']}")
+    return 0
+
+
+def host_rows(state_dir: str) -> List[Dict[str, Any]]:
+    manifest = lab.read_manifest(state_dir)
+    if not manifest:
+        return []
+    rows = []
+    for host in manifest["hosts"]:
+        row: Dict[str, Any] = {"host": host["name"], "vendor": host["vendor"],
+                               "site": host["site"], "rack": host["rack"],
+                               "bmc": host["bmc_url"]}
+        try:
+            state = requests.get(f"{host['bmc_url']}/_sim/state", verify=manifest["ca"],
+                                 timeout=5).json()
+            row.update({"power": state["power_state"], "boot": state["boot_state"],
+                        "snoop_mode": state["logical"].get("snoop_mode", "-"),
+                        "interleaving": state["logical"].get("node_interleaving", "-"),
+                        "pending": len(state["pending"]), "boots": state["boot_count"]})
+        except (requests.RequestException, ValueError, KeyError):
+            row.update({"power": "?", "boot": "unreachable"})
+        rows.append(row)
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    pid = lab.daemon_pid(args.state_dir)
+    manifest = lab.read_manifest(args.state_dir)
+    rows = host_rows(args.state_dir) if pid else []
+    if args.json:
+        print(json.dumps({"running": bool(pid), "pid": pid,
+                          "backend": manifest and manifest.get("backend"), "hosts": rows}))
+        return 0 if pid else 1
+    if not pid:
+        print(f"no lab running (state dir {args.state_dir})")
+        return 1
+    print(f"lab daemon {pid}, backend {manifest['backend'] if manifest else '?'}, "
+          f"{len(rows)} host(s)")
+    cols = ["host", "vendor", "site", "rack", "power", "boot", "snoop_mode", "interleaving",
+            "pending", "boots"]
+    widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in cols}
+    print("  ".join(c.upper().ljust(widths[c]) for c in cols))
+    for row in rows:
+        print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in cols))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    was_running = lab.down(args.state_dir)
+    print("lab stopped" if was_running else "no lab was running (leftovers cleaned)")
+    return 0
+
+
+def cmd_traffic(args: argparse.Namespace) -> int:
+    settings = lab.set_traffic(args.state_dir, args.action == "start", args.pps or None)
+    print(f"traffic {'on' if settings['enabled'] else 'off'} at {settings['pps']} packets/s "
+          "per server")
+    return 0

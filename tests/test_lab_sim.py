@@ -1,0 +1,122 @@
+"""The lab with the `sim` backend, end to end: `lab up` (a daemon process), Redfish through the
+simulated BMCs, Ansible through the written inventory, counters under traffic, `lab down`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from fleet_lab import lab
+from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.redfish.client import BmcEndpoint
+from fleet_rollout.redfish.operations import Timeouts, apply_bios
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def sim_lab(tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("lab"))
+    inventory = os.path.join(state, "inventory.yml")
+    out = _cli("lab", "up", "--hosts", "4", "--backend", "sim", "--vendor",
+               "dell-idrac8,generic", "--reboot-seconds", "1", "--state-dir", state,
+               "--inventory", inventory)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "servers up: 4/4" in out.stdout and "lab ready" in out.stdout
+    yield state, inventory
+    down = _cli("lab", "down", "--state-dir", state)
+    assert down.returncode == 0
+    assert lab.daemon_pid(state) is None
+
+
+def _nodes(state, host):
+    return len([n for n in os.listdir(os.path.join(state, "hosts", host,
+                                                   "sys/devices/system/node"))
+                if n.startswith("node")])
+
+
+def _wait_os(state, index):
+    """POST done is not OS up: wait like the rollout does before it looks at the host."""
+    import requests
+
+    manifest = lab.read_manifest(state)
+    url = manifest["hosts"][index]["bmc_url"]
+    for _ in range(100):
+        doc = requests.get(f"{url}/_sim/state", verify=manifest["ca"], timeout=5).json()
+        if doc["boot_state"] == "OSRunning" and not doc["rebooting"]:
+            return
+        time.sleep(0.1)
+    raise AssertionError("OS not up")
+
+
+def _udp(state, host):
+    text = open(os.path.join(state, "hosts", host, "proc/net/snmp")).read().splitlines()
+    head, values = [line.split()[1:] for line in text if line.startswith("Udp:")]
+    return dict(zip(head, (int(v) for v in values)))
+
+
+def test_inventory_and_pack_config_written(sim_lab):
+    state, inventory = sim_lab
+    doc = yaml.safe_load(open(inventory))
+    hosts = {h: v for g in doc["all"]["children"].values() for h, v in g["hosts"].items()}
+    assert sorted(hosts) == ["lab-001", "lab-002", "lab-003", "lab-004"]
+    assert {v["site"] for v in hosts.values()} == {"site-a", "site-b"}
+    assert all(v["bmc_address"].startswith("https://127.0.0.1:") for v in hosts.values())
+    config_path = lab.paths(state)["pack_config"]
+    assert oct(os.stat(config_path).st_mode & 0o777) == "0o600"
+    config = yaml.safe_load(open(config_path))
+    assert config["credentials"]["lab"]["password"] not in open(inventory).read()
+
+
+def test_bios_change_through_redfish_changes_the_topology(sim_lab):
+    state, inventory = sim_lab
+    config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
+    manifest = lab.read_manifest(state)
+    host = manifest["hosts"][0]
+    assert _nodes(state, host["name"]) == 2  # 2 sockets, interleaving off
+    ep = BmcEndpoint(host["name"], host["bmc_url"], "admin",
+                     config["credentials"]["lab"]["password"], ca_bundle=config["ca_bundle"])
+    apply_bios(ep, {"node_interleaving": "enabled"}, Timeouts(graceful=10, force=10, boot=60,
+                                                              poll=0.2))
+    _wait_os(state, 0)
+    assert _nodes(state, host["name"]) == 1
+    apply_bios(ep, {"node_interleaving": "disabled", "snoop_mode": "cod"},
+               Timeouts(graceful=10, force=10, boot=60, poll=0.2))
+    _wait_os(state, 0)
+    assert _nodes(state, host["name"]) == 4
+
+
+def test_counters_move_under_traffic_and_drain_stops_it(sim_lab):
+    state, inventory = sim_lab
+    side = HostSide(inventory)
+    before = _udp(state, "lab-002")
+    time.sleep(4.5)
+    moving = _udp(state, "lab-002")
+    assert moving["InDatagrams"] > before["InDatagrams"]
+    assert moving["RcvbufErrors"] > before["RcvbufErrors"]  # early snoop: slower receiver
+    assert side.drain(["lab-002"])["lab-002"].ok
+    time.sleep(2.5)
+    drained = _udp(state, "lab-002")
+    time.sleep(4.5)
+    assert _udp(state, "lab-002") == drained
+    assert side.undrain(["lab-002"])["lab-002"].ok
+    time.sleep(4.5)
+    assert _udp(state, "lab-002")["InDatagrams"] > drained["InDatagrams"]
+
+
+def test_status_json(sim_lab):
+    state, _ = sim_lab
+    out = _cli("lab", "status", "--state-dir", state, "--json")
+    assert out.returncode == 0
+    import json
+
+    doc = json.loads(out.stdout)
+    assert doc["running"] and len(doc["hosts"]) == 4
+    assert all(h["boot"] == "OSRunning" for h in doc["hosts"])
