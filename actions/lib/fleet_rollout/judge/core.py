@@ -1,0 +1,191 @@
+"""The canary judge: PASS / FAIL / INCONCLUSIVE from per-host pre/post drop windows.
+
+Method (DESIGN.md, "Canary judge"):
+
+1. Per usable host, e = ln((drops_post+0.5)/packets_post) - ln((drops_pre+0.5)/packets_pre):
+   each host is compared with itself, so hosts that always drop a lot or never drop anything
+   weigh alike, and a traffic change common to the fleet cancels out.
+2. Ceiling first: a canary host whose post-window drop rate is above ``max_drop_rate`` (and
+   above its own pre-window rate) FAILS the batch at once, whatever else the data say.
+3. Guards (guards.py): too few hosts, too little traffic, missing data or a canary traffic shift
+   give INCONCLUSIVE, never PASS.
+4. One-sided Mann-Whitney U of canary e against control e; Hodges-Lehmann shift with its CI.
+   FAIL when p < alpha and the estimated rise is at least ``min_regression_ratio``; else PASS.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from fleet_rollout.judge.guards import (
+    GuardResult,
+    HostResult,
+    evaluate_guards,
+    evaluate_host,
+)
+from fleet_rollout.judge.inputs import JudgeInput
+from fleet_rollout.judge.policy import Policy
+from fleet_rollout.judge.stats import hodges_lehmann, mann_whitney_greater
+
+PASS = "PASS"
+FAIL = "FAIL"
+INCONCLUSIVE = "INCONCLUSIVE"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+
+
+@dataclass
+class TestResult:
+    n_canary: int
+    n_control: int
+    u: float
+    p_value: float
+    shift: float  # Hodges-Lehmann estimate of the shift of e (natural log of a rate ratio)
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    canary_median_e: float
+    control_median_e: float
+    canary_above_control_median: int
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.shift)
+
+    @property
+    def ci_ratio(self) -> List[float]:
+        return [math.exp(self.ci_low), math.exp(self.ci_high)]
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["ratio"] = self.ratio
+        out["ci_ratio"] = [None if math.isinf(v) else v for v in self.ci_ratio]
+        for key in ("ci_low", "ci_high"):
+            if math.isinf(out[key]):
+                out[key] = None
+        return out
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason: str  # ceiling | regression | no_regression | small_regression | guards
+    explanation: str = ""
+    test: Optional[TestResult] = None
+    guards: List[GuardResult] = field(default_factory=list)
+    ceiling_breaches: List[HostResult] = field(default_factory=list)
+    hosts: List[HostResult] = field(default_factory=list)
+    policy: Policy = field(default_factory=Policy)
+    rollout: Optional[str] = None
+    batch: Optional[Any] = None
+    summary: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def failed_guards(self) -> List[GuardResult]:
+        return [g for g in self.guards if not g.ok]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "explanation": self.explanation,
+            "rollout": self.rollout,
+            "batch": self.batch,
+            "test": self.test.to_dict() if self.test else None,
+            "summary": self.summary,
+            "guards": [g.to_dict() for g in self.guards],
+            "ceiling": {
+                "max_drop_rate": self.policy.max_drop_rate,
+                "breaches": [h.to_dict() for h in self.ceiling_breaches],
+            },
+            "policy": self.policy.to_dict(),
+            "hosts": [h.to_dict() for h in self.hosts],
+        }
+
+
+def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResult]:
+    breaches = []
+    for host in hosts:
+        if host.group != "canary" or host.rate_post is None:
+            continue
+        if host.packets_post is None or host.packets_post < policy.min_packets:
+            continue
+        if host.rate_post <= policy.max_drop_rate:
+            continue
+        if host.rate_pre is not None and host.rate_post <= host.rate_pre:
+            continue  # it was this bad before the change: not the change's doing
+        breaches.append(host)
+    return sorted(breaches, key=lambda h: -(h.rate_post or 0.0))
+
+
+def _test(canary: List[HostResult], control: List[HostResult], policy: Policy) -> TestResult:
+    x = [h.e for h in canary]
+    y = [h.e for h in control]
+    u, p = mann_whitney_greater(x, y)
+    shift, low, high = hodges_lehmann(x, y, policy.ci_level)
+    control_median = float(np.median(y))
+    return TestResult(
+        n_canary=len(x), n_control=len(y), u=u, p_value=p, shift=shift, ci_low=low,
+        ci_high=high, ci_level=policy.ci_level, canary_median_e=float(np.median(x)),
+        control_median_e=control_median,
+        canary_above_control_median=int(sum(1 for v in x if v > control_median)),
+    )
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return float(np.median(values)) if values else None
+
+
+def _summary(hosts: List[HostResult]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for group in ("canary", "control"):
+        members = [h for h in hosts if h.group == group]
+        usable = [h for h in members if h.usable]
+        out[group] = {
+            "listed": len(members),
+            "usable": len(usable),
+            "median_rate_pre": _median([h.rate_pre for h in usable if h.rate_pre is not None]),
+            "median_rate_post": _median([h.rate_post for h in usable if h.rate_post is not None]),
+            "drops_pre": float(sum(h.drops_pre for h in usable)),
+            "drops_post": float(sum(h.drops_post for h in usable)),
+            "packets_pre": float(sum(h.packets_pre for h in usable)),
+            "packets_post": float(sum(h.packets_post for h in usable)),
+        }
+    return out
+
+
+def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
+    """Decide one batch. Never raises on data; bad input is refused earlier (inputs.py)."""
+    from fleet_rollout.judge.explain import explain  # local: explain imports this module
+
+    policy = policy or Policy()
+    hosts = [evaluate_host(inp.hosts[name], policy) for name in inp.canary + inp.control]
+    guards = evaluate_guards(inp, hosts, policy)
+    breaches = _ceiling_breaches(hosts, policy)
+    canary = [h for h in hosts if h.group == "canary" and h.usable]
+    control = [h for h in hosts if h.group == "control" and h.usable]
+    test = _test(canary, control, policy) if len(canary) >= 1 and len(control) >= 1 else None
+
+    if breaches:
+        verdict, reason = FAIL, "ceiling"
+    elif any(not g.ok for g in guards):
+        verdict, reason = INCONCLUSIVE, "guards"
+    elif test is not None and test.p_value < policy.alpha:
+        if test.ratio >= policy.min_regression_ratio:
+            verdict, reason = FAIL, "regression"
+        else:
+            verdict, reason = PASS, "small_regression"
+    else:
+        verdict, reason = PASS, "no_regression"
+
+    result = Verdict(verdict, reason, test=test, guards=guards, ceiling_breaches=breaches,
+                     hosts=hosts, policy=policy, rollout=inp.rollout, batch=inp.batch,
+                     summary=_summary(hosts))
+    result.explanation = explain(result)
+    return result

@@ -1,0 +1,189 @@
+"""Words for a verdict: one paragraph fit for a chat message, and a readable text report."""
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from typing import List, Optional
+
+from fleet_rollout.judge.core import FAIL, INCONCLUSIVE, Verdict
+from fleet_rollout.judge.guards import HostResult
+
+
+def per_million(rate: Optional[float]) -> str:
+    if rate is None:
+        return "n/a"
+    value = rate * 1e6
+    if value == 0:
+        return "0"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _ratio(value: float) -> str:
+    if math.isinf(value):
+        return "unbounded" if value > 0 else "0"
+    return f"{value:.2f}x"
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def _ci(verdict: Verdict) -> str:
+    test = verdict.test
+    assert test is not None
+    low, high = test.ci_ratio
+    if math.isinf(test.ci_low) or math.isinf(test.ci_high):
+        return f"{test.ci_level:.0%} CI unbounded with this few hosts"
+    return f"{test.ci_level:.0%} CI {_ratio(low)} to {_ratio(high)}"
+
+
+def _medians(verdict: Verdict) -> str:
+    canary, control = verdict.summary["canary"], verdict.summary["control"]
+    return (f"Median drops per million packets: canary {per_million(canary['median_rate_pre'])} "
+            f"before and {per_million(canary['median_rate_post'])} after, control "
+            f"{per_million(control['median_rate_pre'])} before and "
+            f"{per_million(control['median_rate_post'])} after.")
+
+
+def _test_clause(verdict: Verdict) -> str:
+    test = verdict.test
+    assert test is not None
+    return (f"{_ratio(test.ratio)} relative to the control hosts ({_ci(verdict)}; one-sided "
+            f"Mann-Whitney p = {_p(test.p_value)}, {test.n_canary} canary vs {test.n_control} "
+            "control hosts)")
+
+
+def explain(verdict: Verdict) -> str:
+    """One paragraph: the verdict, the numbers behind it and what follows."""
+    policy = verdict.policy
+    where = ""
+    if verdict.rollout is not None:
+        where = f" ({verdict.rollout}" + (f", batch {verdict.batch}" if verdict.batch is not None
+                                          else "") + ")"
+    test = verdict.test
+    if verdict.reason == "ceiling":
+        worst = verdict.ceiling_breaches[0]
+        others = len(verdict.ceiling_breaches) - 1
+        text = (f"FAIL{where}: canary host {worst.host} dropped {worst.rate_post:.3%} of its "
+                f"received packets after the change ({worst.drops_post:.0f} of "
+                f"{worst.packets_post:.0f}; before: "
+                f"{'n/a' if worst.rate_pre is None else f'{worst.rate_pre:.3%}'}), above the "
+                f"absolute ceiling of {policy.max_drop_rate:.3%}")
+        text += (f"; {others} more canary host{'s' if others > 1 else ''} above it too."
+                 if others else ".")
+        text += " The ceiling fails a batch at once, without waiting for the comparison."
+        if test is not None:
+            text += f" For reference, the canaries' drop rate changed {_test_clause(verdict)}."
+        return text
+    if verdict.verdict == INCONCLUSIVE:
+        reasons = "; ".join(g.message for g in verdict.failed_guards)
+        text = f"INCONCLUSIVE{where}: the judge cannot decide this batch: {reasons}."
+        if test is not None:
+            text += (f" For reference only, the usable hosts show a change of "
+                     f"{_test_clause(verdict)}.")
+        text += (" A human has to decide: extend the soak, fix the data collection, or approve "
+                 "or roll back by hand.")
+        return text
+    assert test is not None
+    if verdict.verdict == FAIL:
+        return (f"FAIL{where}: after the change the canaries' drop rate rose "
+                f"{_test_clause(verdict)}; {test.canary_above_control_median} of "
+                f"{test.n_canary} canaries changed more than the median control host. "
+                f"{_medians(verdict)} The regression is significant (p < {policy.alpha:g}) and "
+                f"at least the {policy.min_regression_ratio:g}x the policy counts, so the batch "
+                "should not go on.")
+    if verdict.reason == "small_regression":
+        return (f"PASS{where}: the canaries' drop rate changed {_test_clause(verdict)}. The rise "
+                f"is significant but below the {policy.min_regression_ratio:g}x the policy "
+                f"counts as a regression. {_medians(verdict)}")
+    bound = ""
+    if not math.isinf(test.ci_high):
+        bound = (f" At this confidence the data rule out a rise above "
+                 f"{_ratio(test.ci_ratio[1])}.")
+    return (f"PASS{where}: no drop regression: the canaries' drop rate changed "
+            f"{_test_clause(verdict)}. {_medians(verdict)}{bound}")
+
+
+_NUMERIC = re.compile(r"^[-+]?[\d.,]+(e[-+]?\d+)?[x%]?$|^-$|^n/a$")
+
+
+def _table(rows: List[List[str]], header: List[str]) -> List[str]:
+    """Columns whose cells are all numbers are right-aligned, the others left-aligned."""
+    columns = list(zip(header, *rows))
+    widths = [max(len(str(x)) for x in column) for column in columns]
+    numeric = [bool(rows) and all(_NUMERIC.match(str(x)) for x in column[1:])
+               for column in columns]
+
+    def line(values: List[str]) -> str:
+        return "  ".join(str(v).rjust(w) if num else str(v).ljust(w)
+                         for v, w, num in zip(values, widths, numeric))
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+
+
+def _host_rows(hosts: List[HostResult]) -> List[List[str]]:
+    rows = []
+    for h in hosts:
+        rows.append([
+            h.host,
+            "yes" if h.usable else "no",
+            "-" if h.drops_pre is None else f"{h.drops_pre:.0f}",
+            "-" if h.packets_pre is None else f"{h.packets_pre:.0f}",
+            per_million(h.rate_pre),
+            "-" if h.drops_post is None else f"{h.drops_post:.0f}",
+            "-" if h.packets_post is None else f"{h.packets_post:.0f}",
+            per_million(h.rate_post),
+            "-" if h.e is None else f"{h.e:+.2f}",
+            h.reason or "",
+        ])
+    return rows
+
+
+def render_text(verdict: Verdict, all_hosts: bool = False, width: int = 100) -> str:
+    """The CLI's readable report."""
+    out: List[str] = [f"Verdict: {verdict.verdict} ({verdict.reason})", ""]
+    out += textwrap.wrap(verdict.explanation, width)
+    out.append("")
+    test = verdict.test
+    if test is not None:
+        out.append("Test (per-host e = change of ln drop rate, canary vs control):")
+        ci = "unbounded" if math.isinf(test.ci_low) or math.isinf(test.ci_high) else (
+            f"{_ratio(test.ci_ratio[0])} .. {_ratio(test.ci_ratio[1])}")
+        rows = [
+            ["hosts used", f"{test.n_canary} canary, {test.n_control} control"],
+            ["Mann-Whitney U (canary)", f"{test.u:g}"],
+            ["one-sided p", f"{_p(test.p_value)} (alpha {verdict.policy.alpha:g})"],
+            ["Hodges-Lehmann ratio", _ratio(test.ratio)],
+            [f"{test.ci_level:.0%} CI", ci],
+            ["median e canary / control",
+             f"{test.canary_median_e:+.3f} / {test.control_median_e:+.3f}"],
+        ]
+        out += ["  " + line for line in _table(rows, ["statistic", "value"])]
+        out.append("")
+    out.append("Guards:")
+    rows = [[g.name, "ok" if g.ok else "FAILED", g.message] for g in verdict.guards]
+    out += ["  " + line for line in _table(rows, ["guard", "state", "detail"])]
+    out.append(f"  ceiling: {verdict.policy.max_drop_rate:.3%} per canary host, "
+               f"{len(verdict.ceiling_breaches)} breach(es)")
+    out.append("")
+    header = ["host", "used", "drops pre", "packets pre", "per M", "drops post",
+              "packets post", "per M", "e", "note"]
+    canary = [h for h in verdict.hosts if h.group == "canary"]
+    out.append("Canary hosts (per M = drops per million packets):")
+    out += ["  " + line for line in _table(_host_rows(canary), header)]
+    control = [h for h in verdict.hosts if h.group == "control"]
+    if all_hosts:
+        out.append("")
+        out.append("Control hosts:")
+        out += ["  " + line for line in _table(_host_rows(control), header)]
+    else:
+        unused = [h for h in control if not h.usable]
+        out.append("")
+        out.append(f"Control hosts: {len(control)} listed, {len(control) - len(unused)} used "
+                   "(--all-hosts lists them)")
+        for h in unused[:10]:
+            out.append(f"  not used: {h.host}: {h.reason}")
+    return "\n".join(line.rstrip() for line in out) + "\n"

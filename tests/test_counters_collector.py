@@ -1,0 +1,223 @@
+"""The host collector against fake trees (--sysroot), shipped alone, and on this machine."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+from fleet_rollout.counters import collector
+from fleet_rollout.counters.deltas import window_from_snapshots
+from fleet_rollout.counters.metric import DEFAULT_METRIC, metric_from_dict
+from fleet_rollout.counters.parsers import CounterFormatError
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTOR = ROOT / "actions" / "lib" / "fleet_rollout" / "counters" / "collector.py"
+FIXTURES = Path(__file__).parent / "fixtures" / "counters"
+
+SOFTNET_LINE = "{processed:08x} {dropped:08x} {squeeze:08x} 00000000 00000000 00000000 " \
+               "00000000 00000000 00000000 00000000 00000000 00000000 {cpu:08x}\n"
+
+
+def build_tree(root: Path, boot_id: str = "8d1a6c4e-0000-4000-8000-00000000aaaa",
+               nics: Optional[Dict[str, Dict[str, int]]] = None,
+               ethtool: Optional[Dict[str, str]] = None,
+               softnet: Optional[Dict[int, tuple]] = None, udp_rcvbuf: int = 100) -> Path:
+    """Write a fake server tree (paths of docs/CONVENTIONS.md)."""
+    nics = nics if nics is not None else {
+        "eth0": {"rx_packets": 1_000_000, "rx_dropped": 10, "rx_missed_errors": 5,
+                 "rx_fifo_errors": 0, "tx_packets": 900_000},
+        "eth1": {"rx_packets": 500_000, "rx_dropped": 2, "rx_missed_errors": 0,
+                 "rx_fifo_errors": 1, "tx_packets": 400_000},
+        "lo": {"rx_packets": 777, "rx_dropped": 0, "rx_missed_errors": 0, "rx_fifo_errors": 0},
+        "veth12ab": {"rx_packets": 55, "rx_dropped": 3, "rx_missed_errors": 0,
+                     "rx_fifo_errors": 0},
+    }
+    kernel = root / "proc" / "sys" / "kernel"
+    (kernel / "random").mkdir(parents=True, exist_ok=True)
+    (kernel / "random" / "boot_id").write_text(boot_id + "\n")
+    (kernel / "hostname").write_text("web-001\n")
+    (kernel / "osrelease").write_text("6.1.0-18-amd64\n")
+    (root / "proc" / "uptime").write_text("3600.52 7000.10\n")
+    for nic, stats in nics.items():
+        directory = root / "sys" / "class" / "net" / nic / "statistics"
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, value in stats.items():
+            (directory / name).write_text(f"{value}\n")
+    sim = root / "run" / "fleet-sim" / "ethtool-S"
+    sim.mkdir(parents=True, exist_ok=True)
+    for nic, text in (ethtool if ethtool is not None else {
+        "eth0": (FIXTURES / "ethtool" / "mlx5.txt").read_text(),
+        "eth1": (FIXTURES / "ethtool" / "ixgbe.txt").read_text(),
+    }).items():
+        (sim / nic).write_text(text)
+    softnet = softnet if softnet is not None else {0: (1000, 1, 5), 1: (2000, 0, 7)}
+    (root / "proc" / "net").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "net" / "softnet_stat").write_text("".join(
+        SOFTNET_LINE.format(processed=p, dropped=d, squeeze=s, cpu=cpu)
+        for cpu, (p, d, s) in sorted(softnet.items())
+    ))
+    snmp = (FIXTURES / "snmp" / "linux-6.1").read_text().replace(
+        "Udp: 2189 0 22211 10 22211 0 0 0 0", f"Udp: 2189 0 {udp_rcvbuf} 10 {udp_rcvbuf} 0 0 0 0")
+    (root / "proc" / "net" / "snmp").write_text(snmp)
+    return root
+
+
+def test_collect_reads_every_source(tmp_path: Path) -> None:
+    doc = collector.collect(sysroot=str(build_tree(tmp_path)), clock=lambda: 1714557600.0)
+    assert doc["schema"] == "fleet_rollout.counters/1"
+    assert doc["boot_id"] == "8d1a6c4e-0000-4000-8000-00000000aaaa"
+    assert doc["host"] == "web-001" and doc["kernel"] == "6.1.0-18-amd64"
+    assert doc["time"] == 1714557600.0 and doc["uptime_seconds"] == 3600.52
+    assert sorted(doc["interfaces"]) == ["eth0", "eth1", "lo", "veth12ab"]
+    assert doc["interfaces"]["eth0"]["statistics"]["rx_missed_errors"] == 5
+    assert doc["interfaces"]["eth0"]["ethtool"]["rx_discards_phy"] == 58591
+    assert doc["interfaces"]["eth1"]["ethtool"]["rx_no_buffer_count"] == 5120
+    assert doc["interfaces"]["lo"]["ethtool"] is None  # no ethtool file for lo in the tree
+    assert [row["dropped"] for row in doc["softnet"]] == [1, 0]
+    assert doc["snmp"]["Udp"]["RcvbufErrors"] == 100
+    assert doc["snmp6"] is None and doc["errors"] == []
+    json.dumps(doc)  # plain JSON
+
+
+def test_collect_interface_filters_and_no_ethtool(tmp_path: Path) -> None:
+    root = build_tree(tmp_path)
+    doc = collector.collect(sysroot=str(root), include=["eth*"], exclude=["eth1"], ethtool=False)
+    assert list(doc["interfaces"]) == ["eth0"]
+    assert doc["interfaces"]["eth0"]["ethtool"] is None
+
+
+def test_collect_records_broken_sources_and_goes_on(tmp_path: Path) -> None:
+    root = build_tree(tmp_path)
+    (root / "proc" / "net" / "snmp").unlink()
+    (root / "sys" / "class" / "net" / "eth0" / "statistics" / "rx_dropped").write_text("x\n")
+    (root / "run" / "fleet-sim" / "ethtool-S" / "eth1").write_text("garbage\n")
+    doc = collector.collect(sysroot=str(root))
+    assert doc["snmp"] is None
+    assert any("snmp: missing" in e for e in doc["errors"])
+    assert any("rx_dropped" in e and "non-negative integer" in e for e in doc["errors"])
+    assert any("ethtool -S eth1" in e for e in doc["errors"])
+    assert "rx_dropped" not in doc["interfaces"]["eth0"]["statistics"]
+    assert doc["interfaces"]["eth1"]["ethtool"] is None
+
+
+def test_collect_without_boot_id_fails_clearly(tmp_path: Path) -> None:
+    root = build_tree(tmp_path)
+    (root / "proc" / "sys" / "kernel" / "random" / "boot_id").unlink()
+    with pytest.raises(CounterFormatError, match="boot_id"):
+        collector.collect(sysroot=str(root))
+
+
+def _python38() -> str:
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    candidates += ["/usr/bin/python3.8", "/usr/local/bin/python3.8"]
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return sys.executable
+
+
+def test_collector_runs_alone_with_only_the_standard_library(tmp_path: Path) -> None:
+    """Ship collector.py alone (as Ansible will) and run it isolated: -I -S, no site-packages,
+    no fleet_rollout on the path, on the oldest Python the pack supports."""
+    shipped = tmp_path / "ship" / "collector.py"
+    shipped.parent.mkdir()
+    shutil.copy(COLLECTOR, shipped)
+    root = build_tree(tmp_path / "tree")
+    proc = subprocess.run(
+        [_python38(), "-I", "-S", str(shipped), "--sysroot", str(root), "--host", "h1"],
+        capture_output=True, text=True, cwd=str(shipped.parent), timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["host"] == "h1" and doc["interfaces"]["eth0"]["ethtool"]["rx_discards_phy"] == 58591
+    # and its errors are clear there too
+    (root / "proc" / "sys" / "kernel" / "random" / "boot_id").unlink()
+    proc = subprocess.run([_python38(), "-I", "-S", str(shipped), "--sysroot", str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "cannot read boot_id" in proc.stderr
+    proc = subprocess.run([_python38(), "-I", "-S", str(shipped), "--sysroot",
+                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+def test_collector_on_this_machine() -> None:
+    """The real /sys and /proc of the machine running the tests (no sysroot)."""
+    doc = collector.collect(ethtool=False)
+    with open("/proc/sys/kernel/random/boot_id") as handle:
+        assert doc["boot_id"] == handle.read().strip()
+    assert "lo" in doc["interfaces"]
+    assert doc["interfaces"]["lo"]["statistics"]["rx_packets"] >= 0
+    assert doc["softnet"] and all("dropped" in row for row in doc["softnet"])
+    assert "RcvbufErrors" in doc["snmp"]["Udp"]
+
+
+def test_collector_runs_ethtool_on_this_machine() -> None:
+    """Runs the real `ethtool -S` for interfaces with a device; errors, if any, are recorded."""
+    if shutil.which("ethtool") is None:
+        pytest.fail("ethtool is not installed (system-packages.txt lists it)")
+    doc = collector.collect()
+    for iface, entry in doc["interfaces"].items():
+        assert entry["ethtool"] is None or all(isinstance(v, int)
+                                               for v in entry["ethtool"].values()), iface
+    assert all(isinstance(e, str) for e in doc["errors"])
+
+
+# --- snapshots -> window deltas (reboot, wrap, reset) on collected trees ------------------------
+
+def _snap(root: Path, when: float, **kwargs) -> dict:
+    build_tree(root, **kwargs)
+    return collector.collect(sysroot=str(root), clock=lambda: when)
+
+
+def test_window_from_collected_snapshots(tmp_path: Path) -> None:
+    start = _snap(tmp_path / "a", 1000.0)
+    end = _snap(tmp_path / "b", 4600.0, nics={
+        "eth0": {"rx_packets": 1_300_000, "rx_dropped": 15, "rx_missed_errors": 9,
+                 "rx_fifo_errors": 0},
+        "eth1": {"rx_packets": 600_000, "rx_dropped": 2, "rx_missed_errors": 0,
+                 "rx_fifo_errors": 1},
+        "lo": {"rx_packets": 999_999, "rx_dropped": 50, "rx_missed_errors": 0,
+               "rx_fifo_errors": 0},
+        "veth12ab": {"rx_packets": 0, "rx_dropped": 0, "rx_missed_errors": 0,
+                     "rx_fifo_errors": 0},
+    }, softnet={0: (1500, 4, 5), 1: (2500, 0, 9)}, udp_rcvbuf=130)
+    counts = window_from_snapshots(start, end, DEFAULT_METRIC, expected_seconds=3600)
+    assert counts.usable and counts.coverage == 1.0 and counts.seconds == 3600
+    # eth0 +5 dropped +4 missed, softnet +3, udp +30; lo and veth excluded (veth even went down)
+    assert counts.drops == 5 + 4 + 3 + 30
+    assert counts.packets == 300_000 + 100_000
+    assert counts.detail["softnet:dropped"] == 3
+
+
+def test_window_softnet_wrap_on_one_cpu(tmp_path: Path) -> None:
+    start = _snap(tmp_path / "a", 0.0, softnet={0: (10, 2**32 - 6, 1), 1: (10, 7, 1)})
+    end = _snap(tmp_path / "b", 60.0, softnet={0: (20, 4, 1), 1: (20, 9, 1)})
+    metric = metric_from_dict({"drops": ["softnet:dropped"], "packets": ["softnet:processed"]})
+    counts = window_from_snapshots(start, end, metric)
+    assert counts.drops == 10 + 2 and counts.wraps == 1 and counts.packets == 20
+
+
+def test_window_with_reboot_is_unusable(tmp_path: Path) -> None:
+    start = _snap(tmp_path / "a", 0.0)
+    end = _snap(tmp_path / "b", 60.0, boot_id="8d1a6c4e-0000-4000-8000-00000000bbbb")
+    counts = window_from_snapshots(start, end, DEFAULT_METRIC)
+    assert not counts.usable and "reboot" in counts.problem
+
+
+def test_window_with_counter_reset_is_unusable(tmp_path: Path) -> None:
+    start = _snap(tmp_path / "a", 0.0)
+    end = _snap(tmp_path / "b", 60.0, nics={
+        "eth0": {"rx_packets": 20, "rx_dropped": 0, "rx_missed_errors": 0, "rx_fifo_errors": 0},
+        "eth1": {"rx_packets": 600_000, "rx_dropped": 2, "rx_missed_errors": 0,
+                 "rx_fifo_errors": 1},
+    })
+    counts = window_from_snapshots(start, end, DEFAULT_METRIC)
+    assert not counts.usable
+    assert "counter reset without reboot" in counts.problem and "eth0" in counts.problem

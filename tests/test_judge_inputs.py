@@ -1,0 +1,182 @@
+"""Judge input: the documented format, snapshot windows, and bad input with clear errors."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet_rollout.counters.metric import metric_from_dict
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.judge import judge, judge_input_from_dict, load_judge_input
+from fleet_rollout.judge.inputs import parse_time
+
+FIXTURES = Path(__file__).parent / "fixtures" / "judge"
+EXAMPLE = json.loads((FIXTURES / "example.json").read_text())
+
+
+def edited(**changes) -> dict:
+    doc = copy.deepcopy(EXAMPLE)
+    for path, value in changes.items():
+        node = doc
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return doc
+
+
+def test_example_loads() -> None:
+    data = judge_input_from_dict(EXAMPLE)
+    assert data.canary == ["web-001", "web-002", "web-003"] and len(data.control) == 6
+    assert data.pre_window == (1714557600.0, 1714561200.0)
+    assert data.hosts["web-001"].pre.drops == 50 and data.hosts["web-001"].post.coverage == 1.0
+    assert data.rollout == "snoop-home-2024-05" and data.batch == 2
+
+
+def test_listed_host_without_data_is_missing_not_an_error() -> None:
+    doc = edited()
+    del doc["hosts"]["web-003"]
+    data = judge_input_from_dict(doc)
+    assert data.hosts["web-003"].listed_only
+    verdict = judge(data)
+    assert verdict.verdict == "INCONCLUSIVE"
+    assert "web-003" in verdict.explanation
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (edited(canary=KeyError), "input: canary missing"),
+        (edited(control=[]), "input: control is empty"),
+        (edited(canary="web-001"), "canary must be a list of host names"),
+        (edited(canary=["web-001", "web-001", "web-002"]), "canary lists web-001 more than once"),
+        (edited(control=["web-101", "web-001"]), "web-001 listed as both canary and control"),
+        (edited(hosts=KeyError), "hosts missing or not an object"),
+        (edited(schema_version=2), "schema_version 2 is not supported"),
+        (edited(rollouts="x"), r"unknown key\(s\) rollouts"),
+    ],
+)
+def test_bad_structure(doc, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        judge_input_from_dict(doc)
+
+
+def test_host_in_neither_group() -> None:
+    doc = edited()
+    doc["hosts"]["web-999"] = doc["hosts"]["web-101"]
+    with pytest.raises(ConfigError, match="input.hosts: web-999 is in neither canary nor control"):
+        judge_input_from_dict(doc)
+
+
+@pytest.mark.parametrize(
+    "window, message",
+    [
+        ({"drops": -3, "packets": 100}, r"hosts.web-001.pre.drops: -3 is negative"),
+        ({"drops": 3, "packets": -1}, r"hosts.web-001.pre.packets: -1 is negative"),
+        ({"drops": "3", "packets": 100}, r"drops: must be a number, got '3'"),
+        ({"drops": True, "packets": 100}, r"drops: must be a number, got True"),
+        ({"drops": float("nan"), "packets": 100}, r"drops: must be finite"),
+        ({"packets": 100}, r"hosts.web-001.pre: drops missing"),
+        ({"drops": 1, "packets": 100, "coverage": 1.5}, r"coverage: 1.5 is above 1"),
+        ({"drops": 1, "packets": 100, "drop": 2}, r"unknown key\(s\) drop"),
+        ([1, 100], "must be an object"),
+        ({"start": {}}, "needs both start and end"),
+    ],
+)
+def test_bad_windows(window, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        judge_input_from_dict(edited(**{"hosts__web-001__pre": window}))
+
+
+def test_bad_host_entry() -> None:
+    with pytest.raises(ConfigError, match=r"hosts.web-001: unknown key\(s\) pre_window"):
+        judge_input_from_dict(edited(**{"hosts__web-001": {"pre_window": {}}}))
+    with pytest.raises(ConfigError, match=r"hosts.web-001: must be an object"):
+        judge_input_from_dict(edited(**{"hosts__web-001": [1]}))
+
+
+@pytest.mark.parametrize(
+    "windows, message",
+    [
+        ({"pre": {"start": 0, "end": 3600}, "post": {"start": 7200, "end": 9000}},
+         "pre lasts 3600 s and post 1800 s"),
+        ({"pre": {"start": 0, "end": 3600}, "post": {"start": 1800, "end": 5400}},
+         "post starts before pre ends"),
+        ({"pre": {"start": "2024-05-01T10:00:00", "end": 3600}, "post": {"start": 0, "end": 1}},
+         "has no time zone"),
+        ({"pre": {"start": "yesterday", "end": 3600}, "post": {"start": 0, "end": 1}},
+         "is not an ISO 8601 time"),
+        ({"pre": {"start": 10, "end": 5}, "post": {"start": 20, "end": 25}},
+         "windows.pre: end is not after start"),
+        ({"pre": {"start": 0, "end": 5}}, "must have exactly pre and post"),
+    ],
+)
+def test_bad_time_windows(windows, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        judge_input_from_dict(edited(windows=windows))
+
+
+def test_parse_time_forms() -> None:
+    assert parse_time("2024-05-01T10:00:00Z", "t") == 1714557600.0
+    assert parse_time("2024-05-01T12:00:00+02:00", "t") == 1714557600.0
+    assert parse_time(1714557600, "t") == 1714557600.0
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "nan.json"
+    bad.write_text('{"canary": ["a"], "control": ["b"], "hosts": {"a": {"pre": '
+                   '{"drops": NaN, "packets": 1}}}}')
+    with pytest.raises(ConfigError, match=r"nan.json: not valid JSON: NaN is not a valid number"):
+        load_judge_input(str(bad))
+    bad.write_text('{"canary": ["a"], "control": ["b"], "hosts": {"a": {"pre": '
+                   '{"drops": Infinity, "packets": 1}}}}')
+    with pytest.raises(ConfigError, match="Infinity is not a valid number"):
+        load_judge_input(str(bad))
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="nan.json: not valid JSON"):
+        load_judge_input(str(bad))
+    with pytest.raises(ConfigError, match="missing.json: cannot read judge input"):
+        load_judge_input(str(tmp_path / "missing.json"))
+    bad.write_text(json.dumps(edited(**{"hosts__web-002__post__drops": -1})))
+    with pytest.raises(ConfigError, match=r"nan.json.hosts.web-002.post.drops: -1 is negative"):
+        load_judge_input(str(bad))
+
+
+def _snapshot(time: float, boot: str, packets: int, dropped: int, rcvbuf: int) -> dict:
+    return {
+        "schema": "fleet_rollout.counters/1", "host": "x", "boot_id": boot, "time": time,
+        "interfaces": {"eth0": {"statistics": {"rx_packets": packets, "rx_dropped": dropped},
+                                "ethtool": None}},
+        "softnet": [{"cpu": 0, "dropped": 0}], "snmp": {"Udp": {"RcvbufErrors": rcvbuf}},
+    }
+
+
+def test_snapshot_windows_are_reduced_with_the_metric() -> None:
+    doc = {
+        "windows": {"pre": {"start": 0, "end": 3600}, "post": {"start": 7200, "end": 10800}},
+        "canary": ["c1"], "control": ["k1"],
+        "hosts": {
+            "c1": {"pre": {"start": _snapshot(0, "b1", 10**6, 5, 0),
+                           "end": _snapshot(3600, "b1", 2 * 10**6, 25, 10)},
+                   "post": {"start": _snapshot(7200, "b2", 100, 0, 0),
+                            "end": _snapshot(9000, "b2", 5 * 10**5, 40, 3)}},
+            "k1": {"pre": {"start": _snapshot(0, "b1", 0, 0, 0),
+                           "end": _snapshot(3600, "b9", 10**6, 0, 0)}},
+        },
+    }
+    data = judge_input_from_dict(doc)
+    pre, post = data.hosts["c1"].pre, data.hosts["c1"].post
+    assert (pre.drops, pre.packets, pre.coverage) == (30, 10**6, 1.0)
+    assert (post.drops, post.packets, post.coverage) == (43, 5 * 10**5 - 100, 0.5)
+    assert "reboot" in data.hosts["k1"].pre.problem
+    only_udp = metric_from_dict({"drops": ["snmp:Udp.RcvbufErrors"]})
+    assert judge_input_from_dict(doc, only_udp).hosts["c1"].pre.drops == 10
+    broken = copy.deepcopy(doc)
+    broken["hosts"]["c1"]["pre"]["end"]["schema"] = "v0"
+    with pytest.raises(ConfigError, match=r"input.hosts.c1.pre.end: schema is 'v0'"):
+        judge_input_from_dict(broken)
