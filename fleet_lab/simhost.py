@@ -138,7 +138,7 @@ def reset_counters(root: str, cpus: list[int], iface: str = "eth0") -> None:
         _write(root, f"sys/class/net/{iface}/statistics/{name}", "0\n")
     _write(root, f"sys/class/net/{iface}/device/numa_node", "0\n")
     _write(root, "proc/net/softnet_stat", "".join(
-        ("00000000 " * 11).strip() + f" {cpu:08x} 00000000 00000000\n" for cpu in cpus))
+        "00000000 " * 12 + f"{cpu:08x}\n" for cpu in cpus))  # kernel 6.1: 13 columns
     header = "Udp: " + " ".join(SNMP_UDP_FIELDS)
     _write(root, "proc/net/snmp",
            "Ip: Forwarding DefaultTTL InReceives\nIp: 2 64 0\n"

@@ -134,3 +134,16 @@ def test_failed_task_names_task_and_reason(lab):
     assert not entry.ok
     assert entry.failed_task == "Kernel settings (apply)"
     assert "sysctl net.core.no_such_knob does not exist" in entry.error
+
+
+def test_counters_collected_through_ansible(lab):
+    backend, side = lab
+    results = side.counters(HOSTS)
+    for name in HOSTS:
+        entry = results[name]
+        assert entry.ok, entry
+        doc = entry.result
+        assert doc["errors"] == []
+        assert doc["boot_id"] == _read(backend, name, "proc/sys/kernel/random/boot_id").strip()
+        assert doc["snmp"]["Udp"]["RcvbufErrors"] == 0
+        assert "eth0" in doc["interfaces"]
