@@ -67,7 +67,7 @@ def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> 
                f"Node {node.node_id} MemUsed:        {kb // 4} kB\n")
         _write(root, f"{base}/hugepages/hugepages-2048kB/nr_hugepages", "0\n")
         _write(root, f"{base}/hugepages/hugepages-2048kB/free_hugepages", "0\n")
-    socket_of = {c: n.socket for n in config.nodes for c in n.cpus}
+    socket_of = {c: c // config.cores_per_socket for c in cpus}  # packages stay physical
     cpu_dir = os.path.join(root, "sys/devices/system/cpu")
     if os.path.isdir(cpu_dir):
         shutil.rmtree(cpu_dir)
