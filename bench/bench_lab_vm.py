@@ -1,0 +1,115 @@
+"""Benchmark of the `vm` lab backend (QEMU guests), run by hand or from `make bench-lab`.
+
+Prints: the guest image build time (cold: when the cache is empty, or always with --cold, which
+builds into a fresh temporary cache), the time to bring up N VMs at once until SSH answers on all
+of them (N = 1, 3, 6 by default), and the time of a power_off + power_on (new BIOS settings) until
+SSH answers again.
+
+    .venv/bin/python bench/bench_lab_vm.py [--sizes 1,3,6] [--cold] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "actions" / "lib"))
+
+from fleet_lab.hosts import boot_config  # noqa: E402
+from fleet_lab.vm.backend import VmBackend  # noqa: E402
+from fleet_lab.vm.image import default_cache_dir, ensure_image  # noqa: E402
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def bring_up(image: Any, cache: Path, count: int) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-lab-vm-") as state:
+        with VmBackend(Path(state), cache_dir=cache, image=image) as lab:
+            hosts = [f"bench-{i}" for i in range(count)]
+            start = time.monotonic()
+            for host in hosts:
+                lab.power_on(boot_config(host, "home", "disabled"))
+            per_host = lab.wait_up(hosts, timeout=600)
+            all_up = time.monotonic() - start
+            start = time.monotonic()
+            for host in hosts:
+                lab.ssh(host, "true")
+            ssh_each = (time.monotonic() - start) / count
+            return {"vms": count, "all_up_s": round(all_up, 1),
+                    "first_up_s": min(per_host.values()), "ssh_command_s": round(ssh_each, 2),
+                    "accel": lab.accel}
+
+
+def power_cycle(image: Any, cache: Path) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-lab-vm-") as state:
+        with VmBackend(Path(state), cache_dir=cache, image=image) as lab:
+            lab.power_on(boot_config("bench-r", "home", "disabled"))
+            lab.wait_up(["bench-r"], timeout=600)
+            start = time.monotonic()
+            lab.power_off("bench-r")
+            off = time.monotonic() - start
+            lab.power_on(boot_config("bench-r", "home", "enabled"))
+            lab.wait_up(["bench-r"], timeout=600)
+            return {"power_off_s": round(off, 2),
+                    "off_on_until_ssh_s": round(time.monotonic() - start, 1)}
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,3,6", help="VM counts to bring up (default 1,3,6)")
+    parser.add_argument("--cold", action="store_true",
+                        help="build the image into a fresh temporary cache (about a minute)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    tmp_cache = Path(tempfile.mkdtemp(prefix="bench-lab-cache-")) if args.cold else None
+    cache = tmp_cache or default_cache_dir()
+    try:
+        image = ensure_image(cache, progress=log)
+        build = {"cold_build_s": image.built_seconds, "image": image.image_id,
+                 "initrd_mb": round(image.initrd.stat().st_size / 1e6, 1)}
+        if image.built_seconds is None:
+            manifests = sorted(cache.glob("base-*/manifest.json"))
+            if manifests:
+                build["last_base_build_s"] = json.loads(manifests[0].read_text()).get("seconds")
+        results: Dict[str, Any] = {"image": build, "bring_up": [], "power_cycle": None}
+        for count in sizes:
+            log(f"bringing up {count} VM(s)...")
+            results["bring_up"].append(bring_up(image, cache, count))
+        log("power cycle...")
+        results["power_cycle"] = power_cycle(image, cache)
+    finally:
+        if tmp_cache is not None:
+            shutil.rmtree(tmp_cache, ignore_errors=True)
+
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    cold = build["cold_build_s"]
+    print(f"image {build['image']}  initrd {build['initrd_mb']} MB  build: "
+          + (f"{cold} s (cold)" if cold is not None
+             else f"cached (base built in {build.get('last_base_build_s')} s)"))
+    print()
+    print(f"{'VMs':>4} {'accel':>6} {'first up s':>11} {'all up s':>9} {'ssh cmd s':>10}")
+    for row in results["bring_up"]:
+        print(f"{row['vms']:>4} {row['accel']:>6} {row['first_up_s']:>11} {row['all_up_s']:>9} "
+              f"{row['ssh_command_s']:>10}")
+    cycle = results["power_cycle"]
+    print()
+    print(f"power_off: {cycle['power_off_s']} s; power_off + power_on until SSH answers: "
+          f"{cycle['off_on_until_ssh_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,396 @@
+"""VmBackend: lab servers as QEMU guests (the `vm` host backend).
+
+State directory layout, per host (STATE/vms/HOST/):
+  qemu.pid       {"pid", "start_ticks", "started"}: lets `cleanup_state_dir` stop a VM that a
+                 crashed process left behind, and only that VM (checked against /proc)
+  ports.json     {"ssh", "health", "udp"}: host ports, stable across power cycles
+  persist.img    the persistent disk (raw ext4), /persist in the guest
+  console.log    serial console, appended at every power-on (with a separator line)
+  qemu.log       QEMU's own messages
+  boot.json      what the last power-on booted: settings, NUMA nodes, kernel command line
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional
+
+from fleet_lab.hosts import BootConfig
+from fleet_lab.vm import persist
+from fleet_lab.vm.image import Image, default_cache_dir, ensure_image
+from fleet_lab.vm.qemu import Ports, detect_accel, kernel_cmdline, layout, qemu_argv
+from fleet_rollout.errors import ConfigError, HostError
+
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+STOP_TIMEOUT = 10.0
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """Process start time (clock ticks since boot) from /proc, or None if there is no such pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])
+
+
+def _is_our_qemu(pid: int, start_ticks: Optional[int], marker: str) -> bool:
+    """True if pid is still the QEMU we started (same start time, our console path in argv)."""
+    ticks = _start_ticks(pid)
+    if ticks is None or (start_ticks is not None and ticks != start_ticks):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(marker.encode() in arg for arg in argv)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2:].split()[0] in ("Z", "X")
+
+
+def _stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM, then SIGKILL; reap it if it is our child (also when adopted as a subreaper)."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done == pid:
+                    return
+            except ChildProcessError:
+                if _is_zombie(pid):
+                    return
+            time.sleep(0.05)
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _host_dirs(state_dir: Path) -> List[Path]:
+    vms = state_dir / "vms"
+    return sorted(p for p in vms.iterdir() if p.is_dir()) if vms.is_dir() else []
+
+
+def running_vms(state_dir: Path) -> Dict[str, int]:
+    """{host: pid} of the live QEMU processes a lab state directory's pidfiles name."""
+    found: Dict[str, int] = {}
+    for host_dir in _host_dirs(Path(state_dir)):
+        info = _read_pidfile(host_dir)
+        if info and _is_our_qemu(info["pid"], info.get("start_ticks"), str(host_dir)) \
+                and not _is_zombie(info["pid"]):
+            found[host_dir.name] = info["pid"]
+    return found
+
+
+def _read_pidfile(host_dir: Path) -> Optional[dict]:
+    try:
+        info = json.loads((host_dir / "qemu.pid").read_text())
+        int(info["pid"])
+        return info
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def cleanup_state_dir(state_dir: Path) -> List[str]:
+    """Stop every VM of a lab state directory (e.g. after a crash), by pidfile. Returns hosts."""
+    stopped: List[str] = []
+    for host_dir in _host_dirs(Path(state_dir)):
+        info = _read_pidfile(host_dir)
+        if info is None:
+            continue
+        pid = int(info["pid"])
+        if _is_our_qemu(pid, info.get("start_ticks"), str(host_dir)) and not _is_zombie(pid):
+            _stop_pid(pid)
+            stopped.append(host_dir.name)
+        (host_dir / "qemu.pid").unlink(missing_ok=True)
+    return stopped
+
+
+def ssh_banner(port: int, timeout: float = 2.0) -> bool:
+    """True if 127.0.0.1:port answers with an SSH banner (QEMU's forwarder accepts connections
+    even while the guest has nothing listening, so a TCP connect alone proves nothing)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+class VmBackend:
+    """HostBackend with one QEMU guest per lab server; see the module docstring for the state."""
+
+    def __init__(self, state_dir: Path, cache_dir: Optional[Path] = None,
+                 image: Optional[Image] = None, accel: Optional[str] = None,
+                 port_base: Optional[int] = None, rcvbuf: Optional[int] = None,
+                 progress: Optional[Callable[[str], None]] = None) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.image = image or ensure_image(self.cache_dir, progress)
+        self.accel = accel or detect_accel(self.cache_dir, self.image.kernel, progress)
+        self.port_base = port_base
+        self.rcvbuf = rcvbuf
+        self._procs: Dict[str, subprocess.Popen] = {}
+        self._lock = threading.RLock()
+        (self.state_dir / "vms").mkdir(parents=True, exist_ok=True)
+        atexit.register(self.close)
+
+    # -- paths and ports -------------------------------------------------------------------
+
+    def host_dir(self, host: str) -> Path:
+        if not HOST_NAME.match(host or ""):
+            raise ConfigError(f"host name {host!r}: letters, digits, '.', '_', '-' only "
+                              "(at most 63 characters)")
+        return self.state_dir / "vms" / host
+
+    @property
+    def key_path(self) -> Path:
+        return self.image.key
+
+    def ports(self, host: str) -> Ports:
+        """The host's forwarded ports (allocated on first use, then kept in ports.json)."""
+        host_dir = self.host_dir(host)
+        host_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "vms" / ".ports.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return self._ports_locked(host_dir)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _ports_locked(self, host_dir: Path) -> Ports:
+        path = host_dir / "ports.json"
+        try:
+            data = json.loads(path.read_text())
+            return Ports(int(data["ssh"]), int(data["health"]), int(data["udp"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        taken = set()
+        for other in _host_dirs(self.state_dir):
+            try:
+                taken.update(int(v) for v in json.loads((other / "ports.json").read_text())
+                             .values())
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+        picked: List[int] = []
+        candidate = self.port_base
+        while len(picked) < 3:
+            kind = socket.SOCK_DGRAM if len(picked) == 2 else socket.SOCK_STREAM
+            if candidate is None:
+                port = _free_port(kind, 0)
+            else:
+                port = candidate if _free_port(kind, candidate) else 0
+                candidate += 1
+                if candidate > 65535:
+                    raise HostError(f"no free ports from {self.port_base} up",
+                                    host=host_dir.name)
+            if port and port not in taken and port not in picked:
+                picked.append(port)
+        ports = Ports(*picked)
+        path.write_text(json.dumps(ports.as_dict()))
+        return ports
+
+    def endpoints(self) -> Dict[str, Dict[str, int]]:
+        """{host: {"ssh", "health", "udp"}} of every host that has ports."""
+        found: Dict[str, Dict[str, int]] = {}
+        for host_dir in _host_dirs(self.state_dir):
+            if (host_dir / "ports.json").exists():
+                found[host_dir.name] = self.ports(host_dir.name).as_dict()
+        return found
+
+    def disk(self, host: str) -> Path:
+        return self.host_dir(host) / "persist.img"
+
+    def console_log(self, host: str) -> Path:
+        return self.host_dir(host) / "console.log"
+
+    # -- HostBackend --------------------------------------------------------------------------
+
+    def power_on(self, config: BootConfig) -> None:
+        """Start the guest with these BIOS settings in effect (returns at once).
+
+        A guest that is already running is hard-reset first, as a BMC's ForceRestart would."""
+        host = config.host
+        host_dir = self.host_dir(host)
+        with self._lock:
+            self._stop(host)
+            host_dir.mkdir(parents=True, exist_ok=True)
+            ports = self.ports(host)
+            disk = self.disk(host)
+            if not disk.exists():
+                persist.create_disk(disk)
+            repaired = persist.check_disk(disk)
+            extras = persist.cmdline_extras(disk)
+            cmdline = kernel_cmdline(config, extras, self.rcvbuf)
+            console = self.console_log(host)
+            argv = qemu_argv(config, self.image.kernel, self.image.initrd, disk, console, ports,
+                             self.accel, cmdline)
+            nodes, distances = layout(config)
+            boot = {"host": host, "time": time.time(), "accel": self.accel,
+                    "image": self.image.image_id, "snoop_mode": config.snoop_mode,
+                    "node_interleaving": config.node_interleaving, "extra": config.extra,
+                    "nodes": [asdict(n) for n in nodes], "distances": distances,
+                    "cmdline": cmdline, "ports": ports.as_dict()}
+            (host_dir / "boot.json").write_text(json.dumps(boot, indent=2))
+            with open(console, "a") as out:
+                out.write(f"\n=== fleet-lab power-on {time.strftime('%Y-%m-%d %H:%M:%S')} "
+                          f"snoop={config.snoop_mode} interleave={config.node_interleaving} "
+                          f"nodes={len(nodes)} accel={self.accel}\n")
+                if repaired:
+                    out.write(f"=== e2fsck repaired the persistent disk:\n{repaired}\n")
+            with open(host_dir / "qemu.log", "ab") as qlog:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog,
+                                        stderr=subprocess.STDOUT, close_fds=True)
+            self._procs[host] = proc
+            pidfile = {"pid": proc.pid, "start_ticks": _start_ticks(proc.pid),
+                       "started": time.time()}
+            tmp = host_dir / "qemu.pid.tmp"
+            tmp.write_text(json.dumps(pidfile))
+            tmp.replace(host_dir / "qemu.pid")
+
+    def power_off(self, host: str) -> None:
+        """Hard power-off: QEMU is terminated (then killed) and reaped."""
+        self.host_dir(host)
+        with self._lock:
+            self._stop(host)
+
+    def is_up(self, host: str) -> bool:
+        """True once the guest's sshd answers on the host's SSH port."""
+        with self._lock:
+            proc = self._procs.get(host)
+            if proc is None or proc.poll() is not None:
+                return False
+            port = self.ports(host).ssh
+        return ssh_banner(port)
+
+    # -- more than the protocol ---------------------------------------------------------------
+
+    def is_running(self, host: str) -> bool:
+        with self._lock:
+            proc = self._procs.get(host)
+            return proc is not None and proc.poll() is None
+
+    def hosts(self) -> List[str]:
+        with self._lock:
+            return sorted(h for h, p in self._procs.items() if p.poll() is None)
+
+    def wait_up(self, hosts: Iterable[str], timeout: float = 180.0) -> Dict[str, float]:
+        """Block until every host is up; {host: seconds waited}. HostError names the hosts
+        that died or did not come up, with the end of their console log."""
+        pending = list(hosts)
+        started = time.monotonic()
+        done: Dict[str, float] = {}
+        while pending:
+            for host in list(pending):
+                if self.is_up(host):
+                    done[host] = round(time.monotonic() - started, 1)
+                    pending.remove(host)
+                elif not self.is_running(host):
+                    raise HostError("QEMU exited before the guest came up:\n"
+                                    + self.diagnostics(host), host=host)
+            if pending and time.monotonic() - started > timeout:
+                raise HostError(f"not up after {timeout:.0f} s:\n"
+                                + self.diagnostics(pending[0]), host=",".join(pending))
+            if pending:
+                time.sleep(0.25)
+        return done
+
+    def diagnostics(self, host: str, lines: int = 15) -> str:
+        """The end of qemu.log and of the last boot's console (its panic line, if any)."""
+        parts = []
+        for name in ("qemu.log", "console.log"):
+            path = self.host_dir(host) / name
+            if not path.exists():
+                continue
+            text = path.read_text(errors="replace")
+            last_boot = text[text.rfind("=== fleet-lab power-on"):].splitlines()
+            panic = [line for line in last_boot if "Kernel panic" in line]
+            tail = last_boot[-lines:]
+            parts.append(f"--- {path}\n" + "\n".join(panic[:1] + tail))
+        return "\n".join(parts)
+
+    def ssh_argv(self, host: str) -> List[str]:
+        """ssh command prefix that logs into the guest as root with the lab key."""
+        return ["ssh", "-i", str(self.image.key), "-p", str(self.ports(host).ssh),
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15",
+                "root@127.0.0.1"]
+
+    def ssh(self, host: str, command: str, timeout: float = 60.0,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run a shell command in the guest; HostError if it fails (check) or times out."""
+        try:
+            result = subprocess.run(self.ssh_argv(host) + [command], capture_output=True,
+                                    text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise HostError(f"ssh command timed out after {timeout:.0f} s: {command}",
+                            host=host) from exc
+        if check and result.returncode != 0:
+            raise HostError(f"ssh command failed (exit {result.returncode}): {command}: "
+                            f"{result.stderr.strip()[-300:]}", host=host)
+        return result
+
+    def close(self) -> None:
+        """Power off every VM this backend started."""
+        with self._lock:
+            for host in list(self._procs):
+                self._stop(host)
+        try:
+            atexit.unregister(self.close)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __enter__(self) -> VmBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stop(self, host: str) -> None:
+        host_dir = self.state_dir / "vms" / host
+        proc = self._procs.pop(host, None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        elif proc is None:
+            # started by another backend object or a process that crashed: use the pidfile
+            info = _read_pidfile(host_dir)
+            if info and _is_our_qemu(int(info["pid"]), info.get("start_ticks"), str(host_dir)):
+                _stop_pid(int(info["pid"]))
+        (host_dir / "qemu.pid").unlink(missing_ok=True)
+
+
+def _free_port(kind: int, port: int) -> int:
+    """Bind 127.0.0.1:port (0: any) with this socket type; the port if it was free, else 0."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return 0
+        return int(sock.getsockname()[1])

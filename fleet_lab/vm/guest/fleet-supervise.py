@@ -1,0 +1,67 @@
+"""fleet-lab guest supervisor (runs as PID 1 after /init): starts sshd and the guest services,
+restarts them when they die, and reaps every process that ends up orphaned."""
+import os
+import subprocess
+import sys
+import time
+
+PY = sys.executable or "/usr/bin/python3"
+SERVICES = {
+    "sshd": ["/usr/sbin/sshd", "-D", "-e"],
+    "health": [PY, "/usr/local/sbin/fleet-health.py"],
+    "udprecv": [PY, "/usr/local/sbin/fleet-udprecv.py"],
+}
+
+
+def console(message):
+    try:
+        with open("/dev/console", "w") as out:
+            with open("/proc/uptime") as uptime:
+                now = uptime.read().split()[0]
+            out.write(f"fleet-lab: [{now}] {message}\n")
+    except OSError:
+        pass
+
+
+def start(name):
+    os.makedirs("/run/sshd", exist_ok=True)
+    log = open(f"/var/log/fleet/{name}.log", "ab", buffering=0)
+    try:
+        proc = subprocess.Popen(SERVICES[name], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, close_fds=True)
+    finally:
+        log.close()
+    return proc.pid
+
+
+def main():
+    running = {}
+    adopted = os.environ.pop("FLEET_SSHD_PID", "")
+    if adopted.isdigit():
+        running[int(adopted)] = "sshd"  # started by /init; our child since init exec'd us
+    for name in SERVICES:
+        if name not in running.values():
+            running[start(name)] = name
+    console("services running: " + ", ".join(SERVICES))
+    last_start = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(1)
+            continue
+        except InterruptedError:
+            continue
+        name = running.pop(pid, None)
+        if name is None:
+            continue  # an orphan: reaped, nothing else to do
+        console(f"{name} exited (status {status}), restarting")
+        since = time.monotonic() - last_start.get(name, 0.0)
+        if since < 2:
+            time.sleep(2 - since)
+        last_start[name] = time.monotonic()
+        running[start(name)] = name
+
+
+if __name__ == "__main__":
+    main()

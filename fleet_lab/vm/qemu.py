@@ -1,0 +1,208 @@
+"""QEMU command lines for lab servers, and the KVM-or-TCG decision.
+
+/dev/kvm exists on the project's machines but a guest under it hangs (nested virtualisation); a
+tiny KVM_RUN of one `hlt` even succeeds there, so only a real test boot tells: boot the lab kernel
+under KVM without a root filesystem and expect its panic ("VFS: Unable to mount root fs") within
+a few seconds. The answer is cached per QEMU version and host kernel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from fleet_lab.hosts import BootConfig, NumaNode, numa_layout
+from fleet_lab.vm.model import receive_rate, slowdown_active
+from fleet_rollout.errors import ConfigError, HostError
+
+QEMU = "qemu-system-x86_64"
+GUEST_SSH, GUEST_HEALTH, GUEST_UDP = 22, 8080, 9999
+KVM_TEST_SECONDS = 20.0
+CMDLINE_MAX = 2047  # x86 COMMAND_LINE_SIZE - 1
+MIN_MEMORY_MB = 512  # the guest runs from RAM: about 135 MB of root tree plus the kernel
+# no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can fail and panic
+# ("IO-APIC + timer doesn't work!"), seen here with six guests booting on two cores.
+# panic=-1 and no -no-reboot: a guest that panics or resets boots again at once, with the same
+# settings, as a server does (a rare early-boot reset under TCG then costs seconds, not the host).
+BASE_CMDLINE = ["console=ttyS0", "quiet", "panic=-1", "no_timer_check"]
+
+
+@dataclass(frozen=True)
+class Ports:
+    ssh: int
+    health: int
+    udp: int
+
+    def as_dict(self) -> Dict[str, int]:
+        return {"ssh": self.ssh, "health": self.health, "udp": self.udp}
+
+
+def qemu_binary() -> str:
+    path = shutil.which(QEMU)
+    if path is None:
+        raise ConfigError(f"the VM lab needs {QEMU} (Debian package qemu-system-x86)")
+    return path
+
+
+def qemu_version() -> str:
+    out = subprocess.run([qemu_binary(), "--version"], capture_output=True, text=True)
+    return (out.stdout.splitlines() or ["unknown"])[0].strip()
+
+
+def _kvm_boots(kernel: Path, seconds: float) -> bool:
+    """Boot `kernel` under KVM with no root fs; True if it reaches its panic in time."""
+    with tempfile.TemporaryDirectory(prefix="fleet-kvm-test-") as tmp:
+        log = Path(tmp) / "console.log"
+        cmd = [qemu_binary(), "-nodefaults", "-no-user-config", "-display", "none",
+               "-accel", "kvm", "-cpu", "host", "-smp", "2", "-m", "256", "-no-reboot",
+               "-serial", f"file:{log}", "-kernel", str(kernel),
+               "-append", "console=ttyS0 panic=-1 quiet"]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return False
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return "Kernel panic" in text or "Unable to mount root" in text
+
+
+def detect_accel(cache: Path, kernel: Path, progress=None) -> str:
+    """'kvm' if KVM really runs a guest here, else 'tcg'. FLEET_ROLLOUT_LAB_ACCEL overrides."""
+    forced = os.environ.get("FLEET_ROLLOUT_LAB_ACCEL", "").strip().lower()
+    if forced in ("kvm", "tcg"):
+        return forced
+    if forced:
+        raise ConfigError(f"FLEET_ROLLOUT_LAB_ACCEL={forced!r}: allowed values are kvm, tcg")
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    key = {"qemu": qemu_version(), "host_kernel": os.uname().release, "guest": kernel.name}
+    cache_file = cache / "accel.json"
+    try:
+        cached = json.loads(cache_file.read_text())
+        if cached.get("key") == key:
+            return str(cached["accel"])
+    except (OSError, ValueError, KeyError):
+        pass
+    if progress:
+        progress("fleet-lab: testing whether KVM runs guests here "
+                 f"(up to {KVM_TEST_SECONDS:.0f} s)")
+    started = time.monotonic()
+    accel = "kvm" if _kvm_boots(kernel, KVM_TEST_SECONDS) else "tcg"
+    cache.mkdir(parents=True, exist_ok=True)
+    cache_file.write_text(json.dumps({"key": key, "accel": accel, "tested": time.time(),
+                                      "seconds": round(time.monotonic() - started, 1)}))
+    if progress:
+        progress(f"fleet-lab: accelerator {accel}")
+    return accel
+
+
+def _cpu_ranges(cpus: Sequence[int]) -> List[str]:
+    """[0,1,2,5] -> ['0-2', '5'] (one QEMU cpus= value each)."""
+    ranges: List[str] = []
+    ordered = sorted(cpus)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(f"{ordered[i]}-{ordered[j]}" if j > i else str(ordered[i]))
+        i = j + 1
+    return ranges
+
+
+def layout(config: BootConfig) -> tuple[List[NumaNode], List[List[int]]]:
+    """The config's NUMA nodes and distances (computed from the settings if it carries none)."""
+    if config.nodes:
+        return list(config.nodes), [list(row) for row in config.distances]
+    return numa_layout(config.sockets, config.cores_per_socket, config.memory_mb,
+                       config.snoop_mode, config.node_interleaving)
+
+
+def numa_args(config: BootConfig) -> List[str]:
+    nodes, distances = layout(config)
+    cpus = config.sockets * config.cores_per_socket
+    seen = sorted(c for node in nodes for c in node.cpus)
+    if seen != list(range(cpus)):
+        raise ConfigError(f"NUMA nodes cover CPUs {seen}, expected 0-{cpus - 1}",
+                          host=config.host)
+    if distances and (len(distances) != len(nodes)
+                      or any(len(row) != len(nodes) for row in distances)):
+        raise ConfigError(f"distances must be {len(nodes)}x{len(nodes)}", host=config.host)
+    args: List[str] = []
+    for node in nodes:
+        args += ["-object", f"memory-backend-ram,id=mem{node.node_id},size={node.memory_mb}M"]
+        spec = f"node,nodeid={node.node_id}"
+        for cpu_range in _cpu_ranges(node.cpus):
+            spec += f",cpus={cpu_range}"
+        args += ["-numa", spec + f",memdev=mem{node.node_id}"]
+    for a, row in enumerate(distances):
+        for b, value in enumerate(row):
+            if a != b:
+                args += ["-numa", f"dist,src={nodes[a].node_id},dst={nodes[b].node_id},val={value}"]
+    return args
+
+
+def kernel_cmdline(config: BootConfig, extras: Sequence[str], rcvbuf: Optional[int] = None
+                   ) -> str:
+    """console + the persistent disk's GRUB extras + the fleet.* words the guest reads.
+
+    fleet.* words in the extras are dropped: only the BIOS settings (through the BMC) decide
+    them. Later words win in the guest, so ours go last.
+    """
+    rate = receive_rate(config.snoop_mode, config.node_interleaving, config.extra)
+    words = list(BASE_CMDLINE)
+    for word in extras:
+        if word.startswith("fleet.") or word in words:
+            continue
+        words.append(word)
+    words += [f"fleet.host={config.host}", f"fleet.snoop={config.snoop_mode}",
+              f"fleet.interleave={config.node_interleaving}", f"fleet.rate={rate}"]
+    if slowdown_active(config.extra):
+        words.append("fleet.slowdown=1")
+    if rcvbuf:
+        words.append(f"fleet.rcvbuf={int(rcvbuf)}")
+    line = " ".join(words)
+    if len(line) > CMDLINE_MAX:
+        raise HostError(f"kernel command line is {len(line)} characters (max {CMDLINE_MAX}); "
+                        "shorten GRUB_CMDLINE_LINUX in /etc/default/grub", host=config.host)
+    return line
+
+
+def qemu_argv(config: BootConfig, kernel: Path, initrd: Path, disk: Path, console: Path,
+              ports: Ports, accel: str, cmdline: str) -> List[str]:
+    nodes, _ = layout(config)
+    memory = sum(node.memory_mb for node in nodes)
+    if memory < MIN_MEMORY_MB:
+        raise ConfigError(f"memory_mb {memory}: the lab guest needs at least {MIN_MEMORY_MB} "
+                          "(it runs from RAM)", host=config.host)
+    cpus = config.sockets * config.cores_per_socket
+    hostfwd = (f"hostfwd=tcp:127.0.0.1:{ports.ssh}-:{GUEST_SSH},"
+               f"hostfwd=tcp:127.0.0.1:{ports.health}-:{GUEST_HEALTH},"
+               f"hostfwd=udp:127.0.0.1:{ports.udp}-:{GUEST_UDP}")
+    accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
+                  else ["-accel", "tcg,thread=multi", "-cpu", "max"])
+    return [
+        qemu_binary(), "-name", f"fleet-lab-{config.host}",
+        "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
+        "-monitor", "none", "-machine", "pc",
+        *accel_args,
+        "-smp", f"{cpus},sockets={config.sockets},cores={config.cores_per_socket},threads=1",
+        "-m", f"{memory}M",
+        *numa_args(config),
+        "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
+        "-netdev", f"user,id=net0,restrict=on,{hostfwd}",
+        "-device", "virtio-net-pci,netdev=net0",
+        "-drive", f"if=none,id=persist,file={disk},format=raw,cache=writeback",
+        "-device", "virtio-blk-pci,drive=persist",
+        "-chardev", f"file,id=console,path={console},append=on",
+        "-serial", "chardev:console",
+    ]

@@ -1,0 +1,110 @@
+"""The VM lab's pure parts: drop model, GRUB stand-in parsing, kernel command line, QEMU argv.
+
+No VM boots here (see test_lab_vm_boot.py); the persistent-disk test uses the real mkfs.ext4 and
+debugfs on a small image file.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet_lab.hosts import boot_config
+from fleet_lab.vm import persist
+from fleet_lab.vm.model import expected_drop_fraction, receive_rate
+from fleet_lab.vm.qemu import Ports, kernel_cmdline, numa_args, qemu_argv
+from fleet_rollout.errors import ConfigError, HostError
+
+
+def test_receive_rate_follows_snoop_mode_and_slowdown() -> None:
+    assert receive_rate("home") == 4000
+    assert receive_rate("early") == 3000
+    assert receive_rate("cod") == 3500
+    assert receive_rate("osb") == 3200
+    assert receive_rate("home", "enabled") == 4000
+    assert receive_rate("home", "disabled", {"LabReceiveSlowdown": "Enabled"}) == 1000
+    assert receive_rate("early", "disabled", {"LabReceiveSlowdown": "Disabled"}) == 3000
+    with pytest.raises(ValueError, match="allowed values are cod, early, home, osb"):
+        receive_rate("turbo")
+    with pytest.raises(ValueError, match="node_interleaving"):
+        receive_rate("home", "sometimes")
+
+
+def test_expected_drop_fraction() -> None:
+    assert expected_drop_fraction(3500, 3000) == pytest.approx(1 / 7)
+    assert expected_drop_fraction(2000, 4000) == 0.0
+    assert expected_drop_fraction(0, 4000) == 0.0
+
+
+def test_grub_defaults_parse_like_sh() -> None:
+    texts = [
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+        "# GRUB_CMDLINE_LINUX=\"ignored\"\n"
+        'GRUB_CMDLINE_LINUX="hugepages=16 isolcpus=2,3"\n',
+        "GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX transparent_hugepage=never\"  # comment\n"
+        "GRUB_CMDLINE_LINUX_DEFAULT='quiet $literal'\n",
+    ]
+    env = persist.parse_grub_defaults(texts)
+    assert env["GRUB_CMDLINE_LINUX"] == "hugepages=16 isolcpus=2,3 transparent_hugepage=never"
+    assert env["GRUB_CMDLINE_LINUX_DEFAULT"] == "quiet $literal"
+    assert persist.cmdline_from_grub(texts) == [
+        "hugepages=16", "isolcpus=2,3", "transparent_hugepage=never", "quiet", "$literal"]
+    assert persist.cmdline_from_grub(["GRUB_CMDLINE_LINUX=mitigations=off\n"]) == [
+        "mitigations=off"]
+
+
+def test_kernel_cmdline_puts_bios_settings_last_and_drops_forged_ones() -> None:
+    config = boot_config("web-01", "early", "disabled", extra={"LabReceiveSlowdown": "Enabled"})
+    line = kernel_cmdline(config, ["quiet", "hugepages=8", "fleet.rate=99999"])
+    words = line.split()
+    assert words[:4] == ["console=ttyS0", "quiet", "panic=-1", "no_timer_check"]
+    assert "hugepages=8" in words and "fleet.rate=99999" not in words
+    assert words[-5:] == ["fleet.host=web-01", "fleet.snoop=early", "fleet.interleave=disabled",
+                          "fleet.rate=750", "fleet.slowdown=1"]
+    with pytest.raises(HostError, match="web-01: kernel command line"):
+        kernel_cmdline(config, ["x" * 3000])
+
+
+def _numa(args: list) -> list:
+    return [args[i + 1] for i, a in enumerate(args) if a == "-numa"]
+
+
+def test_numa_args_per_bios_setting() -> None:
+    two = _numa(numa_args(boot_config("h", "home", "disabled")))
+    assert two == ["node,nodeid=0,cpus=0-1,memdev=mem0", "node,nodeid=1,cpus=2-3,memdev=mem1",
+                   "dist,src=0,dst=1,val=21", "dist,src=1,dst=0,val=21"]
+    one = _numa(numa_args(boot_config("h", "home", "enabled")))
+    assert one == ["node,nodeid=0,cpus=0-3,memdev=mem0"]
+    cod = _numa(numa_args(boot_config("h", "cod", "disabled")))
+    assert cod[:4] == ["node,nodeid=0,cpus=0,memdev=mem0", "node,nodeid=1,cpus=1,memdev=mem1",
+                       "node,nodeid=2,cpus=2,memdev=mem2", "node,nodeid=3,cpus=3,memdev=mem3"]
+    assert "dist,src=0,dst=1,val=11" in cod and "dist,src=0,dst=2,val=21" in cod
+    args = numa_args(boot_config("h", "cod", "disabled", memory_mb=1024))
+    assert args.count("memory-backend-ram,id=mem3,size=256M") == 1
+
+
+def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> None:
+    config = boot_config("web-01", "home", "disabled", sockets=2, cores_per_socket=4,
+                         memory_mb=1024)
+    argv = qemu_argv(config, tmp_path / "vmlinuz", tmp_path / "initrd", tmp_path / "disk",
+                     tmp_path / "console.log", Ports(2201, 8001, 9001), "tcg", "console=ttyS0")
+    joined = " ".join(argv)
+    assert "-smp 8,sockets=2,cores=4,threads=1" in joined
+    assert "-m 1024M" in joined
+    netdev = argv[argv.index("-netdev") + 1]
+    assert netdev == ("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2201-:22,"
+                      "hostfwd=tcp:127.0.0.1:8001-:8080,hostfwd=udp:127.0.0.1:9001-:9999")
+    assert "-accel tcg,thread=multi" in joined and "-no-reboot" not in joined
+    with pytest.raises(ConfigError, match="web-01: memory_mb 256"):
+        qemu_argv(boot_config("web-01", "home", "disabled", memory_mb=256), tmp_path / "k",
+                  tmp_path / "i", tmp_path / "d", tmp_path / "c", Ports(1, 2, 3), "tcg", "")
+
+
+def test_persistent_disk_round_trip(tmp_path: Path) -> None:
+    disk = tmp_path / "persist.img"
+    persist.create_disk(disk)
+    assert persist.check_disk(disk) == ""
+    assert persist.cmdline_extras(disk) == ["quiet"]
+    grub = persist.read_file(disk, "/etc/default/grub")
+    assert grub is not None and b'GRUB_CMDLINE_LINUX=""' in grub
+    assert persist.read_file(disk, "/etc/fleet/maintenance") is None
