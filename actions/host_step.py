@@ -1,0 +1,9 @@
+from st2common.runners.base_action import Action
+
+from fleet_rollout import service
+
+
+class HostStep(Action):
+    def run(self, rollout_id, host, step, execution_id=None, user=None):
+        return service.host_step(self.config, self.action_service, rollout_id, host, step,
+                                 execution_id or '', user or '')

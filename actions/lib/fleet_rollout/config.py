@@ -1,0 +1,80 @@
+"""The pack config (st2: /opt/stackstorm/configs/fleet_rollout.yaml, secrets encrypted), checked
+once, and the per-host BMC endpoint built from it. Credentials never come from the inventory."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.redfish.client import BmcEndpoint
+
+
+@dataclass
+class PackConfig:
+    credentials: Dict[str, Dict[str, str]]
+    ca_bundle: Optional[str] = None
+    allow_insecure_http: bool = False
+    redfish_timeout: float = 30.0
+    redfish_get_retries: int = 4
+    inventory: str = "inventory/lab.yml"
+    state_dir: str = "/var/lib/fleet_rollout"
+    chat_route: str = "fleet-rollout"
+    approvers: List[str] = field(default_factory=list)
+    approver_roles: List[str] = field(default_factory=list)
+    ansible_private_key: Optional[str] = None
+    pack_dir: str = ""
+
+    def __repr__(self) -> str:  # never print credentials
+        return (f"PackConfig(inventory={self.inventory!r}, credentials="
+                f"{sorted(self.credentials)!r}, ca_bundle={self.ca_bundle!r})")
+
+    def resolve(self, path: str) -> str:
+        """Relative paths in the config are relative to the pack directory."""
+        if not path or os.path.isabs(path) or not self.pack_dir:
+            return path
+        return os.path.join(self.pack_dir, path)
+
+    def endpoint(self, host: FleetHost, timeout: Optional[float] = None) -> BmcEndpoint:
+        cred = self.credentials.get(host.bmc_credential)
+        if cred is None:
+            raise ConfigError(f"host {host.name}: bmc_credential {host.bmc_credential!r} is not "
+                              f"in the pack config credentials (known: "
+                              f"{', '.join(sorted(self.credentials)) or 'none'})", host.name)
+        return BmcEndpoint(host.name, host.bmc_address, cred["username"], cred["password"],
+                           ca_bundle=self.resolve(self.ca_bundle or "") or None,
+                           allow_http=self.allow_insecure_http,
+                           timeout=timeout or self.redfish_timeout,
+                           get_retries=self.redfish_get_retries, vendor=host.bmc_vendor)
+
+
+def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> PackConfig:
+    """Validate the pack config dict (self.config in an st2 action)."""
+    data = dict(raw or {})
+    creds = data.get("credentials")
+    if not isinstance(creds, Mapping) or not creds:
+        raise ConfigError("pack config: credentials missing (a mapping of name -> "
+                          "{username, password})")
+    checked: Dict[str, Dict[str, str]] = {}
+    for name, value in creds.items():
+        if not isinstance(value, Mapping) or not value.get("username") or not value.get(
+                "password"):
+            raise ConfigError(f"pack config: credentials.{name} needs username and password")
+        checked[str(name)] = {"username": str(value["username"]),
+                              "password": str(value["password"])}
+    try:
+        return PackConfig(
+            credentials=checked, ca_bundle=data.get("ca_bundle") or None,
+            allow_insecure_http=bool(data.get("allow_insecure_http", False)),
+            redfish_timeout=float(data.get("redfish_timeout", 30)),
+            redfish_get_retries=int(data.get("redfish_get_retries", 4)),
+            inventory=str(data.get("inventory") or "inventory/lab.yml"),
+            state_dir=str(data.get("state_dir") or "/var/lib/fleet_rollout"),
+            chat_route=str(data.get("chat_route") or "fleet-rollout"),
+            approvers=list(data.get("approvers") or []),
+            approver_roles=list(data.get("approver_roles") or []),
+            ansible_private_key=data.get("ansible_private_key") or None,
+            pack_dir=pack_dir)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"pack config: {err}") from None

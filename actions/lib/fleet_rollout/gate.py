@@ -1,0 +1,80 @@
+"""The canary gate of a batch: counter snapshots of canary and control hosts at the same moments,
+then the judge.
+
+    pre_start --window-- pre_end   (before the batch is drained)
+    ... change the batch ... soak ...
+    post_start --window-- post_end (after every host of the batch is back in service)
+
+Counter windows of canary and control hosts cover the same wall-clock times; the window holding
+the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
+under the batch; a host whose collection failed is simply missing (the judge's data guards decide).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List
+
+from fleet_rollout.counters.metric import metric_from_dict
+from fleet_rollout.hoststeps import RolloutContext
+from fleet_rollout.judge import judge, judge_input_from_dict, policy_from_dict
+from fleet_rollout.plan import controls_for_batch
+from fleet_rollout.store import key
+
+LABELS = ("pre_start", "pre_end", "post_start", "post_end")
+
+
+def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
+    batches = ctx.plan["batches"]
+    if not 0 <= index < len(batches):
+        raise IndexError(f"rollout {ctx.rollout_id} has batches 0..{len(batches) - 1}")
+    return list(batches[index]["hosts"])
+
+
+def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
+    """Snapshot the counters of this batch's hosts and its controls; stored under the batch."""
+    if label not in LABELS:
+        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}")
+    hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
+    results = ctx.hostside.counters(hosts)
+    snapshots = {h: r.result for h, r in results.items() if r.ok}
+    errors = {h: r.error for h, r in results.items() if not r.ok}
+    ctx.store.set_json(key(ctx.rollout_id, "batch", str(index), "counters", label),
+                       {"time": time.time(), "snapshots": snapshots, "errors": errors})
+    return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
+            "errors": errors}
+
+
+def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
+    data = {label: ctx.store.get_json(key(ctx.rollout_id, "batch", str(index), "counters",
+                                          label), {}) or {} for label in LABELS}
+    states = {h: ctx.state.host(h) for h in batch_hosts(ctx, index)}
+    canary = [h for h, st in states.items() if st.get("status") == "done"]
+    control = controls_for_batch(ctx.plan, index)
+    hosts: Dict[str, Any] = {}
+    for host in canary + control:
+        snaps = [data[label].get("snapshots", {}).get(host) for label in LABELS]
+        if all(snaps):
+            hosts[host] = {"pre": {"start": snaps[0], "end": snaps[1]},
+                           "post": {"start": snaps[2], "end": snaps[3]}}
+    return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": index,
+            "canary": canary, "control": control, "hosts": hosts}
+
+
+def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
+    canary_cfg = ctx.profile.get("canary") or {}
+    metric = metric_from_dict(canary_cfg.get("metric") or None, where="profile canary.metric")
+    policy = policy_from_dict(canary_cfg.get("policy") or None, where="profile canary.policy")
+    doc = judge_input(ctx, index)
+    batch = ctx.state.batch(index)
+    if not doc["canary"] or not doc["control"]:
+        verdict = {"verdict": "INCONCLUSIVE", "reason": "no_hosts",
+                   "explanation": f"INCONCLUSIVE (batch {index}): "
+                   f"{len(doc['canary'])} changed host(s) and {len(doc['control'])} "
+                   "control host(s) left to compare; no verdict is possible."}
+    else:
+        verdict = judge(judge_input_from_dict(doc, metric), policy).to_dict()
+    batch["verdict"] = verdict
+    batch["judged_at"] = time.time()
+    ctx.state.save_batch(index, batch)
+    return {"verdict": verdict["verdict"], "reason": verdict.get("reason"),
+            "explanation": verdict["explanation"]}

@@ -1,0 +1,385 @@
+"""The change of one host, step by step, and its restore.
+
+    precheck -> snapshot -> drain -> stage (BIOS + kernel) -> reboot -> wait -> verify -> undrain
+    on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
+    policy, leave the host drained and marked.
+
+Every step is idempotent: its outcome is recorded in the datastore before it returns, so a retry
+or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Forward
+steps check the rollout's halt flag before touching the host. The first snapshot is never
+overwritten, a reset whose outcome is unknown is never sent twice.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from fleet_rollout.audit import Audit
+from fleet_rollout.config import PackConfig
+from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
+from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.redfish import bios as rf_bios
+from fleet_rollout.redfish import power as rf_power
+from fleet_rollout.redfish.client import RedfishSession
+from fleet_rollout.redfish.discovery import discover
+from fleet_rollout.redfish.operations import Timeouts, check_desired, restore_bios, take_snapshot
+from fleet_rollout.store import RolloutState, Store
+
+STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
+FORWARD = ("precheck", "snapshot", "drain", "stage", "reboot")
+
+
+class Halted(FleetRolloutError):
+    """The rollout's halt flag is set: no forward step may touch a host."""
+
+
+@dataclass
+class RolloutContext:
+    store: Store
+    rollout_id: str
+    config: PackConfig
+    hostside: HostSide
+    execution_id: str = ""
+    user: str = ""
+    sleep: Callable[[float], None] = time.sleep
+    plan: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.state = RolloutState(self.store, self.rollout_id)
+        if not self.plan:
+            self.plan = self.state.plan()
+        self.profile: Dict[str, Any] = self.plan["profile"]
+        self.audit = Audit(self.config.resolve(self.config.state_dir), self.rollout_id)
+
+    def host(self, name: str) -> FleetHost:
+        info = self.plan["hosts"].get(name)
+        if info is None:
+            raise HostError(f"not part of rollout {self.rollout_id}", name)
+        return FleetHost(**info)
+
+    def timeouts(self) -> Timeouts:
+        r = self.profile["redfish"]
+        return Timeouts(graceful=r["graceful_timeout"], force=r["force_timeout"],
+                        boot=r["boot_timeout"], poll=r["poll"])
+
+
+class HostRun:
+    """The steps of one host in one rollout."""
+
+    def __init__(self, ctx: RolloutContext, name: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.host = ctx.host(name)
+
+    # ------------------------------------------------------------------ state
+    def load(self) -> Dict[str, Any]:
+        state = self.ctx.state.host(self.name)
+        state.setdefault("host", self.name)
+        state.setdefault("steps", {})
+        state.setdefault("status", "pending")
+        return state
+
+    def save(self, state: Dict[str, Any]) -> None:
+        state["updated"] = time.time()
+        self.ctx.state.save_host(self.name, state)
+
+    def _record(self, state: Dict[str, Any], step: str, ok: bool, detail: Any,
+                started: float) -> None:
+        state["steps"][step] = {"ok": ok, "at": time.time(), "started": started,
+                                "seconds": round(time.time() - started, 3), "detail": detail,
+                                "execution": self.ctx.execution_id}
+        if ok:
+            state["step"] = step
+        self.save(state)
+
+    def endpoint(self) -> Any:
+        return self.ctx.config.endpoint(self.host)
+
+    def targets(self) -> Dict[str, str]:
+        return dict(self.ctx.profile["bios"])
+
+    # ------------------------------------------------------------------ run
+    def run(self, step: str) -> Dict[str, Any]:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; steps: {', '.join(STEPS)}")
+        state = self.load()
+        done = state["steps"].get(step)
+        if done and done.get("ok"):
+            return {"host": self.name, "step": step, "skipped": True, "detail": done["detail"]}
+        halt = self.ctx.state.halted()
+        if halt and step in FORWARD:
+            raise Halted(f"rollout {self.ctx.rollout_id} halted ({halt.get('reason')}); "
+                         f"step {step} not started", self.name)
+        if state["status"] in ("restored", "left_drained", "restore_failed"):
+            raise HostError(f"host was {state['status']} in this rollout; not changing it again",
+                            self.name)
+        state["status"] = "running"
+        started = time.time()
+        try:
+            detail = getattr(self, f"step_{step}")(state)
+        except FleetRolloutError as err:
+            state["error"] = {"step": step, "message": str(err)}
+            state["status"] = "failed"
+            self._record(state, step, False, {"error": str(err)}, started)
+            raise
+        if step == "undrain":
+            state["status"] = "done"
+        self._record(state, step, True, detail, started)
+        return {"host": self.name, "step": step, "skipped": False, "detail": detail}
+
+    # ------------------------------------------------------------------ steps
+    def _ansible(self, results: Dict[str, Any], what: str) -> Dict[str, Any]:
+        entry = results[self.name]
+        if not entry.ok:
+            where = f" (task {entry.failed_task})" if entry.failed_task else ""
+            raise HostError(f"{what} failed{where}: {entry.error}", self.name)
+        return entry.result
+
+    def step_precheck(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        ep = self.endpoint()
+        check = check_desired(ep, self.targets())
+        ours = set((state.get("stage") or {}).get("targets", {}))
+        foreign = {k: v for k, v in check["pending"].items() if k not in ours}
+        if (foreign or check["active_jobs"]) and not state["steps"].get("stage") and not \
+                self.ctx.profile["redfish"]["clear_foreign"]:
+            raise RedfishError(f"foreign pending BIOS changes {foreign or ''} jobs "
+                               f"{check['active_jobs'] or ''}; refusing (profile "
+                               "redfish.clear_foreign cancels them)", self.name)
+        health = self._ansible(self.ctx.hostside.health([self.name]), "health check")
+        if health["maintenance"] and not state["steps"].get("drain"):
+            raise HostError("host is already in maintenance (drained by someone else)",
+                            self.name)
+        state.setdefault("boot_id_before", health["boot_id"])
+        return {"vendor": check["vendor"], "compliant": check["compliant"],
+                "targets": check["targets"], "boot_id": health["boot_id"]}
+
+    def step_snapshot(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        if state.get("bios_snapshot"):
+            return {"kept": "first snapshot"}
+        snap = take_snapshot(self.endpoint())
+        snap.pop("requests", None)
+        state["bios_snapshot"] = snap
+        self.save(state)
+        return {"logical": snap["logical"], "attributes": snap["attributes"]}
+
+    def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        drain = self.ctx.profile["drain"]
+        result = self._ansible(self.ctx.hostside.drain([self.name], drain["timeout"],
+                                                       drain["threshold"]), "drain")
+        if result.get("changed"):
+            self.ctx.audit.record(self.name, "service", "in service", "drained",
+                                  self.ctx.execution_id, self.ctx.user)
+        return result
+
+    def step_stage(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        ep = self.endpoint()
+        snap = state["bios_snapshot"]
+        extra = dict(self.ctx.profile.get("bios_extra") or {})
+        with RedfishSession(ep) as session:
+            ctx = discover(session, ep.vendor)
+            current = rf_bios.read_state(session, ctx).current
+            targets = rf_bios.plan(ctx, self.targets(), current)
+            if extra:
+                rf_bios.check_writable(ctx, extra, current)
+                targets.update(extra)
+                for attr in extra:  # so a restore puts these back too
+                    snap["attributes"].setdefault(attr, current.get(attr))
+            staged = rf_bios.stage(session, ctx, targets,
+                                   clear_foreign=self.ctx.profile["redfish"]["clear_foreign"],
+                                   owned=set(snap["attributes"]))
+            committed = rf_bios.commit(session, ctx, staged)
+        state["bios_snapshot"] = snap
+        state["stage"] = {"targets": targets, "bios": staged.to_dict(),
+                          "commit": committed.to_dict(),
+                          "settings_time_before": snap.get("settings_time")}
+        self.save(state)
+        for attr, value in staged.changed.items():
+            self.ctx.audit.record(self.name, f"bios.{attr}", snap["attributes"].get(attr),
+                                  value, self.ctx.execution_id, self.ctx.user)
+        kernel = self.ctx.profile.get("kernel") or {}
+        kernel_result: Dict[str, Any] = {"changed": [], "reboot_required": False}
+        if kernel:
+            kernel_result = self._ansible(self.ctx.hostside.kernel([self.name], "apply", kernel),
+                                          "kernel settings")
+            if kernel_result.get("first_apply") or not state.get("kernel_snapshot"):
+                state.setdefault("kernel_snapshot", kernel_result.get("snapshot"))
+            for change in kernel_result.get("changed") or []:
+                self.ctx.audit.record(self.name, "kernel", "(snapshot)", change,
+                                      self.ctx.execution_id, self.ctx.user)
+        state["stage"]["kernel"] = {k: kernel_result.get(k) for k in ("changed",
+                                                                       "reboot_required")}
+        state["needs_reboot"] = bool(staged.needs_reset or kernel_result.get("reboot_required"))
+        self.save(state)
+        return {"bios_changed": staged.changed, "bios_already": staged.already,
+                "commit": committed.method, "kernel_changed": kernel_result.get("changed"),
+                "needs_reboot": state["needs_reboot"]}
+
+    def _reset_once(self, state: Dict[str, Any], key: str) -> Dict[str, Any]:
+        """One reset for this host and purpose, even across retries and resumes."""
+        timeouts = self.ctx.timeouts()
+        ep = self.endpoint()
+        with RedfishSession(ep) as session:
+            ctx = discover(session, ep.vendor)
+            marker = state.get(key)
+            if marker is not None:
+                before = rf_power.BootMarker(**marker)
+                if rf_power._await_evidence(session, ctx, before, timeouts.graceful,
+                                            timeouts.poll, self.ctx.sleep):
+                    return {"reset": "already done by an earlier attempt"}
+                result = rf_power.reset(session, ctx, graceful_timeout=timeouts.graceful,
+                                        force_timeout=timeouts.force, poll=timeouts.poll,
+                                        graceful=False, sleep=self.ctx.sleep)
+                return result.to_dict()
+            now = rf_power.boot_marker(session.get(ctx.system_uri).body,
+                                       ctx.personality.post_state_oem)
+            state[key] = now.to_dict()
+            self.save(state)  # recorded before the POST: a rerun never sends a second one
+            return rf_power.reset(session, ctx, timeouts.graceful, timeouts.force,
+                                  timeouts.poll, sleep=self.ctx.sleep).to_dict()
+
+    def step_reboot(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        if not state.get("needs_reboot"):
+            return {"reset": "not needed (nothing pending)"}
+        return self._reset_once(state, "reset_marker")
+
+    def _wait_os(self, boot_id_before: Optional[str], timeout: float) -> Dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while True:
+            entry = self.ctx.hostside.health([self.name])[self.name]
+            if entry.ok and (boot_id_before is None or entry.result["boot_id"] != boot_id_before):
+                return entry.result
+            last = entry.error or f"boot_id still {boot_id_before} (not rebooted yet)"
+            if time.monotonic() > deadline:
+                raise HostError(f"OS not back within {timeout:.0f}s: {last}", self.name)
+            self.ctx.sleep(max(1.0, self.ctx.profile["redfish"]["poll"]))
+
+    def step_wait(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        timeouts = self.ctx.timeouts()
+        stage = state.get("stage") or {}
+        out: Dict[str, Any] = {}
+        if state.get("needs_reboot"):
+            ep = self.endpoint()
+            with RedfishSession(ep) as session:
+                ctx = discover(session, ep.vendor)
+                job = stage.get("commit", {}).get("job_id")
+                applied = rf_power.wait_applied(
+                    session, ctx, stage.get("targets", {}), stage.get("settings_time_before"),
+                    [job] if job else [], timeouts.boot, timeouts.poll, self.ctx.sleep)
+            out["bios"] = applied.to_dict()
+            health = self._wait_os(state.get("boot_id_before"), timeouts.boot)
+        else:
+            health = self._wait_os(None, timeouts.boot)
+        out["boot_id"] = health["boot_id"]
+        return out
+
+    def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        from fleet_rollout.probe import parse_output, verify
+
+        check = check_desired(self.endpoint(), self.targets())
+        if not check["compliant"]:
+            raise RedfishError(f"BIOS read-back does not match the profile: wants "
+                               f"{check['targets']}", self.name)
+        if (self.ctx.profile.get("kernel") or {}).get("irq_affinity") == "numa-local":
+            self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
+        budget = self.ctx.profile["probe"]["budget_ms"]
+        doc = self._ansible(self.ctx.hostside.probe([self.name], budget), "probe")
+        parsed = parse_output(json.dumps(doc), self.name)
+        logical = dict(state["bios_snapshot"]["logical"])
+        logical.update(self.targets())
+        sockets = int(parsed["topology"]["sockets"])
+        result = verify(parsed, logical.get("snoop_mode") or "home",
+                        logical.get("node_interleaving") or "disabled", sockets,
+                        host=self.name)
+        state["probe"] = {"nodes": parsed["topology"].get("nodes"), "ok": result.ok}
+        if not result.ok:
+            raise HostError("probe verification failed: " + "; ".join(result.reasons),
+                            self.name)
+        return {"bios": check["targets"], "probe": result.to_dict()}
+
+    def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        result = self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
+        if result.get("changed"):
+            self.ctx.audit.record(self.name, "service", "drained", "in service",
+                                  self.ctx.execution_id, self.ctx.user)
+        return result
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, leave_drained: Optional[bool] = None) -> Dict[str, Any]:
+        """Put BIOS and kernel back to the snapshots, reboot if needed, and (by policy) undrain.
+
+        Runs even when the rollout is halted: it is the way back, not a change."""
+        state = self.load()
+        if state["status"] in ("restored", "left_drained"):
+            return {"host": self.name, "status": state["status"], "skipped": True}
+        policy = self.ctx.profile["failure_budget"]["on_host_failure"]
+        leave = policy == "leave_drained" if leave_drained is None else leave_drained
+        timeouts = self.ctx.timeouts()
+        report: Dict[str, Any] = {"host": self.name}
+        state["status"] = "restoring"
+        self.save(state)
+        try:
+            before = self.ctx.hostside.health([self.name])[self.name]
+            boot_before = before.result["boot_id"] if before.ok else None
+            kernel = {"changed": [], "reboot_required": False}
+            if state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
+                    "kernel_snapshot"):
+                kernel = self._ansible(self.ctx.hostside.kernel([self.name], "restore"),
+                                       "kernel restore")
+                for change in kernel.get("changed") or []:
+                    self.ctx.audit.record(self.name, "kernel", "(rollout)", change,
+                                          self.ctx.execution_id, self.ctx.user, action="restore")
+            report["kernel"] = kernel
+            rebooted = False
+            snap = state.get("bios_snapshot")
+            if snap:
+                bios = restore_bios(self.endpoint(), snap, timeouts, sleep=self.ctx.sleep)
+                report["bios"] = {"changed": bios["stage"]["changed"], "reset": bios["reset"]}
+                rebooted = bios["reset"] is not None
+                for attr, value in bios["stage"]["changed"].items():
+                    self.ctx.audit.record(self.name, f"bios.{attr}", "(rollout)", value,
+                                          self.ctx.execution_id, self.ctx.user, action="restore")
+            if kernel.get("reboot_required") and not rebooted:
+                report["reset"] = self._reset_once(state, "restore_reset_marker")
+                rebooted = True
+            if rebooted or not before.ok:
+                health = self._wait_os(boot_before if rebooted else None, timeouts.boot)
+                report["boot_id"] = health["boot_id"]
+            if snap:
+                now = take_snapshot(self.endpoint())
+                wrong = {k: v for k, v in snap["attributes"].items()
+                         if now["attributes"].get(k, v) != v}
+                if wrong:
+                    raise RedfishError(f"BIOS not back to its snapshot: {wrong}", self.name)
+            if not state["steps"].get("drain"):
+                state["status"] = "restored"  # never drained by us: nothing to undrain
+            elif leave:
+                state["status"] = "left_drained"
+            else:
+                self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
+                self.ctx.audit.record(self.name, "service", "drained", "in service",
+                                      self.ctx.execution_id, self.ctx.user, action="restore")
+                state["status"] = "restored"
+        except FleetRolloutError as err:
+            state["status"] = "restore_failed"
+            state["restore_error"] = str(err)
+            self.save(state)
+            raise HostError(f"restore failed, host left drained and marked: {err}",
+                            self.name) from None
+        state["restore"] = report
+        self.save(state)
+        report["status"] = state["status"]
+        return report
+
+
+def batch_summary(ctx: RolloutContext, hosts: List[str]) -> Dict[str, Any]:
+    states = {h: ctx.state.host(h) for h in hosts}
+    counts: Dict[str, int] = {}
+    for st in states.values():
+        status = st.get("status", "pending")
+        counts[status] = counts.get(status, 0) + 1
+    failed = sorted(h for h, st in states.items() if st.get("status") not in ("done",))
+    return {"hosts": len(hosts), "by_status": counts, "not_done": failed}

@@ -1,0 +1,180 @@
+"""Plan a rollout (a dry run: reads BMCs, changes nothing).
+
+Targets by Ansible limit pattern; hosts already compliant are skipped; a control group of
+unchanged hosts of the same hardware model and site (at least control_ratio x the canary size),
+taken from non-target hosts first, else reserved from the targets for the final batch; a canary
+batch, then batches growing by `growth`, never more than max_unavailable per site and per rack.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter, defaultdict
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.profile import Profile
+
+# host -> {"compliant": bool} or {"error": "..."}
+Compliance = Dict[str, Dict[str, Any]]
+
+
+def new_rollout_id(profile: str) -> str:
+    return f"{profile}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def _key(host: FleetHost) -> Tuple[str, str]:
+    return host.hardware_model, host.site
+
+
+def choose_controls(targets: List[FleetHost], others: List[FleetHost], canary: List[FleetHost],
+                    ratio: float) -> Tuple[List[FleetHost], List[FleetHost]]:
+    """(control hosts, targets reserved for the final batch because they serve as controls)."""
+    wanted = max(2, int(round(ratio * max(1, len(canary)))))
+    groups = sorted({_key(h) for h in canary}) or sorted({_key(h) for h in targets})
+    controls: List[FleetHost] = []
+    reserved: List[FleetHost] = []
+    per_group = max(1, -(-wanted // max(1, len(groups))))
+    canary_names = {h.name for h in canary}
+    # same hardware model and site first; then same model anywhere; then any host
+    matchers = [lambda h, g: _key(h) == g, lambda h, g: h.hardware_model == g[0],
+                lambda h, g: True]
+    for group in groups:
+        take: List[FleetHost] = []
+        for match in matchers:
+            chosen = {h.name for h in controls + take}
+            pool = [h for h in others if match(h, group) and h.name not in chosen]
+            take += pool[:per_group - len(take)]
+            if len(take) < per_group:
+                spare = [h for h in targets if match(h, group) and h.name not in canary_names
+                         and h.name not in chosen and h.name not in {r.name for r in reserved}]
+                spare = sorted(spare, key=lambda h: h.name, reverse=True)[:per_group - len(take)]
+                reserved.extend(spare)
+                take += spare
+            if len(take) >= per_group:
+                break
+        controls.extend(take)
+    return controls, reserved
+
+
+def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_batch: int,
+                 max_per_site: int, max_per_rack: int) -> List[List[FleetHost]]:
+    """Greedy batches: sizes canary_size, x growth, ... <= max_batch; spread over sites/racks."""
+    by_site: Dict[str, List[FleetHost]] = defaultdict(list)
+    for host in sorted(hosts, key=lambda h: (h.site, h.rack, h.name)):
+        by_site[host.site].append(host)
+    order: List[FleetHost] = []  # round-robin over sites, so batches mix sites
+    while any(by_site.values()):
+        for site in sorted(by_site):
+            if by_site[site]:
+                order.append(by_site[site].pop(0))
+    batches: List[List[FleetHost]] = []
+    size = float(canary_size)
+    remaining = order
+    while remaining:
+        limit = max(1, min(max_batch, int(size)))
+        batch: List[FleetHost] = []
+        sites: Counter = Counter()
+        racks: Counter = Counter()
+        rest: List[FleetHost] = []
+        for host in remaining:
+            rack = (host.site, host.rack)
+            if (len(batch) < limit and sites[host.site] < max_per_site
+                    and racks[rack] < max_per_rack):
+                batch.append(host)
+                sites[host.site] += 1
+                racks[rack] += 1
+            else:
+                rest.append(host)
+        batches.append(batch)
+        remaining = rest
+        size = size * growth if batches else size
+    return batches
+
+
+def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[FleetHost],
+               everyone: List[FleetHost], compliance: Compliance,
+               rollout_id: Optional[str] = None, started_by: str = "") -> Dict[str, Any]:
+    errors = {h: c["error"] for h, c in compliance.items() if c.get("error")}
+    if errors:
+        listing = "; ".join(f"{h}: {e}" for h, e in sorted(errors.items()))
+        raise ConfigError(f"{len(errors)} target host(s) cannot take profile {profile.name}, "
+                          f"nothing was changed: {listing}")
+    missing = [h.name for h in hosts if h.name not in compliance]
+    if missing:
+        raise ConfigError(f"no precheck result for {', '.join(missing)}")
+    compliant = sorted(h.name for h in hosts if compliance[h.name].get("compliant"))
+    targets = [h for h in hosts if h.name not in compliant]
+    b = profile.section("batches")
+    target_names = {h.name for h in targets}
+    others = [h for h in everyone if h.name not in target_names]
+    first = make_batches(targets, b["canary_size"], b["growth"], b["max_batch"],
+                         b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+    canary = first[0] if first else []
+    controls, reserved = choose_controls(targets, others, canary, b["control_ratio"])
+    reserved_names = {h.name for h in reserved}
+    main = [h for h in targets if h.name not in reserved_names]
+    batches = make_batches(main, b["canary_size"], b["growth"], b["max_batch"],
+                           b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+    if reserved:
+        batches += make_batches(reserved, len(reserved), 1, b["max_batch"],
+                                b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+    info = {h.name: h for h in everyone}
+    plan = {
+        "rollout_id": rollout_id or new_rollout_id(profile.name),
+        "profile": profile.to_dict(),
+        "inventory": inventory_source,
+        "limit": limit,
+        "created": time.time(),
+        "started_by": started_by,
+        "targets": len(targets),
+        "skipped_compliant": compliant,
+        "control": [h.name for h in controls],
+        "control_reserved_for_last_batch": sorted(reserved_names),
+        "batches": [{"index": i, "hosts": [h.name for h in batch],
+                     "sites": sorted({h.site for h in batch}), "canary": i == 0}
+                    for i, batch in enumerate(batches)],
+        "hosts": {name: info[name].to_dict() for name in
+                  sorted({h.name for h in targets} | {h.name for h in controls})},
+    }
+    return plan
+
+
+def controls_for_batch(plan: Dict[str, Any], index: int) -> List[str]:
+    """Control hosts still unchanged when batch `index` is judged."""
+    changed = {h for b in plan["batches"][:index + 1] for h in b["hosts"]}
+    return [h for h in plan["control"] if h not in changed]
+
+
+def render_plan(plan: Dict[str, Any]) -> str:
+    lines = [f"rollout {plan['rollout_id']}: profile {plan['profile']['name']}, "
+             f"{plan['targets']} host(s) to change in {len(plan['batches'])} batch(es); "
+             f"{len(plan['skipped_compliant'])} already compliant",
+             f"control group: {', '.join(plan['control']) or 'none'}"]
+    lines.append(f"{'BATCH':<6}{'HOSTS':>6}  {'SITES':<20} MEMBERS")
+    for batch in plan["batches"]:
+        names = batch["hosts"]
+        shown = ", ".join(names[:6]) + (f" ... (+{len(names) - 6})" if len(names) > 6 else "")
+        label = f"{batch['index']}{'*' if batch['canary'] else ''}"
+        lines.append(f"{label:<6}{len(names):>6}  {','.join(batch['sites']):<20} {shown}")
+    lines.append("* canary batch")
+    return "\n".join(lines)
+
+
+def precheck_hosts(hosts: Iterable[FleetHost], check: Callable[[FleetHost], Dict[str, Any]],
+                   parallel: int = 20) -> Compliance:
+    """Run `check` (read-only BMC look) on every host in parallel; errors become entries."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fleet_rollout.errors import FleetRolloutError
+
+    def one(host: FleetHost) -> Tuple[str, Dict[str, Any]]:
+        try:
+            return host.name, check(host)
+        except FleetRolloutError as err:
+            return host.name, {"error": str(err)}
+
+    items = list(hosts)
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(items) or 1))) as pool:
+        return dict(pool.map(one, items))

@@ -1,0 +1,258 @@
+"""What the pack's actions call: one function per action, over the library.
+
+Actions only parse parameters and call these; everything here is plain Python (no StackStorm
+import), given the pack config dict and a datastore (st2's action_service, or a Store).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from fleet_rollout import gate
+from fleet_rollout.config import PackConfig, load_pack_config
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
+from fleet_rollout.inventory import load_inventory
+from fleet_rollout.plan import build_plan, controls_for_batch, precheck_hosts, render_plan
+from fleet_rollout.profile import load_profile
+from fleet_rollout.redfish.operations import check_desired
+from fleet_rollout.store import ActionServiceStore, RolloutState, Store
+
+PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+def as_store(datastore: Any) -> Store:
+    return datastore if isinstance(datastore, Store) else ActionServiceStore(datastore)
+
+
+def pack_config(raw: Any) -> PackConfig:
+    return load_pack_config(raw, PACK_DIR)
+
+
+def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str = "",
+            user: str = "") -> RolloutContext:
+    config = pack_config(raw_config)
+    store = as_store(datastore)
+    plan = RolloutState(store, rollout_id).plan()
+    side = HostSide(config.resolve(plan["inventory"]),
+                    config.resolve(config.ansible_private_key or "") or None)
+    return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
+
+
+def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "all",
+                 inventory: Optional[str] = None, rollout_id: Optional[str] = None,
+                 user: str = "") -> Dict[str, Any]:
+    """Dry run: validate inputs, look at every target BMC (read-only), store the plan."""
+    config = pack_config(raw_config)
+    prof = load_profile(profile, os.path.join(PACK_DIR, "profiles"))
+    source = config.resolve(inventory or config.inventory)
+    everyone = load_inventory(source)
+    hosts = load_inventory(source, targets)
+    for host in hosts:
+        config.endpoint(host)  # every credential name resolves, before anything else
+    bios = prof.bios
+
+    def check(host: Any) -> Dict[str, Any]:
+        result = check_desired(config.endpoint(host), bios)
+        extra = prof.data.get("bios_extra") or {}
+        return {"compliant": result["compliant"] and not extra, "vendor": result["vendor"]}
+
+    compliance = precheck_hosts(hosts, check)
+    plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
+    store = as_store(datastore)
+    state = RolloutState(store, plan["rollout_id"])
+    if store.get_json(f"fleet_rollout.{plan['rollout_id']}.plan") is not None:
+        raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
+    state.save_plan(plan)
+    state.update_meta(status="planned", planned_at=time.time(), planned_by=user,
+                      profile=prof.name, batches=len(plan["batches"]))
+    return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
+            "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
+            "control": plan["control"], "table": render_plan(plan)}
+
+
+def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    plan = ctx.plan
+    hosts = gate.batch_hosts(ctx, batch)
+    approval = ctx.profile["approval"]
+    previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
+    needs = bool(approval["required"]) and not (batch == 0 and approval["auto_approve_canary"])
+    shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
+    prev = (f" Previous batch: {previous['verdict']}." if previous else "")
+    message = (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch + 1} of "
+               f"{len(plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
+               f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
+               f"reject with `rollout reject {rollout_id}`.")
+    ctx.state.update_meta(status="running", current_batch=batch)
+    canary = ctx.profile["canary"]
+    return {"hosts": hosts, "count": len(hosts), "approval_required": needs,
+            "message": message, "route": ctx.config.chat_route,
+            "users": ctx.config.approvers, "roles": ctx.config.approver_roles,
+            "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
+            "window": canary["window_seconds"], "soak": canary["soak_seconds"],
+            "last": batch == len(plan["batches"]) - 1,
+            "controls": len(controls_for_batch(plan, batch))}
+
+
+def record_approval(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
+                    approved: bool, by: str = "", auto: bool = False) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    state = ctx.state.batch(batch)
+    state["approval"] = {"approved": bool(approved), "by": by or ("auto" if auto else ""),
+                         "at": time.time(), "auto": auto}
+    ctx.state.save_batch(batch, state)
+    if not approved:
+        ctx.state.halt(f"batch {batch + 1} rejected by {by or 'approver'}", by)
+        ctx.state.update_meta(status="rejected")
+    return state["approval"]
+
+
+def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
+              execution_id: str = "", user: str = "") -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id, execution_id, user)
+    approval = _approval_of(ctx, host)
+    ctx.audit.approved_by = approval
+    return HostRun(ctx, host).run(step)
+
+
+def _approval_of(ctx: RolloutContext, host: str) -> Optional[str]:
+    for batch in ctx.plan["batches"]:
+        if host in batch["hosts"]:
+            return (ctx.state.batch(batch["index"]).get("approval") or {}).get("by")
+    return None
+
+
+def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
+                 execution_id: str = "", user: str = "",
+                 leave_drained: Optional[bool] = None) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id, execution_id, user)
+    return HostRun(ctx, host).restore(leave_drained)
+
+
+def collect_counters(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
+                     label: str) -> Dict[str, Any]:
+    return gate.collect(context(raw_config, datastore, rollout_id), batch, label)
+
+
+def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    summary = batch_summary(ctx, gate.batch_hosts(ctx, batch))
+    budget = ctx.profile["failure_budget"]
+    failed = [h for h in summary["not_done"]]
+    result: Dict[str, Any] = {"batch": batch, "failed_hosts": failed, "summary": summary}
+    total_failed = sum(1 for st in ctx.state.hosts().values()
+                       if st.get("status") not in ("done", "pending", "running"))
+    if len(failed) > budget["per_batch"] or (budget["total"] and total_failed > budget["total"]):
+        reason = (f"{len(failed)} host(s) failed in batch {batch + 1} (budget "
+                  f"{budget['per_batch']} per batch, {budget['total']} total): "
+                  f"{', '.join(failed[:10])}")
+        ctx.state.halt(reason)
+        state = ctx.state.batch(batch)
+        state["verdict"] = {"verdict": "FAIL", "reason": "failure_budget", "explanation":
+                            f"FAIL (batch {batch + 1}): {reason}. Rolling back."}
+        ctx.state.save_batch(batch, state)
+        result.update(verdict="FAIL", reason="failure_budget",
+                      explanation=state["verdict"]["explanation"])
+        return result
+    result.update(gate.judge_batch(ctx, batch))
+    if result["verdict"] == "FAIL":
+        ctx.state.halt(f"canary regression in batch {batch + 1}")
+    return result
+
+
+def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
+                  hosts: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Hosts to roll back: every host this rollout touched (or the given ones)."""
+    ctx = context(raw_config, datastore, rollout_id)
+    states = ctx.state.hosts()
+    touched = sorted(h for h, st in states.items()
+                     if st.get("steps", {}).get("drain") or st.get("steps", {}).get("stage")
+                     or st.get("status") in ("failed", "restore_failed"))
+    chosen = touched if not hosts else [h for h in hosts if h in states]
+    unknown = sorted(set(hosts or []) - set(states))
+    if unknown:
+        raise ConfigError(f"rollout {rollout_id}: host(s) {', '.join(unknown)} were never "
+                          "touched by it")
+    ctx.state.update_meta(status="rolling_back")
+    return {"hosts": chosen, "count": len(chosen)}
+
+
+def abort(raw_config: Any, datastore: Any, rollout_id: str, reason: str = "aborted",
+          user: str = "") -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    ctx.state.halt(reason, user)
+    ctx.state.update_meta(status="aborting", aborted_by=user)
+    return {"rollout_id": rollout_id, "halted": True, "reason": reason}
+
+
+def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    meta = ctx.state.update_meta(status=status, finished_at=time.time())
+    states = ctx.state.hosts()
+    counts: Dict[str, int] = {}
+    for st in states.values():
+        counts[st.get("status", "pending")] = counts.get(st.get("status", "pending"), 0) + 1
+    report_path = None
+    try:
+        from fleet_rollout.report import write_report
+
+        report_path = write_report(ctx.state, ctx.audit, os.path.join(
+            ctx.config.resolve(ctx.config.state_dir), rollout_id, "report.html"))
+    except ImportError:
+        report_path = None
+    audit = ctx.audit.summary()
+    message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {status}: "
+               + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+               + f"; {audit['entries']} audited change(s)."
+               + (f" Report: {report_path}" if report_path else ""))
+    return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
+            "audit": audit, "report": report_path, "message": message}
+
+
+def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
+    ctx = context(raw_config, datastore, rollout_id)
+    meta = ctx.state.meta()
+    states = ctx.state.hosts()
+    batches = []
+    for batch in ctx.plan["batches"]:
+        info = ctx.state.batch(batch["index"])
+        hosts = {h: states.get(h, {}) for h in batch["hosts"]}
+        batches.append({
+            "index": batch["index"], "hosts": len(batch["hosts"]),
+            "done": sum(1 for s in hosts.values() if s.get("status") == "done"),
+            "failed": sorted(h for h, s in hosts.items() if s.get("status") in (
+                "failed", "restore_failed", "left_drained")),
+            "restored": sorted(h for h, s in hosts.items() if s.get("status") == "restored"),
+            "approval": info.get("approval"),
+            "verdict": (info.get("verdict") or {}).get("verdict")})
+    host_rows = [{"host": h, "batch": next((b["index"] for b in ctx.plan["batches"]
+                                            if h in b["hosts"]), None),
+                  "status": st.get("status"), "step": st.get("step"),
+                  "error": (st.get("error") or {}).get("message")}
+                 for h, st in sorted(states.items())]
+    return {"rollout_id": rollout_id, "profile": ctx.profile["name"],
+            "status": meta.get("status"), "halt": ctx.state.halted(),
+            "current_batch": meta.get("current_batch"), "batches": batches,
+            "hosts": host_rows, "table": render_status(batches, host_rows)}
+
+
+def render_status(batches: List[Dict[str, Any]], hosts: List[Dict[str, Any]]) -> str:
+    lines = [f"{'BATCH':<6}{'HOSTS':>6}{'DONE':>6}  {'APPROVED BY':<14}{'VERDICT':<14}FAILED"]
+    for b in batches:
+        approval = b["approval"] or {}
+        who = approval.get("by") or ("-" if not approval else "?")
+        if approval and not approval.get("approved"):
+            who = f"REJECTED:{who}"
+        lines.append(f"{b['index'] + 1:<6}{b['hosts']:>6}{b['done']:>6}  {who:<14}"
+                     f"{b['verdict'] or '-':<14}{', '.join(b['failed']) or '-'}")
+    lines.append("")
+    lines.append(f"{'HOST':<16}{'BATCH':>6}  {'STATUS':<15}{'STEP':<10}ERROR")
+    for h in hosts:
+        batch = "-" if h["batch"] is None else h["batch"] + 1
+        lines.append(f"{h['host']:<16}{batch!s:>6}  {h['status'] or '-':<15}"
+                     f"{h['step'] or '-':<10}{(h['error'] or '')[:80]}")
+    return "\n".join(lines)
