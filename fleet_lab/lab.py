@@ -239,7 +239,7 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "allow_insecure_http": False,
         "inventory": inventory,
         "state_dir": os.path.join(state_dir, "rollouts"),
-        "chat_route": "lab",
+        "chat_route": "fleet-rollout",
         "ansible_private_key": manifest.get("ssh_key") or "",
     }
     path = paths(state_dir)["pack_config"]

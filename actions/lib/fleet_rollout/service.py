@@ -71,7 +71,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
                       profile=prof.name, batches=len(plan["batches"]))
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
-            "control": plan["control"], "table": render_plan(plan)}
+            "control": plan["control"], "table": render_plan(plan), "route": config.chat_route}
 
 
 def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
@@ -210,7 +210,8 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
                + f"; {audit['entries']} audited change(s)."
                + (f" Report: {report_path}" if report_path else ""))
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
-            "audit": audit, "report": report_path, "message": message}
+            "audit": audit, "report": report_path, "message": message,
+            "route": ctx.config.chat_route}
 
 
 def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
