@@ -320,6 +320,7 @@ class HostRun:
         timeouts = self.ctx.timeouts()
         report: Dict[str, Any] = {"host": self.name}
         state["status"] = "restoring"
+        started = time.time()
         self.save(state)
         try:
             before = self.ctx.hostside.health([self.name])[self.name]
@@ -366,10 +367,17 @@ class HostRun:
         except FleetRolloutError as err:
             state["status"] = "restore_failed"
             state["restore_error"] = str(err)
+            state["steps"]["restore"] = {"ok": False, "started": started, "at": time.time(),
+                                         "seconds": round(time.time() - started, 3),
+                                         "detail": {"error": str(err)},
+                                         "execution": self.ctx.execution_id}
             self.save(state)
             raise HostError(f"restore failed, host left drained and marked: {err}",
                             self.name) from None
         state["restore"] = report
+        state["steps"]["restore"] = {"ok": True, "started": started, "at": time.time(),
+                                     "seconds": round(time.time() - started, 3),
+                                     "detail": report, "execution": self.ctx.execution_id}
         self.save(state)
         report["status"] = state["status"]
         return report

@@ -67,7 +67,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if store.get_json(f"fleet_rollout.{plan['rollout_id']}.plan") is not None:
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
-    state.update_meta(status="planned", planned_at=time.time(), planned_by=user,
+    state.update_meta(status="planned", planned_at=time.time(), started=time.time(),
+                      planned_by=user, started_by=user,
                       profile=prof.name, batches=len(plan["batches"]))
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
@@ -102,8 +103,8 @@ def record_approval(raw_config: Any, datastore: Any, rollout_id: str, batch: int
                     approved: bool, by: str = "", auto: bool = False) -> Dict[str, Any]:
     ctx = context(raw_config, datastore, rollout_id)
     state = ctx.state.batch(batch)
-    state["approval"] = {"approved": bool(approved), "by": by or ("auto" if auto else ""),
-                         "at": time.time(), "auto": auto}
+    state["approval"] = {"approved": bool(approved), "response": bool(approved),
+                         "by": by or ("auto" if auto else ""), "at": time.time(), "auto": auto}
     ctx.state.save_batch(batch, state)
     if not approved:
         ctx.state.halt(f"batch {batch + 1} rejected by {by or 'approver'}", by)
@@ -191,7 +192,7 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, reason: str = "abort
 
 def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dict[str, Any]:
     ctx = context(raw_config, datastore, rollout_id)
-    meta = ctx.state.update_meta(status=status, finished_at=time.time())
+    meta = ctx.state.update_meta(status=status, finished=time.time())
     states = ctx.state.hosts()
     counts: Dict[str, int] = {}
     for st in states.values():

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""make bench-lab: the lab's costs.
+
+- VM backend (bench_lab_vm.py): time to bring up N VMs, Redfish-free power cycle until SSH.
+- One Redfish reset of a lab VM until SSH answers (BMC simulator -> QEMU restart -> sshd).
+- Ansible time per task (health playbook) on VMs and on sim hosts.
+- sim backend with 2,000 hosts: time to bring up and the daemon's memory (RSS).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
+sys.path.insert(0, ROOT)
+
+import yaml  # noqa: E402
+
+from fleet_lab import lab  # noqa: E402
+from fleet_rollout.hostside.operations import HostSide  # noqa: E402
+from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession  # noqa: E402
+from fleet_rollout.redfish.discovery import discover  # noqa: E402
+from fleet_rollout.redfish.power import reset  # noqa: E402
+
+
+def _rss_mb(pid: int) -> float:
+    total = 0
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            total = int(line.split()[1])
+    return round(total / 1024, 1)
+
+
+def sim_scale(hosts: int) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory() as state:
+        inventory = os.path.join(state, "inventory.yml")
+        started = time.monotonic()
+        lab.up(lab.LabConfig(hosts=hosts, backend="sim", vendors=["generic", "dell-idrac8"]),
+               state, inventory, progress=lambda _m: None, timeout=1800)
+        up = time.monotonic() - started
+        pid = lab.daemon_pid(state)
+        rss = _rss_mb(pid) if pid else None
+        side = HostSide(inventory, forks=20)
+        sample = [f"lab-{i + 1:03d}" for i in range(min(hosts, 50))]
+        t0 = time.monotonic()
+        results = side.health(sample)
+        ansible = time.monotonic() - t0
+        lab.down(state, progress=lambda _m: None)
+    return {"hosts": hosts, "up_seconds": round(up, 1), "daemon_rss_mb": rss,
+            "ansible_health_hosts": len(sample),
+            "ansible_health_seconds": round(ansible, 2),
+            "ansible_ok": sum(1 for r in results.values() if r.ok)}
+
+
+def vm_reset(hosts: int) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory() as state:
+        inventory = os.path.join(state, "inventory.yml")
+        started = time.monotonic()
+        manifest = lab.up(lab.LabConfig(hosts=hosts, backend="vm", vendors=["generic"]),
+                          state, inventory, progress=lambda _m: None, timeout=1800)
+        up = time.monotonic() - started
+        try:
+            config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
+            host = manifest["hosts"][0]
+            side = HostSide(inventory)
+            t0 = time.monotonic()
+            side.health([host["name"]])
+            per_task = time.monotonic() - t0
+            ep = BmcEndpoint(host["name"], host["bmc_url"], "admin",
+                             config["credentials"]["lab"]["password"],
+                             ca_bundle=config["ca_bundle"])
+            t0 = time.monotonic()
+            with RedfishSession(ep) as session:
+                ctx = discover(session)
+                reset(session, ctx, graceful_timeout=60, poll=0.5)
+            boot_before = None
+            while True:
+                entry = side.health([host["name"]])[host["name"]]
+                if entry.ok and entry.result["uptime_s"] < time.monotonic() - t0 + 5:
+                    break
+                boot_before = entry.error
+                if time.monotonic() - t0 > 300:
+                    raise RuntimeError(f"VM not back: {boot_before}")
+                time.sleep(1)
+            reset_to_ssh = time.monotonic() - t0
+        finally:
+            lab.down(state, progress=lambda _m: None)
+    return {"vms": hosts, "up_seconds": round(up, 1),
+            "redfish_reset_to_ssh_seconds": round(reset_to_ssh, 1),
+            "ansible_seconds_per_task": round(per_task, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sim-hosts", type=int, default=2000)
+    parser.add_argument("--vms", type=int, default=3)
+    parser.add_argument("--skip-vm", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out: Dict[str, Any] = {}
+    if not args.skip_vm:
+        out["vm"] = vm_reset(args.vms)
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_lab_vm.py"),
+                               "--json", "--sizes", "1,3,6"], capture_output=True, text=True)
+        try:
+            out["vm_boot"] = json.loads(proc.stdout)
+        except ValueError:
+            out["vm_boot"] = {"error": proc.stderr[-500:]}
+    out["sim"] = sim_scale(args.sim_hosts)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    rows: List[str] = []
+    if "vm" in out:
+        v = out["vm"]
+        rows.append(f"VM lab: {v['vms']} VMs up in {v['up_seconds']} s (lab up, incl. BMCs)")
+        rows.append(f"  one Redfish reset until the guest's SSH answers: "
+                    f"{v['redfish_reset_to_ssh_seconds']} s")
+        rows.append(f"  Ansible, one task (health) on one VM: {v['ansible_seconds_per_task']} s")
+        rows.append(f"  VM boot bench: {json.dumps(out.get('vm_boot'))[:400]}")
+    s = out["sim"]
+    rows.append(f"sim lab: {s['hosts']} hosts up in {s['up_seconds']} s, daemon RSS "
+                f"{s['daemon_rss_mb']} MB")
+    rows.append(f"  Ansible health on {s['ansible_health_hosts']} sim hosts: "
+                f"{s['ansible_health_seconds']} s ({s['ansible_ok']} ok)")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
