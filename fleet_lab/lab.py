@@ -243,7 +243,14 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "ansible_private_key": manifest.get("ssh_key") or "",
     }
     path = paths(state_dir)["pack_config"]
-    _write_private(path, "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc))
+    text = "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc)
+    _write_private(path, text)
+    try:  # the embedded runtime reads pack configs from its home, like /opt/stackstorm/configs
+        from fleet_runtime.home import RuntimeHome
+
+        _write_private(str(RuntimeHome().pack_config_path("fleet_rollout")), text)
+    except Exception as err:  # a lab without the runtime still works
+        print(f"note: pack config not written to the runtime home: {err}")
     return path
 
 
