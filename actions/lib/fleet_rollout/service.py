@@ -9,7 +9,6 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from fleet_rollout import gate
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.operations import HostSide
@@ -75,7 +74,14 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
             "control": plan["control"], "table": render_plan(plan), "route": config.chat_route}
 
 
+def _gate() -> Any:
+    from fleet_rollout import gate  # scipy is slow to import: only the actions that judge pay
+
+    return gate
+
+
 def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+    gate = _gate()
     ctx = context(raw_config, datastore, rollout_id)
     plan = ctx.plan
     hosts = gate.batch_hosts(ctx, batch)
@@ -136,10 +142,11 @@ def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
 
 def collect_counters(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
                      label: str) -> Dict[str, Any]:
-    return gate.collect(context(raw_config, datastore, rollout_id), batch, label)
+    return _gate().collect(context(raw_config, datastore, rollout_id), batch, label)
 
 
 def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+    gate = _gate()
     ctx = context(raw_config, datastore, rollout_id)
     summary = batch_summary(ctx, gate.batch_hosts(ctx, batch))
     budget = ctx.profile["failure_budget"]
