@@ -108,6 +108,11 @@ def test_ceiling_ignores_hosts_that_were_that_bad_before() -> None:
     doc["hosts"]["c1"]["post"] = {"drops": 40000, "packets": 1_000_000}
     assert run(doc).reason != "ceiling"
     doc["hosts"]["c1"]["post"] = {"drops": 60000, "packets": 1_000_000}
+    assert run(doc).reason != "ceiling"  # already above the ceiling: only a doubling counts
+    doc["hosts"]["c1"]["post"] = {"drops": 110000, "packets": 1_000_000}
+    assert run(doc).reason == "ceiling"
+    doc["hosts"]["c1"]["pre"] = {"drops": 500, "packets": 1_000_000}  # was fine before
+    doc["hosts"]["c1"]["post"] = {"drops": 12000, "packets": 1_000_000}
     assert run(doc).reason == "ceiling"
     # a control host above the ceiling is not the change's doing
     doc = fleet(1.0)

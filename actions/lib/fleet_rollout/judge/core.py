@@ -120,6 +120,9 @@ def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResul
             continue
         if host.rate_pre is not None and host.rate_post <= host.rate_pre:
             continue  # it was this bad before the change: not the change's doing
+        if host.rate_pre is not None and host.rate_pre > policy.max_drop_rate and (
+                host.rate_post <= 2.0 * host.rate_pre):
+            continue  # above the ceiling already before: only a doubling is the change's doing
         breaches.append(host)
     return sorted(breaches, key=lambda h: -(h.rate_post or 0.0))
 

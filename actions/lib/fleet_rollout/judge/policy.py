@@ -13,7 +13,7 @@ A policy file is YAML; every key is optional::
     max_low_traffic_share: 0.34  # hosts of a group below min_packets
     max_traffic_shift: 1.5    # canary vs control change of traffic (ratio of medians), either way
     max_drop_rate: 0.01       # per canary host, post window: above it (and above its own pre
-                              # rate) FAILS at once
+                              # rate; twice it if pre was above the ceiling) FAILS at once
     metric: {...}             # the drop metric (fleet_rollout.counters.metric), default if absent
 
 In a profile the same keys go under ``canary:``; :func:`policy_from_dict` takes either mapping.

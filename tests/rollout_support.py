@@ -1,0 +1,118 @@
+"""Helpers for the rollout tests: a sim lab, a runtime home, the CLI, the simulator's state."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import requests
+import yaml
+
+from fleet_lab import lab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SimLab:
+    def __init__(self, tmp: str, hosts: int, vendors: Optional[List[str]] = None) -> None:
+        self.tmp = tmp
+        self.home = os.path.join(tmp, "home")
+        self.state = os.path.join(tmp, "lab")
+        self.inventory = os.path.join(tmp, "inventory.yml")
+        self.env = dict(os.environ, FLEET_ROLLOUT_HOME=self.home, FLEET_ROLLOUT_USER="alice")
+        os.environ["FLEET_ROLLOUT_HOME"] = self.home  # lab.up copies the pack config there
+        self.manifest = lab.up(lab.LabConfig(hosts=hosts, backend="sim",
+                                             vendors=vendors or ["generic"],
+                                             reboot_seconds=0.5, hosts_per_rack=4),
+                               self.state, self.inventory, progress=lambda _m: None)
+        self.config = yaml.safe_load(open(lab.paths(self.state)["pack_config"]))
+
+    def down(self) -> None:
+        lab.down(self.state, progress=lambda _m: None)
+
+    # ------------------------------------------------------------------ CLI
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+    def run(self, action: str, **params: Any) -> Dict[str, Any]:
+        args = [f"{k}={v}" for k, v in params.items()]
+        out = self.cli("run", action, *args, "--json")
+        assert out.stdout.strip().startswith("{"), out.stderr[-3000:] + out.stdout[-3000:]
+        return json.loads(out.stdout)
+
+    def profile(self, name: str, **overrides: Any) -> str:
+        """A copy of a shipped profile with short windows and the given overrides."""
+        data = yaml.safe_load(open(os.path.join(ROOT, "profiles", f"{name}.yaml")))
+        data.setdefault("canary", {}).update({"window_seconds": 6, "soak_seconds": 1})
+        data.setdefault("probe", {})["budget_ms"] = 300
+        data.setdefault("redfish", {}).update({"graceful_timeout": 20, "poll": 0.3,
+                                               "boot_timeout": 60})
+        for key, value in overrides.items():
+            if isinstance(value, dict):
+                data.setdefault(key, {}).update(value)
+            else:
+                data[key] = value
+        path = os.path.join(self.tmp, f"{name}-{len(os.listdir(self.tmp))}.yaml")
+        with open(path, "w") as handle:
+            yaml.safe_dump(data, handle)
+        return path
+
+    # ------------------------------------------------------------------ servers
+    def host_names(self) -> List[str]:
+        return [h["name"] for h in self.manifest["hosts"]]
+
+    def bmc(self, host: str) -> Dict[str, Any]:
+        entry = next(h for h in self.manifest["hosts"] if h["name"] == host)
+        return requests.get(f"{entry['bmc_url']}/_sim/state", verify=self.manifest["ca"],
+                            timeout=10).json()
+
+    def fault(self, host: str, **faults: Any) -> None:
+        entry = next(h for h in self.manifest["hosts"] if h["name"] == host)
+        requests.post(f"{entry['bmc_url']}/_sim/faults", json=faults,
+                      verify=self.manifest["ca"], timeout=10).raise_for_status()
+
+    def sysroot(self, host: str) -> str:
+        return os.path.join(self.state, "hosts", host)
+
+    def read(self, host: str, rel: str) -> str:
+        try:
+            with open(os.path.join(self.sysroot(host), rel)) as handle:
+                return handle.read().strip()
+        except OSError:
+            return ""
+
+    def drained(self, host: str) -> bool:
+        return os.path.exists(os.path.join(self.sysroot(host), "etc/fleet/maintenance"))
+
+    def nodes(self, host: str) -> int:
+        base = os.path.join(self.sysroot(host), "sys/devices/system/node")
+        return len([n for n in os.listdir(base) if n.startswith("node")])
+
+    def wait_idle(self, timeout: float = 30) -> None:
+        """Until no BMC is mid-reboot (POST done is not OS up)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if all(not self.bmc(h)["rebooting"] for h in self.host_names()):
+                return
+            time.sleep(0.2)
+
+    def kv(self, rollout_id: str, key: str) -> Any:
+        out = self.cli("key", "get", f"fleet_rollout.{rollout_id}.{key}", "--json")
+        if out.returncode != 0:
+            return None
+        doc = json.loads(out.stdout)
+        value = doc.get("value") if isinstance(doc, dict) else doc
+        return json.loads(value) if isinstance(value, str) else value
+
+
+def output(execution: Dict[str, Any]) -> Dict[str, Any]:
+    result = execution.get("result") or {}
+    return result.get("output") or result.get("result") or {}
+
+
+def error_text(execution: Dict[str, Any]) -> str:
+    return json.dumps(execution.get("result"))

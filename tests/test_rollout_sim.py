@@ -1,0 +1,232 @@
+"""The staged rollout through the embedded runtime (the pack's own workflows and actions, the real
+Orquesta conductor) against a lab of `sim` hosts: real HTTPS to the simulated BMCs, real Ansible
+(local connection with a sysroot), the real probe (sysroot model) and counter collector."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from rollout_support import ROOT, SimLab, error_text, output
+
+EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
+HOME = {"snoop_mode": "home", "node_interleaving": "disabled"}
+
+
+@pytest.fixture()
+def small_lab(tmp_path):
+    sim = SimLab(str(tmp_path), 6)
+    yield sim
+    sim.down()
+
+
+def _assert_untouched(sim, hosts):
+    for host in hosts:
+        doc = sim.bmc(host)
+        assert doc["logical"] == EARLY, host
+        assert doc["pending"] == {} and doc["resets"] == [], host
+        assert not sim.drained(host), host
+        assert sim.read(host, "proc/sys/net/core/rmem_max") == "212992", host
+
+
+def test_pack_metadata_is_valid_for_stackstorm(small_lab):
+    out = small_lab.cli("pack", "validate")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "fleet_rollout:" in out.stdout and "OK" in out.stdout
+
+
+def test_plan_is_a_dry_run(small_lab):
+    sim = small_lab
+    execution = sim.run("fleet_rollout.plan", profile=sim.profile("home-snoop"), targets="all")
+    assert execution["status"] == "succeeded", error_text(execution)
+    result = output(execution)
+    assert result["targets"] == 6 and result["batches"] >= 2
+    assert len(result["control"]) >= 2
+    assert "canary batch" in result["table"]
+    for host in sim.host_names():
+        counters = sim.bmc(host)["counters"]
+        assert counters.get("PATCH", 0) == 0 and counters.get("POST", 0) == 0, host
+    plan = sim.kv(result["rollout_id"], "plan")
+    assert sorted(h for b in plan["batches"] for h in b["hosts"]) == sim.host_names()
+
+
+def test_bad_inputs_fail_before_any_host_is_touched(small_lab, tmp_path):
+    sim = small_lab
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbios:\n  snoop_mode: home\nbatches:\n  canary_sise: 2\n")
+    execution = sim.run("fleet_rollout.rollout", profile=str(bad))
+    assert execution["status"] == "failed"
+    assert "bad.yaml" in error_text(execution) and "batches.canary_sise" in error_text(execution)
+
+    execution = sim.run("fleet_rollout.rollout", profile=sim.profile("home-snoop"),
+                        targets="no-such-host")
+    assert execution["status"] == "failed" and "no host matches" in error_text(execution)
+
+    sim.fault("lab-003", unreachable_s=120)
+    execution = sim.run("fleet_rollout.rollout", profile=sim.profile("home-snoop"))
+    assert execution["status"] == "failed"
+    assert "lab-003" in error_text(execution) and "nothing was changed" in error_text(execution)
+    sim.fault("lab-003", unreachable_s=0.01)
+    time.sleep(0.1)
+
+    execution = sim.run("fleet_rollout.rollout", profile=sim.profile("interleave-on"),
+                        inventory="/nonexistent/inventory.yml")
+    assert execution["status"] == "failed" and "/nonexistent/inventory.yml" in error_text(
+        execution)
+    _assert_untouched(sim, sim.host_names())
+
+
+def test_approval_rejected_stops_and_changes_nothing(small_lab):
+    sim = small_lab
+    profile = sim.profile("home-snoop", approval={"required": True,
+                                                  "auto_approve_canary": False})
+    execution = sim.run("fleet_rollout.rollout", profile=profile)
+    assert execution["status"] == "paused", error_text(execution)
+    inquiries = json.loads(sim.cli("inquiry", "list", "--json").stdout)
+    assert len(inquiries) == 1
+    inquiry = inquiries[0]["id"]
+    answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"approved": false, "by": "bob"}',
+                     "--json")
+    assert answer.returncode == 0, answer.stderr
+    final = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
+    assert final["status"] in ("succeeded", "failed"), final["status"]
+    assert output(final)["status"] == "rejected"
+    chat = open(os.path.join(sim.home, "chat.jsonl")).read()
+    assert "Approval needed" in chat and "rejected" in chat
+    _assert_untouched(sim, sim.host_names())
+
+
+def test_canary_failure_rolls_every_changed_host_back(small_lab):
+    sim = small_lab
+    profile = sim.profile("lab-bad", batches={"canary_size": 2, "max_unavailable_per_rack": 2},
+                          kernel={"sysctl": {"net.core.rmem_max": 16777216}})
+    execution = sim.run("fleet_rollout.rollout", profile=profile)
+    assert execution["status"] == "failed", error_text(execution)
+    result = output(execution)
+    assert result.get("status") == "rolled_back", result
+    rollout_id = result["rollout_id"]
+    batch0 = sim.kv(rollout_id, "batch.0")
+    assert batch0["verdict"]["verdict"] == "FAIL"
+    sim.wait_idle()
+    hosts = sim.kv(rollout_id, "plan")["batches"][0]["hosts"]
+    for host in hosts:
+        doc = sim.bmc(host)
+        assert doc["logical"] == EARLY and doc["current"]["LabReceiveSlowdown"] == "Disabled"
+        assert not sim.drained(host)
+        assert sim.read(host, "proc/sys/net/core/rmem_max") == "212992"
+        assert sim.nodes(host) == 2
+        state = sim.kv(rollout_id, f"host.{host}")
+        assert state["status"] == "restored"
+    untouched = [h for h in sim.host_names() if h not in hosts]
+    _assert_untouched(sim, untouched)
+    chat = open(os.path.join(sim.home, "chat.jsonl")).read()
+    assert "FAIL" in chat and "rolled_back" in chat
+    audit = os.path.join(sim.state, "rollouts", rollout_id, "audit.jsonl")
+    actions = [json.loads(line)["action"] for line in open(audit)]
+    assert "change" in actions and "restore" in actions
+    assert os.path.exists(os.path.join(sim.state, "rollouts", rollout_id, "report.html"))
+
+
+def test_host_failure_within_budget_is_restored_and_the_rollout_goes_on(small_lab):
+    sim = small_lab
+    sim.fault("lab-001", settings_not_applied=True)
+    profile = sim.profile("interleave-on", failure_budget={"per_batch": 1},
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 4},
+                          approval={"required": False})
+    execution = sim.run("fleet_rollout.rollout", profile=profile, targets="lab-001:lab-002")
+    result = output(execution)
+    assert result.get("status") == "completed", error_text(execution)
+    state = sim.kv(result["rollout_id"], "host.lab-001")
+    assert state["status"] == "restored" and state["error"]["step"] == "wait"
+    assert "settings not in effect after reset" in state["error"]["message"]
+    assert sim.bmc("lab-001")["logical"]["node_interleaving"] == "disabled"
+    assert not sim.drained("lab-001")
+    sim.wait_idle()
+    assert sim.bmc("lab-002")["logical"]["node_interleaving"] == "enabled"
+    assert sim.nodes("lab-002") == 1
+
+
+def test_host_failure_over_budget_halts_and_rolls_back(small_lab):
+    sim = small_lab
+    sim.fault("lab-002", settings_not_applied=True)
+    profile = sim.profile("interleave-on", failure_budget={"per_batch": 0},
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 4},
+                          approval={"required": False})
+    execution = sim.run("fleet_rollout.rollout", profile=profile)
+    result = output(execution)
+    assert result.get("status") == "rolled_back", error_text(execution)
+    rollout_id = result["rollout_id"]
+    assert sim.kv(rollout_id, "batch.0")["verdict"]["reason"] == "failure_budget"
+    assert sim.kv(rollout_id, "halt") is not None
+    sim.wait_idle()
+    for host in sim.host_names():
+        assert sim.bmc(host)["logical"]["node_interleaving"] == "disabled", host
+        assert not sim.drained(host), host
+    later = sim.kv(rollout_id, "plan")["batches"][1]["hosts"]
+    _assert_untouched(sim, later)
+
+
+def test_runtime_killed_mid_rollout_resumes_without_double_changes(small_lab):
+    sim = small_lab
+    profile = sim.profile("home-snoop", approval={"required": False},
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 4, "parallel": 4})
+    proc = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run",
+                             "fleet_rollout.rollout", f"profile={profile}", "--json"],
+                            env=sim.env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill while the canary hosts are being changed
+        if any(sim.bmc(h)["resets"] for h in sim.host_names()):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    executions = json.loads(sim.cli("execution", "list", "--json").stdout)
+    rollout = [e for e in executions if e["action"] == "fleet_rollout.rollout"][-1]
+    resumed = sim.cli("execution", "resume", rollout["id"], "--json", timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    final = json.loads(sim.cli("execution", "get", rollout["id"], "--json").stdout)
+    result = output(final)
+    assert result.get("status") in ("completed", "rolled_back"), error_text(final)
+    sim.wait_idle()
+    for host in sim.host_names():
+        doc = sim.bmc(host)
+        assert len(doc["resets"]) <= 2, (host, doc["resets"])  # change (+ restore), never twice
+        assert not sim.drained(host), host
+        if result["status"] == "completed":
+            assert doc["logical"] == HOME, host
+
+
+def test_happy_path_20_hosts_in_4_batches(tmp_path):
+    sim = SimLab(str(tmp_path), 20)
+    try:
+        profile = sim.profile("home-snoop", approval={"required": False},
+                              batches={"canary_size": 3, "growth": 2, "max_batch": 8,
+                                       "max_unavailable_per_site": 8,
+                                       "max_unavailable_per_rack": 4, "parallel": 8})
+        execution = sim.run("fleet_rollout.rollout", profile=profile)
+        result = output(execution)
+        assert execution["status"] == "succeeded", error_text(execution)
+        assert result["status"] == "completed" and result["batches"] == 4
+        rollout_id = result["rollout_id"]
+        sim.wait_idle()
+        for host in sim.host_names():
+            assert sim.bmc(host)["logical"] == HOME, host
+            assert sim.read(host, "proc/sys/net/core/rmem_max") == "16777216", host
+            assert not sim.drained(host), host
+            assert sim.kv(rollout_id, f"host.{host}")["status"] == "done"
+        verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
+        assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
+        status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
+        assert "PASS" in output(status)["table"]
+        report = os.path.join(sim.state, "rollouts", rollout_id, "report.html")
+        assert os.path.getsize(report) > 10000
+    finally:
+        sim.down()
