@@ -189,7 +189,7 @@ def test_runtime_killed_mid_rollout_resumes_without_double_changes(small_lab):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     executions = json.loads(sim.cli("execution", "list", "--json").stdout)
-    rollout = [e for e in executions if e["action"] == "fleet_rollout.rollout"][-1]
+    rollout = [e for e in executions if e["action"]["ref"] == "fleet_rollout.rollout"][-1]
     resumed = sim.cli("execution", "resume", rollout["id"], "--json", timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     final = json.loads(sim.cli("execution", "get", rollout["id"], "--json").stdout)
