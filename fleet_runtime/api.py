@@ -1,0 +1,133 @@
+"""A minimal local stand-in for the st2 API that actions call (127.0.0.1 only).
+
+st2 gives every action execution `ST2_ACTION_API_URL` and a short-lived `ST2_ACTION_AUTH_TOKEN`;
+actions use them e.g. to answer an inquiry from chat. The engine serves the same endpoints on
+an ephemeral loopback port, with one token per running execution (acting as its user):
+
+    GET  /api/v1/inquiries            pending inquiries  [{id, route, ttl, users, roles, schema}]
+    GET  /api/v1/inquiries/<id>       one pending inquiry
+    PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
+    GET  /api/v1/executions/<id>      an execution (secrets masked)
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Optional, Tuple
+
+from fleet_runtime.errors import InquiryError, NotFoundError, RuntimeErrorBase
+
+
+class LocalApi:
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.tokens: Dict[str, str] = {}
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: Any) -> None:
+                data = json.dumps(body, default=str).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self, method: str) -> None:
+                user = api.user_for(self.headers.get("X-Auth-Token"))
+                if user is None:
+                    self._send(401, {"faultstring": "Unauthorized - invalid or missing token"})
+                    return
+                body = None
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    try:
+                        body = json.loads(self.rfile.read(length))
+                    except ValueError:
+                        self._send(400, {"faultstring": "request body is not JSON"})
+                        return
+                code, payload = api.dispatch(method, self.path, body, user)
+                self._send(code, payload)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_PUT(self) -> None:
+                self._handle("PUT")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="local-st2-api")
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/api/v1"
+
+    def issue_token(self, user: str) -> str:
+        token = secrets.token_hex(16)
+        with self._lock:
+            self.tokens[token] = user
+        return token
+
+    def revoke(self, token: Optional[str]) -> None:
+        with self._lock:
+            self.tokens.pop(token or "", None)
+
+    def user_for(self, token: Optional[str]) -> Optional[str]:
+        with self._lock:
+            return self.tokens.get(token or "")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # ------------------------------------------------------------------ endpoints
+    def dispatch(self, method: str, path: str, body: Any, user: str) -> Tuple[int, Any]:
+        parts = [p for p in path.split("?")[0].split("/") if p]
+        if parts[:2] != ["api", "v1"]:
+            return 404, {"faultstring": f"unknown path {path}"}
+        parts = parts[2:]
+        try:
+            if parts == ["inquiries"] and method == "GET":
+                rows = self.runtime.store.find_executions(
+                    "runner='inquirer' AND status='pending'")
+                return 200, [_inquiry(r) for r in rows]
+            if len(parts) == 2 and parts[0] == "inquiries":
+                record = self.runtime.inquiry(parts[1])
+                if method == "GET":
+                    if record["status"] != "pending":
+                        return 400, {"faultstring": f'Inquiry "{record["id"]}" is'
+                                                    f' {record["status"]}.'}
+                    return 200, _inquiry(record)
+                if method == "PUT":
+                    response = (body or {}).get("response")
+                    result = self.runtime.respond(record["id"], response, requester=user)
+                    return 200, {"id": result["id"], "response": result["response"]}
+            if len(parts) == 2 and parts[0] == "executions" and method == "GET":
+                from fleet_runtime import render
+
+                record = self.runtime._execution(parts[1])
+                return 200, render.public(self.runtime.registry, record)
+        except NotFoundError as e:
+            return 404, {"faultstring": str(e)}
+        except InquiryError as e:
+            code = 403 if "not authorized" in str(e) else 400
+            return code, {"faultstring": str(e)}
+        except RuntimeErrorBase as e:
+            return 400, {"faultstring": str(e)}
+        return 404, {"faultstring": f"{method} {path} is not supported by the local API"}
+
+
+def _inquiry(record: Dict[str, Any]) -> Dict[str, Any]:
+    result = record.get("result") or {}
+    return {"id": record["id"], "route": result.get("route", ""), "ttl": result.get("ttl"),
+            "users": result.get("users") or [], "roles": result.get("roles") or [],
+            "schema": result.get("schema")}

@@ -1,0 +1,143 @@
+"""`fleet-rollout chat "<message>"`: ChatOps through the pack's action aliases.
+
+Matches the message against every enabled alias format like st2's alias execution API (named
+parameters, `{{name=default}}`, trailing key=value pairs, immutable parameters, ambiguity),
+runs the action, and prints (and posts to the local chat transcript) the alias's ack and result
+messages, as the chat bot would.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+from fleet_runtime import aliases, client, params, render, runners, templating
+from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
+
+DEFAULT_RESULT_TEMPLATE = """Action {{ execution.action.ref }} completed.
+status : {{ execution.status }}
+execution: {{ execution.id }}
+{% if execution.result is mapping %}{% for key, value in execution.result.items() %}
+{% if key in ['result', 'stdout', 'stderr', 'exit_code', 'return_code', 'output', 'errors']
+   and value not in [none, ''] %}{{ key }} : {{ value | to_json_string if value is not string
+   else value }}
+{% endif %}{% endfor %}{% endif %}"""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "chat",
+        help='ChatOps: run an action alias, e.g. fleet-rollout chat "rollout web to batch1"',
+    )
+    parser.add_argument("message", nargs="?", help="the chat message (command)")
+    parser.add_argument("--user", default=None,
+                        help="chat user who sends the message (default: the runtime user)")
+    parser.add_argument("--channel", default="chatops", help="chat channel (default chatops)")
+    parser.add_argument("--transcript", action="store_true",
+                        help="print the local chat transcript and exit")
+    parser.add_argument("--no-wait", action="store_true", help="print the ack only")
+    client.add_common_options(parser)
+    parser.set_defaults(func=main)
+
+
+def _post(transcript: Path, channel: str, user: str, message: str) -> None:
+    runners.post_message(transcript, None, {"channel": channel, "user": user,
+                                            "message": message}, "chatops")
+
+
+def alias_view(alias: Any) -> Dict[str, Any]:
+    return {"name": alias.name, "ref": alias.ref, "pack": alias.pack,
+            "action_ref": alias.action_ref, "formats": alias.formats, "ack": alias.ack,
+            "result": alias.result, "extra": alias.extra}
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.transcript:
+            home = client.RuntimeHome(args.home)
+            if home.transcript_path.exists():
+                for line in home.transcript_path.read_text().splitlines():
+                    entry = json.loads(line)
+                    who = entry.get("user") or "bot"
+                    print(f"[{render.ts(entry['ts'])}] #{entry['channel']} {who}:"
+                          f" {entry['message']}")
+            return 0
+        if not args.message:
+            print("ERROR: a message is required", file=sys.stderr)
+            return 2
+        with client.Session(args) as session:
+            return _run(session, args)
+    except (AliasError, ParameterError) as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 1
+    except RuntimeErrorBase as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(session: client.Session, args: argparse.Namespace) -> int:
+    rt = session.rt
+    command = args.message.strip()
+    chat_user = args.user or rt.user
+    transcript = rt.home.transcript_path
+    _post(transcript, args.channel, chat_user, command)
+    pattern = aliases.get_matching_alias(command, rt.registry.aliases)
+    alias = pattern["alias"]
+    extracted = aliases.extract_parameters(pattern["representation"], command,
+                                           match_multiple=pattern["match_multiple"])
+    runs = extracted if isinstance(extracted, list) else [extracted]
+    context = {"action_alias_ref": {"id": alias.ref, "name": alias.name, "ref": alias.ref},
+               "api_user": chat_user, "user": rt.user, "source_channel": args.channel}
+    if alias.immutable_parameters:
+        kv = {"st2kv": templating.kv_context(chat_user)}
+        kv.update(context)
+        rendered = templating.render_values(alias.immutable_parameters, kv) or {}
+        for run_params in runs:
+            overridden = [p for p in alias.immutable_parameters if p in run_params]
+            if overridden:
+                raise ParameterError("Immutable arguments cannot be overriden: "
+                                     + ",".join(overridden))
+            run_params.update(rendered)
+    action = rt.registry.action(alias.action_ref)
+    notify = {"on-complete": {"routes": [args.channel],
+                              "data": {"user": chat_user, "source_channel": args.channel}}}
+    status = 0
+    for run_params in runs:
+        run_params = {k: v for k, v in run_params.items() if v is not None}
+        run_params = params.cast_params(action, run_params,
+                                        overrides={"array": params.cast_array_from_alias})
+        response = session.submit("run", {"action": action.ref, "parameters": run_params,
+                                          "context": context, "notify": notify})
+        ex_id = response["id"]
+        record = rt.store.get_execution(ex_id)
+        view = {"execution": render.public(rt.registry, record), "actionalias": alias_view(alias)}
+        if alias.ack.get("enabled", True):
+            if alias.ack.get("format"):
+                try:
+                    ack = templating.render(alias.ack["format"], view)
+                except Exception as e:
+                    ack = f'Cannot render "format" in field "ack" for alias. {e}'
+            else:
+                ack = f"Running {action.ref} (execution {ex_id})."
+            print(ack)
+            _post(transcript, args.channel, "bot", ack)
+        if args.no_wait:
+            continue
+        final = session.wait(ex_id)
+        if alias.result.get("enabled", True):
+            view = {"execution": render.public(rt.registry, final), "alias": alias_view(alias),
+                    "six": None}
+            template = alias.result.get("format") or DEFAULT_RESULT_TEMPLATE
+            try:
+                message = templating.render(template, view, allow_undefined=True).strip()
+            except Exception as e:
+                message = f"Cannot render result format of alias {alias.ref}: {e}"
+            print(message)
+            _post(transcript, args.channel, "bot", message)
+        if final["status"] not in ("succeeded", "paused", "pending"):
+            status = 1
+        time.sleep(0)
+    return status

@@ -1,0 +1,35 @@
+"""`fleet-rollout engine`: run the runtime's engine in the foreground.
+
+Recovers what a killed runtime left unfinished, then processes work: executions started with
+`run -a`, requests from other `fleet-rollout` commands, delays, inquiry timeouts. By default it
+exits when nothing is in flight; `--forever` keeps serving (Ctrl-C stops it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fleet_runtime import client
+from fleet_runtime.errors import RuntimeErrorBase
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("engine", help="run the engine (recovery, async runs)")
+    parser.add_argument("--forever", action="store_true", help="keep serving until Ctrl-C")
+    client.add_common_options(parser, json_flag=False)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        with client.Session(args) as session:
+            if not session.engine:
+                pid = session.rt.engine_pid()
+                print(f"another engine (pid {pid}) is running for this home", file=sys.stderr)
+                return 1
+            session.rt.run(forever=args.forever)
+            return 0
+    except RuntimeErrorBase as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 2

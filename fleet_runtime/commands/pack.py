@@ -1,0 +1,111 @@
+"""`fleet-rollout pack validate|show|config`: the loaded packs, as st2 would register them."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List
+
+from fleet_runtime import client, render
+from fleet_runtime.errors import RuntimeErrorBase
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("pack", help="validate and show the loaded packs")
+    sub = parser.add_subparsers(dest="pack_command", metavar="COMMAND")
+    p = sub.add_parser("validate", help="load every pack and report the first error")
+    client.add_common_options(p)
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("show", help="actions, aliases, rules, policies and trigger types")
+    client.add_common_options(p)
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("config", help="a pack's effective config (secrets masked)")
+    p.add_argument("pack")
+    client.add_common_options(p)
+    p.set_defaults(func=cmd_config)
+    parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        rt = client.open_runtime(args)
+    except RuntimeErrorBase as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 2
+    reg = rt.registry
+    for ref, pack in sorted(reg.packs.items()):
+        where = pack.path or "built-in"
+        print(f"{ref}: {len(pack.actions)} actions, {len(pack.aliases)} aliases,"
+              f" {len(pack.rules)} rules, {len(pack.policies)} policies,"
+              f" {len(pack.trigger_types)} trigger types ({where})")
+    print("OK")
+    return 0
+
+
+def _summary(rt: Any) -> Dict[str, List[Dict[str, Any]]]:
+    reg = rt.registry
+    return {
+        "actions": [{"ref": a.ref, "runner": a.runner_type, "description": a.description}
+                    for a in sorted(reg.actions.values(), key=lambda a: a.ref)],
+        "aliases": [{"ref": a.ref, "action": a.action_ref, "formats": a.formats}
+                    for a in reg.aliases],
+        "rules": [{"ref": r.ref, "trigger": r.trigger_type, "action": r.action_ref,
+                   "enabled": r.enabled} for r in reg.rules],
+        "policies": [{"ref": p.ref, "type": p.policy_type, "resource": p.resource_ref,
+                      "parameters": p.parameters} for p in reg.policies],
+        "trigger_types": [{"ref": t.ref, "description": t.description}
+                          for t in reg.trigger_types.values()],
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        rt = client.open_runtime(args)
+    except RuntimeErrorBase as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 2
+    data = _summary(rt)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    print(render.table(["action", "runner", "description"],
+                       [[a["ref"], a["runner"], a["description"][:60]] for a in data["actions"]]))
+    print(render.table(["alias", "action", "formats"],
+                       [[a["ref"], a["action"], json.dumps(a["formats"])[:70]]
+                        for a in data["aliases"]]))
+    print(render.table(["rule", "trigger", "action", "enabled"],
+                       [[r["ref"], r["trigger"], r["action"], r["enabled"]]
+                        for r in data["rules"]]))
+    print(render.table(["policy", "type", "resource"],
+                       [[p["ref"], p["type"], p["resource"]] for p in data["policies"]]))
+    return 0
+
+
+def _is_secret(path: List[str], secrets: List[str]) -> bool:
+    for secret in secrets:
+        parts = secret.split(".")
+        if len(parts) == len(path) and all(p in ("*", q) for p, q in zip(parts, path)):
+            return True
+    return False
+
+
+def _mask(config: Any, secrets: List[str], path: Any = ()) -> Any:
+    if isinstance(config, dict):
+        return {
+            key: "********" if _is_secret([*path, key], secrets)
+            else _mask(value, secrets, (*path, key))
+            for key, value in config.items()
+        }
+    return config
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    try:
+        rt = client.open_runtime(args)
+        config = rt.pack_config(args.pack)
+    except RuntimeErrorBase as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 2
+    masked = _mask(config, rt._config_secrets.get(args.pack, []))
+    print(json.dumps(masked, indent=2) if args.json else render.dump_yaml(masked, indent=0))
+    return 0

@@ -1,0 +1,134 @@
+"""The runtime home directory: database, pack configs, chat transcript, crypto key, settings.
+
+Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
+
+    runtime.db            SQLite: executions, workflow state, events, datastore, inquiries
+    runtime.lock          held (flock) by the process that runs the engine
+    config.yaml           runtime settings: user, roles, chat_webhook_url, workers, packs
+    configs/<pack>.yaml   pack configs (like /opt/stackstorm/configs/<pack>.yaml)
+    chat.jsonl            the local chat transcript (chatops.post_message, alias replies)
+    crypto.key            key for datastore secrets (created on first use, mode 0600)
+"""
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from fleet_runtime.errors import MetadataError
+
+ENV_HOME = "FLEET_ROLLOUT_HOME"
+ENV_USER = "FLEET_ROLLOUT_USER"
+ENV_ROLES = "FLEET_ROLLOUT_ROLES"
+ENV_TIME_FACTOR = "FLEET_ROLLOUT_TIME_FACTOR"
+ENV_WEBHOOK = "FLEET_ROLLOUT_CHAT_WEBHOOK"
+ENV_PACKS = "FLEET_ROLLOUT_PACKS"
+
+_SETTINGS_KEYS = {
+    "user": str,
+    "roles": list,
+    "chat_webhook_url": str,
+    "workers": int,
+    "packs": list,
+    "time_factor": (int, float),
+    "system_user": str,
+}
+
+
+class RuntimeHome:
+    """Paths and settings of one runtime home."""
+
+    def __init__(self, path: Optional[str] = None) -> None:
+        raw = path or os.environ.get(ENV_HOME) or os.path.join("~", ".fleet-rollout")
+        self.path = Path(os.path.expanduser(raw)).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "configs").mkdir(exist_ok=True)
+        self.settings = self._load_settings()
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def db_path(self) -> Path:
+        return self.path / "runtime.db"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "runtime.lock"
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.path / "chat.jsonl"
+
+    @property
+    def key_path(self) -> Path:
+        return self.path / "crypto.key"
+
+    def pack_config_path(self, pack: str) -> Path:
+        return self.path / "configs" / f"{pack}.yaml"
+
+    # ------------------------------------------------------------------ settings
+    def _load_settings(self) -> Dict[str, Any]:
+        path = self.path / "config.yaml"
+        if not path.exists():
+            return {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise MetadataError(str(path), None, f"not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise MetadataError(str(path), None, "must be a mapping")
+        for key, value in data.items():
+            if key not in _SETTINGS_KEYS:
+                allowed = ", ".join(sorted(_SETTINGS_KEYS))
+                raise MetadataError(str(path), key, f"unknown setting (allowed: {allowed})")
+            if not isinstance(value, _SETTINGS_KEYS[key]):
+                raise MetadataError(str(path), key, f"wrong type {type(value).__name__}")
+        return data
+
+    @property
+    def user(self) -> str:
+        """The user this runtime acts as (st2's authenticated user)."""
+        return os.environ.get(ENV_USER) or self.settings.get("user") or _os_user()
+
+    @property
+    def system_user(self) -> str:
+        """st2's system user (rules and timers run as it); default `stanley` like st2."""
+        return self.settings.get("system_user") or "stanley"
+
+    @property
+    def roles(self) -> List[str]:
+        env = os.environ.get(ENV_ROLES)
+        if env is not None:
+            return [r.strip() for r in env.split(",") if r.strip()]
+        return [str(r) for r in self.settings.get("roles", [])]
+
+    @property
+    def time_factor(self) -> float:
+        """Multiplies every wait (task delay, retry delay, policy delay, inquiry ttl)."""
+        env = os.environ.get(ENV_TIME_FACTOR)
+        if env:
+            return float(env)
+        return float(self.settings.get("time_factor", 1.0))
+
+    @property
+    def webhook_url(self) -> Optional[str]:
+        return os.environ.get(ENV_WEBHOOK) or self.settings.get("chat_webhook_url") or None
+
+    @property
+    def workers(self) -> int:
+        return int(self.settings.get("workers", 16))
+
+    @property
+    def extra_packs(self) -> List[str]:
+        env = os.environ.get(ENV_PACKS)
+        packs = [p for p in env.split(os.pathsep) if p] if env else []
+        return packs + [str(p) for p in self.settings.get("packs", [])]
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "root"

@@ -1,0 +1,204 @@
+"""Subprocess entry point of the python-script runner (st2's python_action_wrapper).
+
+Reads one JSON document on stdin (pack, action file, config, parameters, user, datastore
+paths), loads the action's Action subclass, calls run(**parameters) and prints
+`<delimiter>{"result": ..., "status": ...}<delimiter>` on stdout like st2. Exceptions go to
+stderr with a non-zero exit code. `st2common` is the real package when importable, else the
+runtime's shim.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import traceback
+from typing import Any, Dict, List, Optional
+
+ACTION_OUTPUT_RESULT_DELIMITER = "%%%%%%%%%%%%%%%%%%%%"
+INVALID_STATUS_EXIT_CODE = 220
+SYSTEM_SCOPE = "system"
+
+
+class _KeyValuePair:
+    """What st2client returns from list_values(): objects with name/value attributes."""
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        self.name = data["name"]
+        self.value = data["value"]
+        self.secret = data.get("secret", False)
+        self.scope = data.get("scope")
+        self.expire_timestamp = data.get("expire_timestamp")
+
+    def __repr__(self) -> str:
+        return f"<KeyValuePair name={self.name}>"
+
+
+class ActionService:
+    """st2's ActionService: datastore access for the action (local keys are pack.Class:key)."""
+
+    def __init__(self, wrapper: PythonActionWrapper) -> None:
+        self._action_wrapper = wrapper
+        self._store: Any = None
+
+    @property
+    def datastore_service(self) -> Any:
+        if self._store is None:
+            from fleet_runtime.datastore import Datastore
+
+            self._store = Datastore(
+                self._action_wrapper.db_path, self._action_wrapper.key_path
+            )
+        return self._store
+
+    def _name(self, name: str, local: bool) -> str:
+        if local:
+            return f"{self._action_wrapper._pack}.{self._action_wrapper._class_name}:{name}"
+        return name
+
+    @staticmethod
+    def _check_scope(scope: str) -> None:
+        if scope != SYSTEM_SCOPE:
+            raise ValueError(f"Scope {scope} is unsupported.")
+
+    def get_user_info(self) -> Dict[str, Any]:
+        return {"username": self._action_wrapper._user, "authentication": {"method": "local"}}
+
+    def list_values(
+        self,
+        local: bool = True,
+        prefix: Optional[str] = None,
+        limit: Optional[int] = None,
+        offset: Optional[int] = 0,
+    ) -> List[_KeyValuePair]:
+        key_prefix = self._name(prefix or "", local) if local else (prefix or "")
+        items = [_KeyValuePair(d) for d in self.datastore_service.list(prefix=key_prefix)]
+        start = offset or 0
+        return items[start : start + limit] if limit else items[start:]
+
+    def get_value(
+        self, name: str, local: bool = True, scope: str = SYSTEM_SCOPE, decrypt: bool = False
+    ) -> Optional[str]:
+        self._check_scope(scope)
+        try:
+            return self.datastore_service.get(self._name(name, local), decrypt=decrypt)
+        except Exception:
+            return None
+
+    def set_value(
+        self,
+        name: str,
+        value: Any,
+        ttl: Optional[int] = None,
+        local: bool = True,
+        scope: str = SYSTEM_SCOPE,
+        encrypt: bool = False,
+    ) -> bool:
+        self._check_scope(scope)
+        self.datastore_service.set(self._name(name, local), str(value), secret=encrypt, ttl=ttl)
+        return True
+
+    def delete_value(self, name: str, local: bool = True, scope: str = SYSTEM_SCOPE) -> bool:
+        self._check_scope(scope)
+        try:
+            return bool(self.datastore_service.delete(self._name(name, local)))
+        except Exception:
+            return False
+
+
+class PythonActionWrapper:
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        self._pack = spec["pack"]
+        self._file_path = spec["file_path"]
+        self._config = spec.get("config") or {}
+        self._parameters = spec.get("parameters") or {}
+        self._user = spec.get("user")
+        self._log_level = spec.get("log_level") or "DEBUG"
+        self._class_name: Optional[str] = None
+        self.db_path = spec["db_path"]
+        self.key_path = spec["key_path"]
+
+    def _action_class(self, base: type) -> type:
+        module_name = "st2_action_" + os.path.splitext(os.path.basename(self._file_path))[0]
+        module_spec = importlib.util.spec_from_file_location(module_name, self._file_path)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError(f'Cannot load action module "{self._file_path}"')
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        module_spec.loader.exec_module(module)
+        classes = [
+            cls
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if issubclass(cls, base) and cls is not base and not inspect.isabstract(cls)
+        ]
+        local = [cls for cls in classes if cls.__module__ == module.__name__]
+        chosen = local or classes
+        if not chosen:
+            raise Exception(
+                f'File "{self._file_path}" has no action class or the file doesn\'t exist.'
+            )
+        return chosen[0]
+
+    def run(self) -> None:
+        from st2common.runners.base_action import Action
+
+        action_cls = self._action_class(Action)
+        self._class_name = action_cls.__name__
+        action = action_cls(config=self._config, action_service=ActionService(self))
+        output = action.run(**self._parameters)
+        if isinstance(output, tuple) and len(output) == 2:
+            status, result = output
+        else:
+            status, result = None, output
+        if status is not None and not isinstance(status, bool):
+            sys.stderr.write(
+                "Status returned from the action run() method must either be True or False,"
+                f" got: {status}\n"
+            )
+            sys.exit(INVALID_STATUS_EXIT_CODE)
+        payload = {"result": result, "status": status}
+        try:
+            text = json.dumps(payload)
+        except (TypeError, ValueError):
+            payload["result"] = str(result)
+            text = json.dumps(payload)
+        delimiter = ACTION_OUTPUT_RESULT_DELIMITER
+        sys.stdout.write(delimiter + text + "\n" + delimiter)
+        sys.stdout.flush()
+
+
+def _setup_paths(spec: Dict[str, Any]) -> None:
+    for path in reversed(spec.get("sys_path") or []):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    try:
+        import st2common.runners.base_action  # noqa: F401
+    except ImportError:
+        shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "st2shim")
+        sys.path.insert(0, shim)
+        for name in [m for m in sys.modules if m == "st2common" or m.startswith("st2common.")]:
+            del sys.modules[name]
+
+
+def main() -> int:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:
+        pass
+    spec = json.loads(sys.stdin.readline())
+    _setup_paths(spec)
+    try:
+        PythonActionWrapper(spec).run()
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

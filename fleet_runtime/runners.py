@@ -1,0 +1,330 @@
+"""Runners that execute an action outside the engine thread (subprocesses, chat posts).
+
+Each returns `(status, result)` with st2's result shapes:
+- python-script: {"stdout", "stderr", "exit_code", "result"} (+ "error" on timeout);
+- local-shell-cmd / local-shell-script: {"stdout", "stderr", "return_code", "succeeded",
+  "failed"} (+ "error" on timeout);
+- announcement (chatops.post_message): the posted message.
+Subprocesses run in their own process group and die with the runtime (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlparse
+
+from fleet_runtime.python_wrapper import ACTION_OUTPUT_RESULT_DELIMITER, INVALID_STATUS_EXIT_CODE
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+TIMEOUT = "timeout"
+CANCELED = "canceled"
+
+
+def _child_setup() -> None:
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+class ProcessHandle:
+    """A running action subprocess that the engine can cancel."""
+
+    def __init__(self) -> None:
+        self.proc: Optional[subprocess.Popen] = None
+        self.canceled = False
+        self._lock = threading.Lock()
+
+    def attach(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self.proc = proc
+            if self.canceled:
+                self._kill()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.canceled = True
+            self._kill()
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _run_process(
+    argv: List[str],
+    handle: ProcessHandle,
+    timeout: Optional[float],
+    stdin_text: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    cwd: Optional[str] = None,
+) -> Tuple[int, str, str, bool]:
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd or None,
+        preexec_fn=_child_setup,
+        text=True,
+    )
+    handle.attach(proc)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(input=stdin_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = proc.communicate()
+    return proc.returncode, stdout or "", stderr or "", timed_out
+
+
+def run_python(
+    entry_point: str,
+    pack: str,
+    pack_path: Optional[str],
+    config: Dict[str, Any],
+    parameters: Dict[str, Any],
+    runner_params: Dict[str, Any],
+    user: str,
+    db_path: str,
+    key_path: str,
+    env_extra: Dict[str, str],
+    handle: ProcessHandle,
+) -> Tuple[str, Dict[str, Any]]:
+    sys_path = [os.path.dirname(entry_point)]
+    if pack_path:
+        sys_path.append(os.path.join(pack_path, "actions", "lib"))
+    spec = {
+        "pack": pack,
+        "file_path": entry_point,
+        "config": config,
+        "parameters": parameters,
+        "user": user,
+        "log_level": runner_params.get("log_level") or "DEBUG",
+        "db_path": db_path,
+        "key_path": key_path,
+        "sys_path": sys_path,
+    }
+    env = os.environ.copy()
+    env.update({k: str(v) for k, v in (runner_params.get("env") or {}).items()})
+    env.update(env_extra)
+    runtime_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [p for p in [runtime_root, env.get("PYTHONPATH", "")] if p]
+    )
+    timeout = runner_params.get("timeout") or 600
+    code, stdout, stderr, timed_out = _run_process(
+        [sys.executable, "-u", "-m", "fleet_runtime.python_wrapper"],
+        handle,
+        timeout,
+        stdin_text=json.dumps(spec, default=str) + "\n",
+        env=env,
+        cwd=os.path.dirname(entry_point),
+    )
+    if handle.canceled:
+        return CANCELED, {"stdout": stdout, "stderr": stderr, "exit_code": code, "result": None}
+    if code == INVALID_STATUS_EXIT_CODE:
+        return FAILED, {"stdout": stdout, "stderr": stderr, "exit_code": code, "result": None,
+                        "error": stderr.strip()}
+    action_result: Any = None
+    action_status = None
+    if ACTION_OUTPUT_RESULT_DELIMITER in stdout:
+        parts = stdout.split(ACTION_OUTPUT_RESULT_DELIMITER)
+        if len(parts) == 3:
+            stdout = parts[0] + parts[2]
+            try:
+                decoded = json.loads(parts[1].strip())
+                action_result = decoded.get("result")
+                action_status = decoded.get("status")
+            except ValueError:
+                action_result = parts[1].strip()
+    else:
+        action_result = "None"
+    result: Dict[str, Any] = {
+        "stdout": stdout,
+        "stderr": stderr,
+        "exit_code": code,
+        "result": action_result,
+    }
+    if timed_out:
+        result["error"] = f"Action failed to complete in {timeout} seconds"
+        return TIMEOUT, result
+    if action_status is not None:
+        status = SUCCEEDED if (code == 0 and action_status is True) else FAILED
+    else:
+        status = SUCCEEDED if code == 0 else FAILED
+    return status, result
+
+
+def _local_result(code: int, stdout: str, stderr: str) -> Dict[str, Any]:
+    return {
+        "failed": code != 0,
+        "succeeded": code == 0,
+        "return_code": code,
+        "stdout": stdout.rstrip("\n") if stdout else stdout,
+        "stderr": stderr.rstrip("\n") if stderr else stderr,
+    }
+
+
+def _local_env(runner_params: Dict[str, Any], env_extra: Dict[str, str]) -> Dict[str, str]:
+    env = os.environ.copy()
+    env.update({k: str(v) for k, v in (runner_params.get("env") or {}).items()})
+    env.update(env_extra)
+    return env
+
+
+def run_local_cmd(
+    cmd: str, runner_params: Dict[str, Any], env_extra: Dict[str, str], handle: ProcessHandle
+) -> Tuple[str, Dict[str, Any]]:
+    if runner_params.get("sudo"):
+        return FAILED, {"error": "sudo is not supported by the embedded runtime", "failed": True,
+                        "succeeded": False, "return_code": -1, "stdout": "", "stderr": ""}
+    timeout = runner_params.get("timeout") or 60
+    code, stdout, stderr, timed_out = _run_process(
+        ["/bin/bash", "-c", cmd],
+        handle,
+        timeout,
+        env=_local_env(runner_params, env_extra),
+        cwd=runner_params.get("cwd"),
+    )
+    result = _local_result(code, stdout, stderr)
+    if handle.canceled:
+        return CANCELED, result
+    if timed_out:
+        result["error"] = f"Action failed to complete in {timeout} seconds"
+        return TIMEOUT, result
+    return (SUCCEEDED if code == 0 else FAILED), result
+
+
+def script_arguments(
+    action_params: Dict[str, Any], definitions: Dict[str, Any], kwarg_op: str
+) -> List[str]:
+    """st2's ShellScriptAction arguments: --name=value for named, then positionals."""
+    positional = sorted(
+        (d["position"], n) for n, d in definitions.items() if "position" in d and n in action_params
+    )
+    positional_names = {n for _, n in positional}
+    argv: List[str] = []
+    for name, value in action_params.items():
+        if name in positional_names:
+            continue
+        if value is None or (isinstance(value, str) and len(value) < 1):
+            continue
+        if isinstance(value, bool):
+            if value:
+                argv.append(f"{kwarg_op}{name}")
+            continue
+        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        argv.append(f"{kwarg_op}{name}={text}")
+    for _, name in positional:
+        value = action_params[name]
+        if value is None:
+            value = ""
+        elif isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        argv.append(str(value))
+    return argv
+
+
+def run_local_script(
+    entry_point: str,
+    action_params: Dict[str, Any],
+    definitions: Dict[str, Any],
+    runner_params: Dict[str, Any],
+    env_extra: Dict[str, str],
+    handle: ProcessHandle,
+) -> Tuple[str, Dict[str, Any]]:
+    kwarg_op = runner_params.get("kwarg_op") or "--"
+    argv = [entry_point, *script_arguments(action_params, definitions, kwarg_op)]
+    if not os.access(entry_point, os.X_OK):
+        argv = ["/bin/bash", *argv]
+    timeout = runner_params.get("timeout") or 60
+    code, stdout, stderr, timed_out = _run_process(
+        argv,
+        handle,
+        timeout,
+        env=_local_env(runner_params, env_extra),
+        cwd=runner_params.get("cwd") or os.path.dirname(entry_point),
+    )
+    result = _local_result(code, stdout, stderr)
+    if handle.canceled:
+        return CANCELED, result
+    if timed_out:
+        result["error"] = f"Action failed to complete in {timeout} seconds"
+        return TIMEOUT, result
+    return (SUCCEEDED if code == 0 else FAILED), result
+
+
+def check_loopback_url(url: str) -> None:
+    """The runtime only talks to this machine (webhooks must be on 127.0.0.1/localhost)."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"webhook URL {url!r}: only http(s) is supported")
+    if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(
+            f"webhook URL {url!r}: only loopback addresses (127.0.0.1, localhost) are allowed"
+        )
+
+
+_TRANSCRIPT_LOCK = threading.Lock()
+
+
+def post_message(
+    transcript: Path, webhook: Optional[str], params: Dict[str, Any], route: str
+) -> Tuple[str, Dict[str, Any]]:
+    """chatops.post_message: append to the chat transcript, POST to the webhook if set."""
+    entry = {
+        "ts": time.time(),
+        "channel": params.get("channel"),
+        "user": params.get("user"),
+        "whisper": bool(params.get("whisper")),
+        "message": params.get("message"),
+        "extra": params.get("extra") or {},
+        "route": route,
+        "context": params.get("context") or {},
+    }
+    with _TRANSCRIPT_LOCK:
+        with open(transcript, "a") as fh:
+            fh.write(json.dumps(entry, default=str) + "\n")
+    result: Dict[str, Any] = {"posted": True, "channel": entry["channel"],
+                              "message": entry["message"], "transcript": str(transcript)}
+    if webhook:
+        import requests
+
+        try:
+            check_loopback_url(webhook)
+            resp = requests.post(webhook, json=entry, timeout=10)
+            result["webhook_status"] = resp.status_code
+            if resp.status_code >= 400:
+                result["error"] = f"webhook answered HTTP {resp.status_code}"
+                return FAILED, result
+        except Exception as e:
+            result["error"] = f"webhook post failed: {e}"
+            return FAILED, result
+    return SUCCEEDED, result
+
+
+def shell_quote(argv: List[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,1 @@
+"""st2common.runners (shim)."""
