@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
 sys.path.insert(0, ROOT)
 
-from fleet_lab.bmcsim.vendors import VENDOR_KEYS, VENDORS  # noqa: E402
+from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired  # noqa: E402
 from fleet_rollout.redfish.client import BmcEndpoint  # noqa: E402
 from fleet_rollout.redfish.operations import Timeouts, apply_bios  # noqa: E402
 
@@ -59,15 +59,6 @@ def start_sim(count: int, vendors: List[str], reboot: float, state_dir: str) -> 
         return proc, json.load(handle)
 
 
-def desired_for(vendor: str) -> Dict[str, str]:
-    spec = VENDORS[vendor]
-    desired = {"node_interleaving": "enabled"}
-    snoop = spec.knob_attribute("snoop_mode")
-    if snoop is not None and "home" in snoop.logical.values():
-        desired["snoop_mode"] = "home"
-    return desired
-
-
 def per_personality(reboot: float) -> List[Dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +68,7 @@ def per_personality(reboot: float) -> List[Dict[str, Any]]:
                 ep = BmcEndpoint(bmc["host"], bmc["url"], "admin", PASSWORD,
                                  ca_bundle=manifest["ca"])
                 started = time.monotonic()
-                report = apply_bios(ep, desired_for(bmc["vendor"]),
+                report = apply_bios(ep, sample_desired(bmc["vendor"]),
                                     Timeouts(graceful=60, force=60, boot=120, poll=1.0))
                 req = report["requests"]
                 rows.append({"vendor": bmc["vendor"], "GET": req.get("GET", 0),
@@ -101,7 +92,7 @@ def fleet_apply(hosts: int, reboot: float, poll: float) -> Dict[str, Any]:
                                  ca_bundle=manifest["ca"], timeout=60, get_retries=6)
                 t0 = time.monotonic()
                 try:
-                    report = apply_bios(ep, desired_for(bmc["vendor"]),
+                    report = apply_bios(ep, sample_desired(bmc["vendor"]),
                                         Timeouts(graceful=reboot * 3, force=reboot * 2,
                                                  boot=reboot * 5, poll=poll))
                     return {"ok": True, "seconds": time.monotonic() - t0,

@@ -62,6 +62,9 @@ class Daemon:
         self.state_dir = os.path.abspath(state_dir)
         self.p = paths(self.state_dir)
         self.config: LabConfig = load_config(self.state_dir)
+        from fleet_lab.vm.model import RATE_SCALE_ENV
+
+        os.environ[RATE_SCALE_ENV] = str(self.config.rate_scale or 1.0)
         self.stopping = asyncio.Event()
 
     def progress(self, message: str) -> None:
@@ -117,7 +120,7 @@ class Daemon:
             state_dir=self.state_dir, reboot_seconds=reboot, host_prefix="lab",
             os_boot_timeout=600.0), backend)
         if not os.path.exists(self.p["traffic"]):
-            default_pps = config.pps or 3500
+            default_pps = config.pps or int(3500 * (config.rate_scale or 1.0))
             TrafficSettings(enabled=True, pps=default_pps).save(self.p["traffic"])
         traffic = None
         try:

@@ -36,7 +36,8 @@ class LabConfig:
     hosts_per_rack: int = 4
     base_port: int = 0  # 0: pick a free range
     reboot_seconds: float = 0.0  # 0: backend default (sim 3 s, vm 4 s + the real VM boot)
-    pps: int = 0  # traffic per server, 0: backend default
+    pps: int = 0  # traffic per server, 0: backend default (3500 x rate_scale)
+    rate_scale: float = 1.0  # scales receive rates and the default traffic (saves CPU)
     username: str = "admin"
     password: str = ""  # generated when empty; kept in the state dir (0600) and pack config
     initial_bios: Dict[str, str] = field(default_factory=lambda: {

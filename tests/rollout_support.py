@@ -100,6 +100,14 @@ class SimLab:
                 return
             time.sleep(0.2)
 
+    def kv_ids(self) -> List[str]:
+        """Rollout ids in the datastore, oldest first (by plan time)."""
+        out = self.cli("key", "list", "--prefix", "fleet_rollout.", "--json")
+        items = json.loads(out.stdout) if out.stdout.strip() else []
+        plans = [i for i in items if str(i.get("name", "")).endswith(".plan")]
+        plans.sort(key=lambda i: json.loads(i["value"]).get("created", 0))
+        return [i["name"][len("fleet_rollout."):-len(".plan")] for i in plans]
+
     def kv(self, rollout_id: str, key: str) -> Any:
         out = self.cli("key", "get", f"fleet_rollout.{rollout_id}.{key}", "--json")
         if out.returncode != 0:

@@ -5,19 +5,10 @@ from __future__ import annotations
 import pytest
 from redfish_support import FAST, bmc_fleet, endpoint, reset_counters, state, writes
 
-from fleet_lab.bmcsim.vendors import VENDOR_KEYS, VENDORS
+from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired
 from fleet_rollout.errors import ConfigError, KnobError
 from fleet_rollout.redfish.operations import Timeouts, apply_bios, check_desired, restore_bios
 from fleet_rollout.redfish.personalities import validate_desired
-
-
-def _desired(vendor: str) -> dict:
-    spec = VENDORS[vendor]
-    desired = {"node_interleaving": "enabled"}
-    snoop = spec.knob_attribute("snoop_mode")
-    if snoop is not None and "home" in snoop.logical.values():
-        desired["snoop_mode"] = "home"
-    return desired
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +20,7 @@ def fleet():
 @pytest.mark.parametrize("index,vendor", list(enumerate(VENDOR_KEYS)))
 def test_apply_verify_reapply_restore(fleet, index, vendor):
     ep = endpoint(fleet, index)
-    desired = _desired(vendor)
+    desired = sample_desired(vendor)
     before = state(fleet, index)["logical"]
     report = apply_bios(ep, desired, Timeouts(**FAST))
     assert report["vendor"] == vendor

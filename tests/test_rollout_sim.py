@@ -230,3 +230,34 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         assert os.path.getsize(report) > 10000
     finally:
         sim.down()
+
+
+def test_chatops_aliases_plan_approve_and_status(small_lab):
+    """The approval answered in chat: `rollout approve <id>` finds the rollout's inquiry through
+    the StackStorm API (served by the runtime) and records who approved."""
+    sim = small_lab
+    profile = sim.profile("interleave-on", approval={"required": True,
+                                                     "auto_approve_canary": False},
+                          batches={"canary_size": 6, "max_unavailable_per_rack": 6,
+                                   "max_unavailable_per_site": 6})
+    planned = sim.cli("chat", f"rollout plan {profile} on lab-001")
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "canary batch" in planned.stdout
+    execution = sim.run("fleet_rollout.rollout", profile=profile, targets="lab-001:lab-002")
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = sim.kv_ids()[-1]
+    approved = sim.cli("chat", f"rollout approve {rollout_id}")
+    assert approved.returncode == 0, approved.stderr[-2000:] + approved.stdout[-2000:]
+    assert "Answered inquiry" in approved.stdout
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        doc = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
+        if doc["status"] not in ("running", "paused", "pausing", "requested", "scheduled"):
+            break
+        if doc["status"] == "paused" and json.loads(sim.cli("inquiry", "list",
+                                                            "--json").stdout):
+            sim.cli("chat", f"rollout approve {rollout_id}")  # proceed after INCONCLUSIVE
+        time.sleep(2)
+    assert sim.kv(rollout_id, "batch.0")["approval"]["by"] == "alice"
+    status = sim.cli("chat", f"rollout status {rollout_id}")
+    assert status.returncode == 0 and "lab-001" in status.stdout

@@ -185,3 +185,12 @@ def vendor(key: str) -> VendorSpec:
         return VENDORS[key]
     except KeyError:
         raise ValueError(f"unknown BMC vendor {key!r}; known: {', '.join(VENDOR_KEYS)}") from None
+
+
+def sample_desired(key: str) -> Dict[str, str]:
+    """A change every personality can take: interleaving on, and Home Snoop where it exists."""
+    desired = {"node_interleaving": "enabled"}
+    snoop = vendor(key).knob_attribute("snoop_mode")
+    if snoop is not None and "home" in snoop.logical.values():
+        desired["snoop_mode"] = "home"
+    return desired

@@ -24,6 +24,8 @@ def register(subparsers: Any) -> None:
     up.add_argument("--sites", type=int, default=2)
     up.add_argument("--reboot-seconds", type=float, default=0.0)
     up.add_argument("--pps", type=int, default=0, help="UDP packets/s per server")
+    up.add_argument("--rate-scale", type=float, default=1.0,
+                    help="scale receive rates and default traffic (0-1; saves CPU)")
     up.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
     up.add_argument("--inventory", default=lab.DEFAULT_INVENTORY)
     up.add_argument("--timeout", type=float, default=900.0)
@@ -55,7 +57,8 @@ def _vendors(values: List[str]) -> List[str]:
 def cmd_up(args: argparse.Namespace) -> int:
     config = lab.LabConfig(hosts=args.hosts, backend=args.backend,
                            vendors=_vendors(args.vendor), sites=args.sites,
-                           reboot_seconds=args.reboot_seconds, pps=args.pps)
+                           reboot_seconds=args.reboot_seconds, pps=args.pps,
+                           rate_scale=args.rate_scale)
     if config.hosts < 1:
         print("lab up: --hosts must be at least 1", file=sys.stderr)
         return 2
