@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -123,6 +124,7 @@ def main() -> int:
     os.environ["FLEET_ROLLOUT_HOME"] = HOME
     os.makedirs(HOME, exist_ok=True)
     lab.down(STATE, progress=lambda _m: None)
+    shutil.rmtree(STATE, ignore_errors=True)  # a fresh lab: BIOS defaults, empty disks
     say(f"lab up: {hosts} {backend} servers in 2 sites, one simulated Dell iDRAC 8 BMC each")
     # rates and traffic at 40% of the lab's model: the same drop fractions for far less CPU
     config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
