@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from fleet_runtime.store import thread_connection
+
 SYSTEM_SCOPE = "system"
 USER_SCOPE = "user"
 FULL_SYSTEM_SCOPE = "st2kv.system"
@@ -81,15 +83,7 @@ class Datastore:
         self._conn().executescript(_KV_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            self._local.conn = conn
-        return conn
+        return thread_connection(self._local, self.db_path)
 
     @staticmethod
     def storage_name(name: str, scope: str, user: Optional[str]) -> str:

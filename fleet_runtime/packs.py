@@ -627,12 +627,18 @@ def load_pack(path: str) -> Pack:
     return pack
 
 
-def _load_action(pack: Pack, pack_path: Path, f: Path, shown: str) -> Action:
+def _load_document(pack: Pack, f: Path, shown: str, schema: Dict[str, Any]) -> Dict[str, Any]:
+    """A model's metadata file: a mapping valid against `schema`, in this pack (or no pack)."""
     doc = _read_yaml(f, shown)
     if not isinstance(doc, dict):
         raise MetadataError(shown, None, "must be a mapping")
-    validate_document(shown, doc, ACTION_SCHEMA)
+    validate_document(shown, doc, schema)
     _check_pack_field(doc, pack.ref, shown)
+    return doc
+
+
+def _load_action(pack: Pack, pack_path: Path, f: Path, shown: str) -> Action:
+    doc = _load_document(pack, f, shown, ACTION_SCHEMA)
     runner = RUNNER_ALIASES.get(doc["runner_type"], doc["runner_type"])
     if runner not in RUNNERS:
         raise MetadataError(
@@ -698,11 +704,7 @@ def _load_action(pack: Pack, pack_path: Path, f: Path, shown: str) -> Action:
 
 
 def _load_alias(pack: Pack, f: Path, shown: str) -> Alias:
-    doc = _read_yaml(f, shown)
-    if not isinstance(doc, dict):
-        raise MetadataError(shown, None, "must be a mapping")
-    validate_document(shown, doc, ALIAS_SCHEMA)
-    _check_pack_field(doc, pack.ref, shown)
+    doc = _load_document(pack, f, shown, ALIAS_SCHEMA)
     formats = doc.get("formats") or []
     if not formats:
         raise MetadataError(shown, "formats", "an alias needs at least one format")
@@ -723,11 +725,7 @@ def _load_alias(pack: Pack, f: Path, shown: str) -> Alias:
 
 
 def _load_rule(pack: Pack, f: Path, shown: str) -> Rule:
-    doc = _read_yaml(f, shown)
-    if not isinstance(doc, dict):
-        raise MetadataError(shown, None, "must be a mapping")
-    validate_document(shown, doc, RULE_SCHEMA)
-    _check_pack_field(doc, pack.ref, shown)
+    doc = _load_document(pack, f, shown, RULE_SCHEMA)
     criteria = doc.get("criteria") or {}
     for key, criterion in criteria.items():
         if not isinstance(criterion, dict):
@@ -768,11 +766,7 @@ def _load_rule(pack: Pack, f: Path, shown: str) -> Rule:
 
 
 def _load_policy(pack: Pack, f: Path, shown: str) -> Policy:
-    doc = _read_yaml(f, shown)
-    if not isinstance(doc, dict):
-        raise MetadataError(shown, None, "must be a mapping")
-    validate_document(shown, doc, POLICY_SCHEMA)
-    _check_pack_field(doc, pack.ref, shown)
+    doc = _load_document(pack, f, shown, POLICY_SCHEMA)
     ptype = doc["policy_type"]
     if ptype not in POLICY_TYPES:
         known = ", ".join(POLICY_TYPES)

@@ -176,6 +176,19 @@ def run_python(
     return status, result
 
 
+def _local_outcome(
+    code: int, stdout: str, stderr: str, timed_out: bool, timeout: Any, handle: ProcessHandle
+) -> Tuple[str, Dict[str, Any]]:
+    """The status and result of a finished local command or script."""
+    result = _local_result(code, stdout, stderr)
+    if handle.canceled:
+        return CANCELED, result
+    if timed_out:
+        result["error"] = f"Action failed to complete in {timeout} seconds"
+        return TIMEOUT, result
+    return (SUCCEEDED if code == 0 else FAILED), result
+
+
 def _local_result(code: int, stdout: str, stderr: str) -> Dict[str, Any]:
     return {
         "failed": code != 0,
@@ -207,13 +220,7 @@ def run_local_cmd(
         env=_local_env(runner_params, env_extra),
         cwd=runner_params.get("cwd"),
     )
-    result = _local_result(code, stdout, stderr)
-    if handle.canceled:
-        return CANCELED, result
-    if timed_out:
-        result["error"] = f"Action failed to complete in {timeout} seconds"
-        return TIMEOUT, result
-    return (SUCCEEDED if code == 0 else FAILED), result
+    return _local_outcome(code, stdout, stderr, timed_out, timeout, handle)
 
 
 def script_arguments(
@@ -268,13 +275,7 @@ def run_local_script(
         env=_local_env(runner_params, env_extra),
         cwd=runner_params.get("cwd") or os.path.dirname(entry_point),
     )
-    result = _local_result(code, stdout, stderr)
-    if handle.canceled:
-        return CANCELED, result
-    if timed_out:
-        result["error"] = f"Action failed to complete in {timeout} seconds"
-        return TIMEOUT, result
-    return (SUCCEEDED if code == 0 else FAILED), result
+    return _local_outcome(code, stdout, stderr, timed_out, timeout, handle)
 
 
 def check_loopback_url(url: str) -> None:

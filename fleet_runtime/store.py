@@ -169,6 +169,19 @@ def loads(text: Optional[str]) -> Any:
     return None if text is None else json.loads(text)
 
 
+def thread_connection(local: threading.local, path: str) -> sqlite3.Connection:
+    """The calling thread's SQLite connection to `path` (WAL, autocommit), opened on first use."""
+    conn = getattr(local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        local.conn = conn
+    return conn
+
+
 class Store:
     """Thread-aware access to the runtime database."""
 
@@ -192,15 +205,7 @@ class Store:
     # ------------------------------------------------------------------ connections
     @property
     def conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            self._local.conn = conn
-        return conn
+        return thread_connection(self._local, self.path)
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -1,7 +1,6 @@
 """fleet-probe on this machine: topology vs numactl/lstopo, measurement stability, ASan/UBSan."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -26,17 +25,11 @@ RUNS = 4
 MAX_ATTEMPTS = 10
 
 
-def _load(name: str):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+if str(FIXTURES) not in sys.path:
+    sys.path.insert(0, str(FIXTURES))
+import probe_helpers as helpers  # noqa: E402
 
-
-helpers = _load("probe_helpers")
-sysfs_tree = _load("sysfs_tree")
+sysfs_tree = helpers.load_module("sysfs_tree")
 
 
 @pytest.fixture(scope="module")

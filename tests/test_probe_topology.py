@@ -12,17 +12,11 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
 
 
-def _load(name: str):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+if str(FIXTURES) not in sys.path:
+    sys.path.insert(0, str(FIXTURES))
+import probe_helpers as helpers  # noqa: E402
 
-
-helpers = _load("probe_helpers")
-sysfs_tree = _load("sysfs_tree")
+sysfs_tree = helpers.load_module("sysfs_tree")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -151,7 +151,7 @@ def test_processes_delegate_to_the_running_engine(home: Path) -> None:
             time.sleep(0.1)
         values = [f"x{i}" for i in range(10)]
         started = cli(home, "run", "-a", "rt_test.items", "values=" + ",".join(values),
-                      "concurrency=1", "sleep=0.5", "tag=bg", "--json", check=True)
+                      "concurrency=1", "sleep=2", "tag=bg", "--json", check=True)
         ex_id = json.loads(started.stdout)["id"]
         paused = cli(home, "execution", "pause", ex_id, "--json", check=True)
         assert json.loads(paused.stdout)["status"] == "paused"

@@ -218,12 +218,7 @@ def _build_base(cache: Path, key: str, mirror: str, progress: Progress) -> Path:
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         shutil.rmtree(tree)
         shutil.rmtree(work / "kernel", ignore_errors=True)
-        final = cache / f"base-{key}"
-        if final.exists():
-            shutil.rmtree(final)
-        work.chmod(0o755)
-        work.rename(final)
-        return final
+        return _publish(work, cache / f"base-{key}")
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -317,15 +312,19 @@ def _build_overlay(cache: Path, base_dir: Path, key: Path, image_id: str) -> Pat
                     "kernel_release": base_manifest["kernel_release"], "built": time.time()}
         (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
         shutil.rmtree(stage)
-        final = cache / f"image-{image_id}"
-        if final.exists():
-            shutil.rmtree(final)
-        work.chmod(0o755)
-        work.rename(final)
-        return final
+        return _publish(work, cache / f"image-{image_id}")
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def _publish(work: Path, final: Path) -> Path:
+    """Move a finished build directory to its final name (replacing an older one there)."""
+    if final.exists():
+        shutil.rmtree(final)
+    work.chmod(0o755)
+    work.rename(final)
+    return final
 
 
 def _prune(cache: Path, keep: List[str]) -> None:

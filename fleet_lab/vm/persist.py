@@ -118,6 +118,15 @@ def _shell_value(raw: str, env: Dict[str, str]) -> str:
     def expand(text: str) -> str:
         return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), text)
 
+    def dollar(at: int) -> int:
+        """Append what the "$" at raw[at] stands for (a $VAR/${VAR} or itself); the next index."""
+        match = _VAR.match(raw, at)
+        if match:
+            out.append(expand(match.group(0)))
+            return match.end()
+        out.append(raw[at])
+        return at + 1
+
     while i < len(raw):
         char = raw[i]
         if quote == "'":
@@ -132,12 +141,8 @@ def _shell_value(raw: str, env: Dict[str, str]) -> str:
                 out.append(raw[i + 1])
                 i += 1
             elif char == "$":
-                match = _VAR.match(raw, i)
-                if match:
-                    out.append(expand(match.group(0)))
-                    i = match.end()
-                    continue
-                out.append(char)
+                i = dollar(i)
+                continue
             else:
                 out.append(char)
         else:
@@ -146,12 +151,8 @@ def _shell_value(raw: str, env: Dict[str, str]) -> str:
             if char in "'\"":
                 quote = char
             elif char == "$":
-                match = _VAR.match(raw, i)
-                if match:
-                    out.append(expand(match.group(0)))
-                    i = match.end()
-                    continue
-                out.append(char)
+                i = dollar(i)
+                continue
             elif char == "\\" and i + 1 < len(raw):
                 out.append(raw[i + 1])
                 i += 1

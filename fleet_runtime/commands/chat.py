@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from fleet_runtime import aliases, client, params, render, runners, templating
+from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
 
 DEFAULT_RESULT_TEMPLATE = """Action {{ execution.action.ref }} completed.
@@ -39,8 +40,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--transcript", action="store_true",
                         help="print the local chat transcript and exit")
     parser.add_argument("--no-wait", action="store_true", help="print the ack only")
-    client.add_common_options(parser)
-    parser.set_defaults(func=main)
+    finish(parser, main)
 
 
 def _post(transcript: Path, channel: str, user: str, message: str) -> None:
@@ -71,11 +71,9 @@ def main(args: argparse.Namespace) -> int:
         with client.Session(args) as session:
             return _run(session, args)
     except (AliasError, ParameterError) as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
+        return fail(e, 1)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
 
 
 def _run(session: client.Session, args: argparse.Namespace) -> int:

@@ -11,14 +11,14 @@ import sys
 from typing import Any
 
 from fleet_runtime import client
+from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("engine", help="run the engine (recovery, async runs)")
     parser.add_argument("--forever", action="store_true", help="keep serving until Ctrl-C")
-    client.add_common_options(parser, json_flag=False)
-    parser.set_defaults(func=main)
+    finish(parser, main, json_flag=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -31,5 +31,4 @@ def main(args: argparse.Namespace) -> int:
             session.rt.run(forever=args.forever)
             return 0
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)

@@ -3,30 +3,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from fleet_runtime import client, render
+from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.engine import COMPLETED, PAUSED, PENDING
 from fleet_runtime.errors import NotFoundError, RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("execution", help="list, inspect and control executions")
-    sub = parser.add_subparsers(dest="execution_command", metavar="COMMAND")
+    sub = command_group(subparsers, "execution", "list, inspect and control executions",
+                        "execution_command")
 
     p = sub.add_parser("list", help="list executions (newest last)")
     p.add_argument("-n", "--last", type=int, default=50, help="how many (default 50)")
     p.add_argument("--action", help="only this action")
     p.add_argument("--status", help="only this status")
     p.add_argument("--all", action="store_true", help="include workflow task executions")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_list)
+    finish(p, cmd_list)
 
     p = sub.add_parser("get", help="an execution with its task tree, statuses and timings")
     p.add_argument("id")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_get)
+    finish(p, cmd_get)
 
     for name, helptext in (
         ("cancel", "cancel an execution (workflows: running tasks finish, nothing new starts)"),
@@ -37,21 +35,14 @@ def register(subparsers: Any) -> None:
         p.add_argument("id")
         p.add_argument("--no-wait", action="store_true",
                        help="do not drive the execution afterwards")
-        client.add_common_options(p)
-        p.set_defaults(func=cmd_control, op=name)
-    parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
-
-
-def _fail(e: Exception) -> int:
-    print(f"ERROR: {e}", file=sys.stderr)
-    return 2
+        finish(p, cmd_control, op=name)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     try:
         rt = client.open_runtime(args)
     except RuntimeErrorBase as e:
-        return _fail(e)
+        return fail(e)
     where, values = ["1=1"], []
     if not args.all:
         where.append("parent_id IS NULL")
@@ -83,7 +74,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         if record is None:
             raise NotFoundError(f'Execution "{args.id}" not found.')
     except RuntimeErrorBase as e:
-        return _fail(e)
+        return fail(e)
     if args.json:
         print(json.dumps(render.tree_json(rt.registry, rt.store, record), indent=2, default=str))
     else:
@@ -119,4 +110,4 @@ def cmd_control(args: argparse.Namespace) -> int:
                     print(f"{record['id']} is {record['status']}")
             return 0
     except RuntimeErrorBase as e:
-        return _fail(e)
+        return fail(e)

@@ -7,30 +7,27 @@ import sys
 from typing import Any
 
 from fleet_runtime import client, render
+from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import InquiryError, RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("inquiry", help="list, show and answer inquiries (core.ask)")
-    sub = parser.add_subparsers(dest="inquiry_command", metavar="COMMAND")
+    sub = command_group(subparsers, "inquiry", "list, show and answer inquiries (core.ask)",
+                        "inquiry_command")
 
     p = sub.add_parser("list", help="pending inquiries")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_list)
+    finish(p, cmd_list)
 
     p = sub.add_parser("get", help="an inquiry: schema, route, users, roles, ttl")
     p.add_argument("id")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_get)
+    finish(p, cmd_get)
 
     p = sub.add_parser("respond", help="answer an inquiry; the workflow resumes")
     p.add_argument("id")
     p.add_argument("-r", "--response", required=True, help="the response as JSON")
     p.add_argument("--no-wait", action="store_true",
                    help="do not drive the resumed workflow afterwards")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_respond)
-    parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
+    finish(p, cmd_respond)
 
 
 def _inquiry_view(record: Any) -> Any:
@@ -54,8 +51,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         rt = client.open_runtime(args)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     rows = rt.store.find_executions("runner='inquirer' AND status='pending'")
     views = [_inquiry_view(r) for r in rows]
     if args.json:
@@ -73,8 +69,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         rt = client.open_runtime(args)
         record = rt.inquiry(args.id)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     view = _inquiry_view(record)
     if args.json:
         print(json.dumps(view, indent=2, default=str))
@@ -110,8 +105,6 @@ def cmd_respond(args: argparse.Namespace) -> int:
                 print(render.execution_text(rt.registry, rt.store, final))
             return 0
     except InquiryError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
+        return fail(e, 1)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)

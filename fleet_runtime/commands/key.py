@@ -7,13 +7,13 @@ import sys
 from typing import Any
 
 from fleet_runtime import client, render
+from fleet_runtime.commands._common import command_group, fail
 from fleet_runtime.datastore import Datastore, DatastoreError
 from fleet_runtime.home import RuntimeHome
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("key", help="datastore keys (st2kv)")
-    sub = parser.add_subparsers(dest="key_command", metavar="COMMAND")
+    sub = command_group(subparsers, "key", "datastore keys (st2kv)", "key_command")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--scope", choices=["system", "user"], default="system")
@@ -42,7 +42,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("name")
     common(p)
     p.set_defaults(func=cmd_delete)
-    parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -67,8 +66,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     try:
         value = ds.get(args.name, scope=args.scope, user=user, decrypt=args.decrypt)
     except DatastoreError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     if value is None:
         print(f'ERROR: Key "{args.name}" not found in the {args.scope} scope.', file=sys.stderr)
         return 1

@@ -3,35 +3,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any, Dict, List
 
 from fleet_runtime import client, render
+from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("pack", help="validate and show the loaded packs")
-    sub = parser.add_subparsers(dest="pack_command", metavar="COMMAND")
+    sub = command_group(subparsers, "pack", "validate and show the loaded packs", "pack_command")
     p = sub.add_parser("validate", help="load every pack and report the first error")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_validate)
+    finish(p, cmd_validate)
     p = sub.add_parser("show", help="actions, aliases, rules, policies and trigger types")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_show)
+    finish(p, cmd_show)
     p = sub.add_parser("config", help="a pack's effective config (secrets masked)")
     p.add_argument("pack")
-    client.add_common_options(p)
-    p.set_defaults(func=cmd_config)
-    parser.set_defaults(func=lambda a: (parser.print_help(), 2)[1])
+    finish(p, cmd_config)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
         rt = client.open_runtime(args)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     reg = rt.registry
     for ref, pack in sorted(reg.packs.items()):
         where = pack.path or "built-in"
@@ -62,8 +56,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         rt = client.open_runtime(args)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     data = _summary(rt)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
@@ -104,8 +97,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         rt = client.open_runtime(args)
         config = rt.pack_config(args.pack)
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     masked = _mask(config, rt._config_secrets.get(args.pack, []))
     print(json.dumps(masked, indent=2) if args.json else render.dump_yaml(masked, indent=0))
     return 0

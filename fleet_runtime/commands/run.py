@@ -9,6 +9,7 @@ import sys
 from typing import Any, List
 
 from fleet_runtime import client, render
+from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.engine import COMPLETED, SUCCEEDED
 from fleet_runtime.errors import RuntimeErrorBase
 from fleet_runtime.params import cast_cli_parameters
@@ -27,8 +28,7 @@ def register(subparsers: Any) -> None:
                         help="do not wait: print the execution id (a background engine runs it)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="stop waiting after this many seconds (the execution continues)")
-    client.add_common_options(parser)
-    parser.set_defaults(func=main)
+    finish(parser, main)
 
 
 def spawn_background_engine(args: argparse.Namespace) -> int:
@@ -71,8 +71,7 @@ def main(args: argparse.Namespace) -> int:
                 return 1
             return 0
     except RuntimeErrorBase as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
 
 
 def _print(rt: Any, record: Any, as_json: bool) -> None:
