@@ -16,7 +16,9 @@ from test_pack_layout import ROOT
 from fleet_lab.bmcsim import payloads
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS
 
-CSDL = os.path.join(ROOT.parent, "shared", "reference", "redfish", "csdl")
+# DMTF's CSDL files of the types the simulator serves (copied from shared/reference/redfish,
+# BSD-licensed: tests/fixtures/redfish_csdl/LICENSE-DMTF.md)
+CSDL = os.path.join(ROOT, "tests", "fixtures", "redfish_csdl")
 EDM = "{http://docs.oasis-open.org/odata/ns/edm}"
 
 
