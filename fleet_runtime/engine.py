@@ -976,9 +976,10 @@ class Runtime:
                         cwf.last_seq = max(cwf.last_seq, seq)
                         self._apply_control(cwf, "pause")
         elif op == "resume":
-            if status in wf_statuses.RUNNING_STATUSES:
+            if status in wf_statuses.RUNNING_STATUSES and status != wf_statuses.RESUMING:
                 return
-            c.request_workflow_status(wf_statuses.RESUMING)
+            if status != wf_statuses.RESUMING:
+                c.request_workflow_status(wf_statuses.RESUMING)
             for child in self._children(wf.ex_id):
                 if child.runner == "orquesta" and child.id in self.workflows:
                     cwf = self.workflows[child.id]
