@@ -261,3 +261,35 @@ def test_chatops_aliases_plan_approve_and_status(small_lab):
     assert sim.kv(rollout_id, "batch.0")["approval"]["by"] == "alice"
     status = sim.cli("chat", f"rollout status {rollout_id}")
     assert status.returncode == 0 and "lab-001" in status.stdout
+
+
+def test_abort_mid_batch_touches_no_further_host(small_lab):
+    sim = small_lab
+    profile = sim.profile("home-snoop", approval={"required": False},
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 4, "parallel": 1})
+    proc = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run",
+                             "fleet_rollout.rollout", f"profile={profile}", "--json"],
+                            env=sim.env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    rollout_id = None
+    while time.time() < deadline and rollout_id is None:
+        ids = sim.kv_ids()
+        if ids and any(sim.drained(h) for h in sim.host_names()):
+            rollout_id = ids[-1]
+        time.sleep(0.3)
+    assert rollout_id, "the rollout never drained a host"
+    aborted = sim.run("fleet_rollout.abort", rollout_id=rollout_id, reason="operator abort")
+    assert aborted["status"] == "succeeded", error_text(aborted)
+    out, err = proc.communicate(timeout=600)
+    plan = sim.kv(rollout_id, "plan")
+    batch0 = plan["batches"][0]["hosts"]
+    later = [h for b in plan["batches"][1:] for h in b["hosts"]]
+    _assert_untouched(sim, later)
+    sim.wait_idle()
+    for host in batch0:  # in flight when the abort came: finished and back in service, or
+        state = sim.kv(rollout_id, f"host.{host}")  # never started / restored
+        assert state.get("status") in (None, "done", "restored", "failed"), (host, state)
+        assert not sim.drained(host) or state.get("status") == "left_drained", host
+    assert sim.kv(rollout_id, "halt")["reason"] == "operator abort"
