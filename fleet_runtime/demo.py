@@ -82,7 +82,8 @@ def drive(execution_id: str, chat: Chat, answer: Any) -> Dict[str, Any]:
     while True:
         chat.show()
         doc = run_json("execution", "get", execution_id)
-        if doc["status"] not in ("paused", "pausing", "running", "requested", "scheduled"):
+        if doc["status"] not in ("paused", "pausing", "running", "requested", "scheduled",
+                                 "resuming"):
             return doc
         inquiry = pending_inquiry()
         if inquiry is None:
@@ -92,7 +93,7 @@ def drive(execution_id: str, chat: Chat, answer: Any) -> Dict[str, Any]:
         print(f"  [sre-alice] answers inquiry {inquiry['id']}: {json.dumps(response)}")
         print(f"      (fleet-rollout inquiry respond {inquiry['id']} -r "
               f"'{json.dumps(response)}'; in chat: rollout approve <rollout id>)")
-        out = cli("inquiry", "respond", inquiry["id"], "-r", json.dumps(response))
+        out = cli("inquiry", "respond", inquiry["id"], "-r", json.dumps(response), "--no-wait")
         if out.returncode != 0:
             raise SystemExit(f"demo: respond failed:\n{out.stderr[-2000:]}")
 
@@ -106,11 +107,13 @@ def sre(inquiry: Dict[str, Any]) -> Dict[str, Any]:
 
 def status_table(rollout_id: str) -> str:
     doc = run_json("run", "fleet_rollout.status", f"rollout_id={rollout_id}")
-    return ((doc.get("result") or {}).get("result") or {}).get("table", "")
+    result = doc.get("result") if isinstance(doc.get("result"), dict) else {}
+    inner = result.get("result") if isinstance(result.get("result"), dict) else {}
+    return str(inner.get("table", ""))
 
 
 def start(profile: str, chat: Chat) -> Dict[str, Any]:
-    out = cli("run", "fleet_rollout.rollout", f"profile={profile}", "--json")
+    out = cli("run", "-a", "fleet_rollout.rollout", f"profile={profile}", "--json")
     if not out.stdout.strip().startswith("{"):
         raise SystemExit(f"demo: rollout did not start:\n{out.stderr[-3000:]}")
     doc = json.loads(out.stdout)
@@ -134,6 +137,14 @@ def main() -> int:
     try:
         lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))
         print(cli("lab", "status", "--state-dir", STATE).stdout)
+        # the runtime's engine runs in the background like st2's services; the CLI hands it
+        # every request (run, inquiry respond)
+        engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine",
+                                   "--forever"], cwd=REPO, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL,
+                                  env=dict(os.environ, FLEET_ROLLOUT_HOME=HOME,
+                                           FLEET_ROLLOUT_USER="sre-alice"))
+        time.sleep(3)
         chat = Chat()
         reports: List[str] = []
 
@@ -166,6 +177,8 @@ def main() -> int:
                     print(f"  audit:  {audit} ({sum(1 for _ in handle)} entries)")
         print(f"\n  demo took {time.monotonic() - started:.0f} s")
         ok = result.get("status") == "rolled_back"
+        engine.terminate()
+        engine.wait(30)
         return 0 if ok else 1
     finally:
         if os.environ.get("DEMO_KEEP_LAB") != "1":

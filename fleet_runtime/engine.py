@@ -802,10 +802,14 @@ class Runtime:
         if info is None or info.status != PENDING:
             return None
         events_out: List[Dict[str, Any]] = []
-        parent = self.workflows.get(info.parent_id or "")
-        if parent is not None and parent.conductor.get_workflow_status() in (PAUSING, PAUSED):
-            seq = self.store.append_event(parent.wf_id, "request", {"op": "resume"})
-            events_out.append({"kind": "control", "wf": parent, "op": "resume", "seq": seq})
+        # like st2's inquiry service: resume the ROOT workflow; its resume reaches every paused
+        # workflow below it (resuming only the direct parent leaves a paused grandparent that
+        # never hears its child finish)
+        root = self.workflows.get(info.root_id) or self.workflows.get(info.parent_id or "")
+        if root is not None and root.ex_id != info.id and (
+                root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
+            seq = self.store.append_event(root.wf_id, "request", {"op": "resume"})
+            events_out.append({"kind": "control", "wf": root, "op": "resume", "seq": seq})
         result = dict(info.result or {})
         result["response"] = response
         info.context.setdefault("inquiry", {})["responder"] = requester
