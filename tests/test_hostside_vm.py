@@ -1,0 +1,84 @@
+"""The host side against lab VMs: real Ansible over SSH to real kernels, the BMC simulator's
+Redfish reset restarting a QEMU guest with the topology its new BIOS settings give."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from fleet_lab import lab
+from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.redfish.client import BmcEndpoint
+from fleet_rollout.redfish.operations import Timeouts, apply_bios
+
+
+@pytest.fixture(scope="module")
+def vm_lab(tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("vmlab"))
+    inventory = f"{state}/inventory.yml"
+    manifest = lab.up(lab.LabConfig(hosts=2, backend="vm", vendors=["generic"],
+                                    rate_scale=0.15), state, inventory,
+                      progress=lambda _m: None, timeout=900)
+    yield state, inventory, manifest
+    lab.down(state, progress=lambda _m: None)
+
+
+def _udp(side, host):
+    entry = side.counters([host])[host]
+    assert entry.ok, entry
+    return entry.result["snmp"]["Udp"]
+
+
+def test_counters_move_under_traffic_and_drain_stops_it(vm_lab):
+    _, inventory, _ = vm_lab
+    side = HostSide(inventory)
+    first = _udp(side, "lab-001")
+    time.sleep(3)
+    second = _udp(side, "lab-001")
+    assert second["InDatagrams"] > first["InDatagrams"]
+    assert second["RcvbufErrors"] > first["RcvbufErrors"]  # early snoop reads too slowly
+    assert side.drain(["lab-001"])["lab-001"].ok
+    time.sleep(4)  # the traffic source sees the health check answer 503
+    drained = _udp(side, "lab-001")
+    time.sleep(4)
+    assert _udp(side, "lab-001")["InDatagrams"] - drained["InDatagrams"] < 50
+    assert side.undrain(["lab-001"])["lab-001"].ok
+    time.sleep(4)
+    assert _udp(side, "lab-001")["InDatagrams"] > drained["InDatagrams"] + 100
+
+
+def test_kernel_settings_applied_and_restored(vm_lab):
+    _, inventory, _ = vm_lab
+    side = HostSide(inventory)
+    applied = side.kernel(["lab-002"], "apply", {"sysctl": {"net.core.rmem_max": 8388608}})
+    assert applied["lab-002"].ok, applied["lab-002"]
+    health = side.health(["lab-002"])["lab-002"]
+    assert health.ok
+    restored = side.kernel(["lab-002"], "restore")["lab-002"]
+    assert restored.ok and "sysctl net.core.rmem_max=212992" in restored.result["changed"]
+
+
+def test_probe_sees_the_topology_change_after_a_redfish_reset(vm_lab):
+    state, inventory, manifest = vm_lab
+    side = HostSide(inventory)
+    before = side.probe(["lab-002"], 2000)["lab-002"]
+    assert before.ok, before
+    assert len(before.result["topology"]["nodes"]) == 2
+    boot_id = side.health(["lab-002"])["lab-002"].result["boot_id"]
+    config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
+    host = manifest["hosts"][1]
+    ep = BmcEndpoint(host["name"], host["bmc_url"], "admin",
+                     config["credentials"]["lab"]["password"], ca_bundle=config["ca_bundle"])
+    apply_bios(ep, {"node_interleaving": "enabled"},
+               Timeouts(graceful=60, force=60, boot=300, poll=1))
+    deadline = time.time() + 300
+    while True:
+        health = side.health(["lab-002"])["lab-002"]
+        if health.ok and health.result["boot_id"] != boot_id:
+            break
+        assert time.time() < deadline, "the VM did not come back"
+        time.sleep(2)
+    after = side.probe(["lab-002"], 2000)["lab-002"]
+    assert after.ok, after
+    assert len(after.result["topology"]["nodes"]) == 1
