@@ -884,7 +884,15 @@ class Runtime:
             c.update_task_state(tr.task_id, tr.route, wf_events.ActionExecutionEvent(RUNNING))
         elif status in TO_CONDUCTOR:
             if tr.status == PAUSED and status in COMPLETED:
+                # a paused child finished without this workflow seeing it resume (its resume
+                # came from above): resume the task in the conductor first, as st2 does when
+                # the child's running status arrives, or the completion is not taken
                 tr.status = RUNNING
+                try:
+                    c.request_workflow_status(wf_statuses.RUNNING)
+                except wf_exc.InvalidWorkflowStatusTransition:
+                    pass
+                c.update_task_state(tr.task_id, tr.route, wf_events.ActionExecutionEvent(RUNNING))
             self._update_task_run(tr, status, payload.get("result"), item_id)
             if item_id is None:
                 event = wf_events.ActionExecutionEvent(status, result=payload.get("result"))
