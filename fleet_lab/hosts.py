@@ -33,6 +33,20 @@ class BootConfig:
     extra: Dict[str, str] = field(default_factory=dict)  # raw BIOS attributes in effect
 
 
+def cpu_ranges(cpus: List[int]) -> List[str]:
+    """[0, 1, 2, 5] -> ['0-2', '5']: Linux cpulist / QEMU cpus= ranges."""
+    ranges: List[str] = []
+    ordered = sorted(cpus)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(f"{ordered[i]}-{ordered[j]}" if j > i else str(ordered[i]))
+        i = j + 1
+    return ranges
+
+
 def numa_layout(
     sockets: int, cores_per_socket: int, memory_mb: int, snoop_mode: str, node_interleaving: str
 ) -> tuple[List[NumaNode], List[List[int]]]:

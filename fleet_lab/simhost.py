@@ -13,7 +13,7 @@ import threading
 import uuid
 from typing import Dict
 
-from fleet_lab.hosts import BootConfig
+from fleet_lab.hosts import BootConfig, cpu_ranges
 
 SNMP_UDP_FIELDS = ["InDatagrams", "NoPorts", "InErrors", "OutDatagrams", "RcvbufErrors",
                    "SndbufErrors", "InCsumErrors", "IgnoredMulti", "MemErrors"]
@@ -32,18 +32,7 @@ def _write(root: str, rel: str, text: str) -> None:
 
 
 def _cpulist(cpus: list[int]) -> str:
-    if not cpus:
-        return ""
-    ranges = []
-    start = prev = cpus[0]
-    for cpu in cpus[1:]:
-        if cpu == prev + 1:
-            prev = cpu
-            continue
-        ranges.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = cpu
-    ranges.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(ranges)
+    return ",".join(cpu_ranges(cpus))
 
 
 def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from fleet_lab.hosts import BootConfig, NumaNode, numa_layout
+from fleet_lab.hosts import BootConfig, NumaNode, cpu_ranges, numa_layout
 from fleet_lab.vm.model import receive_rate, slowdown_active
 from fleet_rollout.errors import ConfigError, HostError
 
@@ -107,16 +107,7 @@ def detect_accel(cache: Path, kernel: Path, progress=None) -> str:
 
 def _cpu_ranges(cpus: Sequence[int]) -> List[str]:
     """[0,1,2,5] -> ['0-2', '5'] (one QEMU cpus= value each)."""
-    ranges: List[str] = []
-    ordered = sorted(cpus)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        ranges.append(f"{ordered[i]}-{ordered[j]}" if j > i else str(ordered[i]))
-        i = j + 1
-    return ranges
+    return cpu_ranges(list(cpus))
 
 
 def layout(config: BootConfig) -> tuple[List[NumaNode], List[List[int]]]:
