@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from fleet_runtime.store import thread_connection
+from fleet_runtime.store import KV_SCHEMA, thread_connection
 
 SYSTEM_SCOPE = "system"
 USER_SCOPE = "user"
@@ -22,17 +22,6 @@ FULL_SYSTEM_SCOPE = "st2kv.system"
 FULL_USER_SCOPE = "st2kv.user"
 _SCOPES = {SYSTEM_SCOPE: FULL_SYSTEM_SCOPE, USER_SCOPE: FULL_USER_SCOPE}
 
-_KV_SCHEMA = """
-CREATE TABLE IF NOT EXISTS kv (
-    scope TEXT NOT NULL,
-    name TEXT NOT NULL,
-    value TEXT,
-    secret INTEGER NOT NULL DEFAULT 0,
-    expire_ts REAL,
-    updated_ts REAL NOT NULL,
-    PRIMARY KEY (scope, name)
-);
-"""
 
 
 class DatastoreError(Exception):
@@ -80,7 +69,7 @@ class Datastore:
         self.db_path = str(db_path)
         self.crypto = Crypto(key_path)
         self._local = threading.local()
-        self._conn().executescript(_KV_SCHEMA)
+        self._conn().executescript(KV_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         return thread_connection(self._local, self.db_path)

@@ -16,7 +16,20 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 SCHEMA_VERSION = 1
 
-_SCHEMA = """
+# the datastore table; fleet_runtime.datastore creates it on its own too
+KV_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    scope TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT,
+    secret INTEGER NOT NULL DEFAULT 0,
+    expire_ts REAL,
+    updated_ts REAL NOT NULL,
+    PRIMARY KEY (scope, name)
+);
+"""
+
+_SCHEMA = KV_SCHEMA + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS executions (
     id TEXT PRIMARY KEY,
@@ -87,15 +100,6 @@ CREATE TABLE IF NOT EXISTS requests (
     status TEXT NOT NULL DEFAULT 'new',
     response TEXT,
     ts REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS kv (
-    scope TEXT NOT NULL,
-    name TEXT NOT NULL,
-    value TEXT,
-    secret INTEGER NOT NULL DEFAULT 0,
-    expire_ts REAL,
-    updated_ts REAL NOT NULL,
-    PRIMARY KEY (scope, name)
 );
 CREATE TABLE IF NOT EXISTS trigger_instances (
     id TEXT PRIMARY KEY,
