@@ -19,9 +19,12 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_lab import lab
+from fleet_runtime.datastore import Datastore
+from fleet_runtime.home import RuntimeHome
+from fleet_runtime.store import Store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.path.join(REPO, ".lab", "demo")
@@ -45,61 +48,105 @@ def run_json(*args: str) -> Dict[str, Any]:
     return json.loads(out.stdout)
 
 
-class Chat:
-    """Shows the chat transcript (what the rules and workflows posted) as it grows."""
+class Watch:
+    """Follows the rollouts from the runtime's database, in this process (a CLI process per
+    poll would cost the lab's CPUs more than the rollout does): the chat transcript as it grows,
+    every host step as it finishes, the question waiting for an answer."""
 
     def __init__(self) -> None:
-        self.path = os.path.join(HOME, "chat.jsonl")
-        self.seen = self._count()
+        home = RuntimeHome(HOME)
+        self.store = Store(str(home.db_path))
+        self.kv = Datastore(str(home.db_path), home.key_path)
+        self.chat_path = os.path.join(HOME, "chat.jsonl")
+        self.chat_seen = len(self._chat_lines())
+        self.steps_seen = set(self._steps())
+        self.tasks_seen: set = set()
 
-    def _count(self) -> int:
+    def _chat_lines(self) -> List[str]:
         try:
-            with open(self.path) as handle:
-                return sum(1 for _ in handle)
+            with open(self.chat_path) as handle:
+                return handle.readlines()
         except OSError:
-            return 0
+            return []
+
+    def _steps(self) -> Dict[Tuple[str, str, str, float], Dict[str, Any]]:
+        found = {}
+        for item in self.kv.list("fleet_rollout."):
+            rollout, sep, host = item["name"][len("fleet_rollout."):].partition(".host.")
+            if not sep:
+                continue
+            for step, done in (json.loads(item["value"]).get("steps") or {}).items():
+                found[(rollout, host, step, float(done.get("at") or 0))] = done
+        return found
 
     def show(self) -> None:
-        try:
-            with open(self.path) as handle:
-                lines = handle.readlines()
-        except OSError:
-            return
-        for line in lines[self.seen:]:
+        lines = self._chat_lines()
+        for line in lines[self.chat_seen:]:
             msg = json.loads(line)
             text = str(msg.get("message", "")).strip().replace("\n", "\n        ")
-            print(f"  [chat #{msg.get('channel')}] {text}")
-        self.seen = len(lines)
+            print(f"  [chat #{msg.get('channel')}] {text}", flush=True)
+        self.chat_seen = len(lines)
+        steps = self._steps()
+        for key in sorted(set(steps) - self.steps_seen, key=lambda k: k[3]):
+            done = steps[key]
+            _rollout, host, step, at = key
+            outcome = "ok" if done.get("ok") else "FAILED: " + str(
+                (done.get("detail") or {}).get("error", ""))[:160]
+            print(f"    {time.strftime('%H:%M:%S', time.localtime(at))}  {host:<10} "
+                  f"{step:<9} {outcome} ({float(done.get('seconds') or 0):.0f} s)", flush=True)
+            self.steps_seen.add(key)
+
+    def show_tasks(self, root_id: str) -> None:
+        """The workflow's own tasks (counter windows, judging, rollback) as they finish."""
+        quiet = ("fleet_rollout.host_step", "chatops.post_message", "core.ask")
+        for task in self.store.find_executions("root_id=? AND end_ts IS NOT NULL", (root_id,)):
+            if task["id"] in self.tasks_seen or task["id"] == root_id:
+                continue
+            self.tasks_seen.add(task["id"])
+            if task["action"] in quiet:
+                continue
+            seconds = float(task["end_ts"]) - float(task["start_ts"] or task["end_ts"])
+            print(f"    {time.strftime('%H:%M:%S', time.localtime(float(task['end_ts'])))}  "
+                  f"{task['action'].split('.', 1)[-1]:<20} {task['status']} ({seconds:.0f} s)",
+                  flush=True)
+
+    def status(self, execution_id: str) -> Dict[str, Any]:
+        record = self.store.get_execution(execution_id)
+        if record is None:
+            raise SystemExit(f"demo: execution {execution_id} not found")
+        return record
+
+    def pending_inquiry(self) -> Optional[Dict[str, Any]]:
+        rows = self.store.find_executions("runner='inquirer' AND status='pending'")
+        return rows[0] if rows else None
 
 
-def pending_inquiry() -> Optional[Dict[str, Any]]:
-    items = run_json("inquiry", "list")
-    return items[0] if items else None
-
-
-def drive(execution_id: str, chat: Chat, answer: Any) -> Dict[str, Any]:
-    """Answer each question of the rollout until its workflow ends."""
+def drive(execution_id: str, watch: Watch, answer: Any) -> Dict[str, Any]:
+    """Show progress and answer each question of the rollout until its workflow ends."""
     while True:
-        chat.show()
-        doc = run_json("execution", "get", execution_id)
-        if doc["status"] not in ("paused", "pausing", "running", "requested", "scheduled",
-                                 "resuming"):
-            return doc
-        inquiry = pending_inquiry()
+        watch.show()
+        watch.show_tasks(execution_id)
+        if watch.status(execution_id)["status"] not in (
+                "paused", "pausing", "running", "requested", "scheduled", "resuming"):
+            watch.show()
+            return run_json("execution", "get", execution_id)
+        inquiry = watch.pending_inquiry()
         if inquiry is None:
             time.sleep(2)
             continue
-        response = answer(inquiry)
+        time.sleep(1)  # the question's chat message is posted right after the inquiry
+        watch.show()
+        response = answer((inquiry.get("result") or {}).get("schema") or {})
         print(f"  [sre-alice] answers inquiry {inquiry['id']}: {json.dumps(response)}")
         print(f"      (fleet-rollout inquiry respond {inquiry['id']} -r "
-              f"'{json.dumps(response)}'; in chat: rollout approve <rollout id>)")
+              f"'{json.dumps(response)}'; in chat: rollout approve <rollout id>)", flush=True)
         out = cli("inquiry", "respond", inquiry["id"], "-r", json.dumps(response), "--no-wait")
         if out.returncode != 0:
             raise SystemExit(f"demo: respond failed:\n{out.stderr[-2000:]}")
 
 
-def sre(inquiry: Dict[str, Any]) -> Dict[str, Any]:
-    props = (inquiry.get("schema") or {}).get("properties") or {}
+def sre(schema: Dict[str, Any]) -> Dict[str, Any]:
+    props = schema.get("properties") or {}
     if "approved" in props:
         return {"approved": True, "by": "sre-alice"}
     return {"choice": "proceed", "by": "sre-alice"}
@@ -112,12 +159,12 @@ def status_table(rollout_id: str) -> str:
     return str(inner.get("table", ""))
 
 
-def start(profile: str, chat: Chat) -> Dict[str, Any]:
+def start(profile: str, watch: Watch) -> Dict[str, Any]:
     out = cli("run", "-a", "fleet_rollout.rollout", f"profile={profile}", "--json")
     if not out.stdout.strip().startswith("{"):
         raise SystemExit(f"demo: rollout did not start:\n{out.stderr[-3000:]}")
     doc = json.loads(out.stdout)
-    return drive(doc["id"], chat, sre)
+    return drive(doc["id"], watch, sre)
 
 
 def main() -> int:
@@ -145,11 +192,11 @@ def main() -> int:
                                   env=dict(os.environ, FLEET_ROLLOUT_HOME=HOME,
                                            FLEET_ROLLOUT_USER="sre-alice"))
         time.sleep(3)
-        chat = Chat()
+        watch = Watch()
         reports: List[str] = []
 
         say("rollout 1: home-snoop (Early Snoop -> Home Snoop), approvals in chat")
-        doc = start("lab-home-snoop", chat)
+        doc = start("lab-home-snoop", watch)
         result = (doc.get("result") or {}).get("output") or {}
         rollout_id = result.get("rollout_id", "?")
         print(f"\n  workflow {doc['status']}; rollout {rollout_id}: {result.get('status')}")
@@ -158,13 +205,13 @@ def main() -> int:
 
         say("rollout 2: lab-bad (a change that slows packet processing): the canary must FAIL "
             "and roll back by itself")
-        doc = start("lab-bad", chat)
+        doc = start("lab-bad", watch)
         result = (doc.get("result") or {}).get("output") or {}
         bad_id = result.get("rollout_id", "?")
         print(f"\n  workflow {doc['status']}; rollout {bad_id}: {result.get('status')} "
               f"(last verdict {result.get('last_verdict')})")
         print("\n" + status_table(bad_id))
-        chat.show()
+        watch.show()
         reports.append(os.path.join(STATE, "rollouts", bad_id, "report.html"))
 
         say("after both rollouts")
