@@ -9,7 +9,8 @@ runtime, answering the approvals the way an SRE would in chat.
 3. The HTML reports and the audit trail.
 
 Environment: DEMO_HOSTS (6), DEMO_BACKEND (vm; sim for a quick run), DEMO_KEEP_LAB=1 keeps the lab
-running afterwards, FLEET_ROLLOUT_HOME (default .lab/runtime).
+running afterwards, FLEET_ROLLOUT_HOME (default .lab/demo/runtime: like the lab, a fresh one each
+run, so an engine never resumes a rollout of an earlier demo on the new servers).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from fleet_runtime.store import Store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.path.join(REPO, ".lab", "demo")
-HOME = os.environ.get("FLEET_ROLLOUT_HOME") or os.path.join(REPO, ".lab", "runtime")
+HOME = os.environ.get("FLEET_ROLLOUT_HOME") or os.path.join(STATE, "runtime")
 
 
 def say(text: str) -> None:
@@ -172,9 +173,9 @@ def main() -> int:
     backend = os.environ.get("DEMO_BACKEND", "vm")
     started = time.monotonic()
     os.environ["FLEET_ROLLOUT_HOME"] = HOME
-    os.makedirs(HOME, exist_ok=True)
     lab.down(STATE, progress=lambda _m: None)
     shutil.rmtree(STATE, ignore_errors=True)  # a fresh lab: BIOS defaults, empty disks
+    os.makedirs(HOME, exist_ok=True)
     say(f"lab up: {hosts} {backend} servers in 2 sites, one simulated Dell iDRAC 8 BMC each")
     # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
     # (TCG guests pay for every packet)
@@ -222,6 +223,7 @@ def main() -> int:
             if os.path.exists(audit):
                 with open(audit) as handle:
                     print(f"  audit:  {audit} ({sum(1 for _ in handle)} entries)")
+        print(f"  runtime: FLEET_ROLLOUT_HOME={HOME} .venv/bin/fleet-rollout execution list")
         print(f"\n  demo took {time.monotonic() - started:.0f} s")
         ok = result.get("status") == "rolled_back"
         engine.terminate()
