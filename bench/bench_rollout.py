@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
@@ -81,15 +81,16 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
     from fleet_lab import lab
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, FLEET_ROLLOUT_HOME=os.path.join(tmp, "home"))
+        profile = os.path.join(tmp, "bench.yaml")
+        env = dict(os.environ, FLEET_ROLLOUT_HOME=os.path.join(tmp, "home"),
+                   BENCH_PROFILE=profile)
         os.environ["FLEET_ROLLOUT_HOME"] = env["FLEET_ROLLOUT_HOME"]
         state = os.path.join(tmp, "lab")
         inventory = os.path.join(tmp, "inventory.yml")
         lab.up(lab.LabConfig(hosts=hosts, backend="sim", vendors=["generic"],
                              reboot_seconds=reboot, sites=4, hosts_per_rack=10),
                state, inventory, progress=lambda _m: None, timeout=1800)
-        profile = os.path.join(tmp, "bench.yaml")
-        window, soak = 10, 5
+        window, soak, parallel = 10, 5, 40
         with open(profile, "w") as handle:
             yaml.safe_dump({
                 "name": "bench-home", "bios": {"snoop_mode": "home"},
@@ -98,18 +99,16 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
                            "policy": {"min_canary_hosts": 3, "min_control_hosts": 5}},
                 "batches": {"canary_size": 10, "growth": 2, "max_batch": 80,
                             "max_unavailable_per_site": 40, "max_unavailable_per_rack": 10,
-                            "parallel": 40},
+                            "parallel": parallel},
                 "approval": {"required": False},
                 "redfish": {"graceful_timeout": reboot * 3, "poll": 1}}, handle)
         try:
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "fleet_runtime.cli", "run",
-                                   "fleet_rollout.rollout", f"profile={profile}", "--json"],
-                                  env=env, capture_output=True, text=True, cwd=ROOT)
+            out = _run_answering(env)
             total = time.monotonic() - t0
-            out = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
             rollout_id = ((out.get("result") or {}).get("output") or {}).get("rollout_id")
-            bound, batches = _critical_path(env["FLEET_ROLLOUT_HOME"], rollout_id, window, soak)
+            bound, batches = _critical_path(env["FLEET_ROLLOUT_HOME"], rollout_id, window, soak,
+                                            parallel)
             context = _largest_context(env["FLEET_ROLLOUT_HOME"])
         finally:
             lab.down(state, progress=lambda _m: None)
@@ -120,8 +119,64 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
             "largest_context_bytes": context}
 
 
-def _critical_path(home: str, rollout_id: Any, window: float, soak: float) -> tuple[float, int]:
-    """Sum over batches of the slowest host's reboot..verify time, plus soak and two windows."""
+def _cli(env: Dict[str, str], *args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=env,
+                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
+
+
+def _run_answering(env: Dict[str, str]) -> Dict[str, Any]:
+    """Run the rollout with a background engine, as st2 would; every question it asks (an
+    INCONCLUSIVE verdict: extend, proceed or roll back) is answered at once like the demo's SRE
+    (proceed), so the time measured is the rollout's own."""
+    from fleet_runtime.demo import sre
+    from fleet_runtime.store import Store
+
+    home = env["FLEET_ROLLOUT_HOME"]
+    engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"],
+                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        execution = json.loads(_cli(env, "run", "-a", "fleet_rollout.rollout",
+                                    f"profile={env['BENCH_PROFILE']}", "--json"))["id"]
+        store = Store(os.path.join(home, "runtime.db"))
+        last = started
+        while store.get_execution(execution)["status"] in (
+                "requested", "scheduled", "running", "pausing", "paused", "resuming"):
+            for inquiry in store.find_executions("runner='inquirer' AND status='pending'"):
+                answer = sre((inquiry.get("result") or {}).get("schema") or {})
+                _cli(env, "inquiry", "respond", inquiry["id"], "-r", json.dumps(answer),
+                     "--no-wait")
+            time.sleep(2)
+            if time.monotonic() - last >= 15:
+                last = time.monotonic()
+                _progress(home, last - started)
+        return json.loads(_cli(env, "execution", "get", execution, "--json"))
+    finally:
+        engine.terminate()
+        engine.wait(60)
+
+
+def _progress(home: str, elapsed: float) -> None:
+    """One line on stderr: hosts per status so far (the rollout takes minutes)."""
+    try:
+        db = sqlite3.connect(os.path.join(home, "runtime.db"))
+        rows = db.execute("SELECT value FROM kv WHERE name LIKE 'fleet_rollout.%.host.%'")
+        counts: Dict[str, int] = {}
+        for (value,) in rows:
+            status = json.loads(value).get("status", "?")
+            counts[status] = counts.get(status, 0) + 1
+    except sqlite3.Error:
+        return
+    print(f"  [{elapsed:5.0f} s] hosts: " + (", ".join(f"{n} {k}" for k, n in
+                                                   sorted(counts.items())) or "none yet"),
+          file=sys.stderr, flush=True)
+
+
+def _critical_path(home: str, rollout_id: Any, window: float, soak: float,
+                   parallel: int) -> Tuple[float, int]:
+    """Sum over batches of the slowest host's reboot..verify time (times the waves the batch's
+    parallelism limit needs), plus the soak and the two counter windows."""
     if not rollout_id:
         return 0.0, 0
     db = sqlite3.connect(os.path.join(home, "runtime.db"))
@@ -137,20 +192,17 @@ def _critical_path(home: str, rollout_id: Any, window: float, soak: float) -> tu
             steps = state.get("steps", {})
             if "reboot" in steps and "verify" in steps:
                 slowest = max(slowest, steps["verify"]["at"] - steps["reboot"]["started"])
-        total += slowest + soak + 2 * window
+        waves = -(-len(batch["hosts"]) // parallel)  # hosts run `parallel` at a time
+        total += waves * slowest + soak + 2 * window
     return total, len(plan["batches"])
 
 
-def _largest_context(home: str) -> int:
+def _largest_context(home: str) -> Dict[str, int]:
+    """Largest workflow context and largest persisted conductor state, in bytes."""
     db = sqlite3.connect(os.path.join(home, "runtime.db"))
-    best = 0
-    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
-        cols = [c[1] for c in db.execute(f"PRAGMA table_info({table})")]
-        for col in cols:
-            if "context" in col or col in ("state", "workflow_state"):
-                row = db.execute(f"SELECT MAX(LENGTH({col})) FROM {table}").fetchone()
-                best = max(best, int(row[0] or 0))
-    return best
+    context, state = db.execute(
+        "SELECT MAX(LENGTH(context)), MAX(LENGTH(state)) FROM workflows").fetchone()
+    return {"context": int(context or 0), "conductor_state": int(state or 0)}
 
 
 def main() -> int:
@@ -158,25 +210,30 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--reboot-seconds", type=float, default=10.0)
     parser.add_argument("--skip-rollout", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true",
+                        help="only the rollout (not the 20,000-host plan and judge)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out: Dict[str, Any] = {"plan": plan_scale(20000), "judge": judge_scale(4000, 16000)}
+    out: Dict[str, Any] = {} if args.skip_scale else {
+        "plan": plan_scale(20000), "judge": judge_scale(4000, 16000)}
     if not args.skip_rollout:
         out["rollout"] = rollout_scale(args.hosts, args.reboot_seconds)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    p, j = out["plan"], out["judge"]
-    print(f"plan, {p['hosts']} inventory hosts: inventory {p['inventory_seconds']} s, plan "
-          f"{p['plan_seconds']} s, {p['batches']} batches, plan {p['plan_bytes']} bytes")
-    print(f"judge, {j['canary']} canary + {j['control']} control hosts: {j['seconds']} s "
-          f"({j['verdict']})")
+    if "plan" in out:
+        p, j = out["plan"], out["judge"]
+        print(f"plan, {p['hosts']} inventory hosts: inventory {p['inventory_seconds']} s, plan "
+              f"{p['plan_seconds']} s, {p['batches']} batches, plan {p['plan_bytes']} bytes")
+        print(f"judge, {j['canary']} canary + {j['control']} control hosts: {j['seconds']} s "
+              f"({j['verdict']})")
     if "rollout" in out:
         r = out["rollout"]
         print(f"rollout, {r['hosts']} sim hosts, reboot {r['reboot_seconds']} s: "
               f"{r['total_seconds']} s in {r['batches']} batches; critical path "
               f"{r['critical_path_seconds']} s; ratio {r['ratio']}; status {r['status']}; "
-              f"largest workflow context {r['largest_context_bytes']} bytes")
+              f"largest workflow context {r['largest_context_bytes']['context']} bytes "
+              f"(conductor state {r['largest_context_bytes']['conductor_state']} bytes)")
     return 0
 
 
