@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -124,7 +125,10 @@ def test_canary_failure_rolls_every_changed_host_back(small_lab):
     untouched = [h for h in sim.host_names() if h not in hosts]
     _assert_untouched(sim, untouched)
     chat = open(os.path.join(sim.home, "chat.jsonl")).read()
-    assert "FAIL" in chat and "rolled_back" in chat
+    assert "FAIL" in chat
+    # the rollout's own rollback and the canary-regression rule's both ran; chat hears it once
+    assert len(re.findall(rf"Rollout {rollout_id} \([^)]*\) rolled_back:", chat)) == 1, chat
+    assert sim.kv(rollout_id, "meta")["status"] == "rolled_back"
     audit = os.path.join(sim.state, "rollouts", rollout_id, "audit.jsonl")
     actions = [json.loads(line)["action"] for line in open(audit)]
     assert "change" in actions and "restore" in actions

@@ -199,6 +199,9 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, reason: str = "abort
 
 def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dict[str, Any]:
     ctx = context(raw_config, datastore, rollout_id)
+    # A FAIL is rolled back by the rollout itself and by the canary-regression rule (a backstop);
+    # only the first to reach an end state announces it, so chat hears it once.
+    announce = ctx.state.meta().get("status") != status
     meta = ctx.state.update_meta(status=status, finished=time.time())
     states = ctx.state.hosts()
     counts: Dict[str, int] = {}
@@ -219,7 +222,7 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
                + (f" Report: {report_path}" if report_path else ""))
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
             "audit": audit, "report": report_path, "message": message,
-            "route": ctx.config.chat_route}
+            "route": ctx.config.chat_route, "announce": announce}
 
 
 def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
