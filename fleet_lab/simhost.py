@@ -4,9 +4,16 @@ At every boot the tree is rewritten from the BootConfig: NUMA nodes, cpulists, S
 memory per node, CPU packages, LLC, huge pages, a new boot_id, and NIC/UDP counters reset to zero
 (a reboot resets kernel counters). The probe (--sysroot) and the counter collector read it with
 the same code they use on a real host.
+
+A server unlike its peers (say another DIMM population) is made by writing
+`<root>/<host>.hardware.json` with {"cross_socket_distance": 31}: from its next boot its SLIT
+shows that distance between sockets (21 otherwise), so the probe's modelled remote latency moves
+while the topology stays right (what a fingerprint against like hosts catches).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import threading
@@ -149,8 +156,18 @@ class SimBackend:
     def sysroot(self, host: str) -> str:
         return os.path.join(self.root, host)
 
+    def hardware_path(self, host: str) -> str:
+        return os.path.join(self.root, f"{host}.hardware.json")
+
     def power_on(self, config: BootConfig) -> None:
         root = self.sysroot(config.host)
+        if os.path.exists(self.hardware_path(config.host)):
+            with open(self.hardware_path(config.host)) as handle:
+                cross = int(json.load(handle).get("cross_socket_distance", 21))
+            sockets = [node.socket for node in config.nodes]
+            config = dataclasses.replace(config, distances=[
+                [d if sockets[a] == sockets[b] else cross for b, d in enumerate(row)]
+                for a, row in enumerate(config.distances)])
         write_tree(root, config)
         _write(root, "run/fleet-sim/power", "on\n")
         with self._lock:

@@ -120,3 +120,19 @@ def test_status_json(sim_lab):
     doc = json.loads(out.stdout)
     assert doc["running"] and len(doc["hosts"]) == 4
     assert all(h["boot"] == "OSRunning" for h in doc["hosts"])
+
+
+def test_a_sim_server_unlike_its_peers_shows_another_cross_socket_distance(tmp_path):
+    from fleet_lab.hosts import boot_config
+    from fleet_lab.simhost import SimBackend
+
+    backend = SimBackend(str(tmp_path))
+    distances = os.path.join(backend.sysroot("odd"), "sys/devices/system/node/node0/distance")
+    backend.power_on(boot_config("odd", "home", "disabled"))
+    assert open(distances).read().split() == ["10", "21"]
+    with open(backend.hardware_path("odd"), "w") as handle:
+        handle.write('{"cross_socket_distance": 31}')
+    backend.power_on(boot_config("odd", "home", "disabled"))  # the next boot shows it
+    assert open(distances).read().split() == ["10", "31"]
+    backend.power_on(boot_config("odd", "cod", "disabled"))  # same die stays near
+    assert open(distances).read().split() == ["10", "11", "31", "31"]

@@ -9,7 +9,13 @@ from typing import Dict
 import pytest
 
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.probe import VerifyPolicy, expected_node_count, parse_output, verify
+from fleet_rollout.probe import (
+    VerifyPolicy,
+    expected_node_count,
+    fingerprint_record,
+    parse_output,
+    verify,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
 
@@ -179,6 +185,39 @@ def test_fingerprint_leaves_out_unlike_controls() -> None:
     assert result.numbers["fingerprint"]["controls_used"] == 1
     assert any("ctl-amd left out: CPU model" in n for n in result.notes)
     assert any("skipped, 1 usable control hosts (need 2)" in n for n in result.notes)
+
+
+def test_fingerprint_records_stand_in_for_whole_documents() -> None:
+    host = load("synthetic-2s-xeon-home-off.json")
+    docs = [_control(host, f"ctl-{i}", scale) for i, scale in enumerate((0.97, 1.02, 1.0))]
+    records = [fingerprint_record(doc, doc["host"], batch=0) for doc in docs]
+    assert all(len(json.dumps(r)) < 600 for r in records)
+    assert records[0]["batch"] == 0 and records[0]["cpu_model"] == host["cpu_model"]
+    odd = _control(host, "odd-1", 1.0)
+    odd["c2c_ns"]["across_sockets"]["median"] *= 1.5
+    whole, small = verify(odd, "home", "disabled", 2, controls=docs), verify(
+        odd, "home", "disabled", 2, controls=records)
+    assert whole.numbers["fingerprint"] == small.numbers["fingerprint"]
+    assert whole.reasons == small.reasons and not small.ok
+    assert "c2c_across_ns" in small.reasons[0]
+
+
+def test_fingerprint_on_a_virtual_machine_is_advisory_unless_enforced() -> None:
+    host = load("synthetic-2s-xeon-home-off.json")
+    controls = [_control(host, "ctl-1", 1.0), _control(host, "ctl-2", 1.03)]
+    odd = _control(host, "vm-1", 1.0)
+    odd["derived"]["local_ns"] = 140.0
+    odd["topology"]["virtualized"] = "kvm"
+    advisory = verify(odd, "home", "disabled", 2, controls=controls)
+    assert advisory.ok, advisory.reasons
+    assert any(n.startswith("fingerprint: local_ns 140.0 ns is outside") and
+               n.endswith("advisory only on a virtual machine") for n in advisory.notes)
+    enforced = verify(odd, "home", "disabled", 2, controls=controls,
+                      policy=VerifyPolicy(fingerprint_on_virtual="enforce"))
+    assert not enforced.ok
+    assert any(r.startswith("fingerprint: local_ns 140.0 ns") for r in enforced.reasons)
+    with pytest.raises(ConfigError, match="fingerprint_on_virtual"):
+        verify(odd, "home", "disabled", 2, policy=VerifyPolicy(fingerprint_on_virtual="x"))
 
 
 def test_bad_expected_state_is_a_config_error() -> None:

@@ -226,6 +226,12 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
             assert sim.read(host, "proc/sys/net/core/rmem_max") == "16777216", host
             assert not sim.drained(host), host
             assert sim.kv(rollout_id, f"host.{host}")["status"] == "done"
+        # verification compares each later host's probe fingerprint with the hosts verified in
+        # earlier batches: none for the canaries, the canaries and more for the batches after
+        plan = sim.kv(rollout_id, "plan")["batches"]
+        used = [[_fingerprint(sim, rollout_id, h)["controls_used"] for h in b["hosts"]]
+                for b in plan]
+        assert set(used[0]) == {0} and min(used[1]) >= 3 and min(used[3]) >= min(used[1]), used
         verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
         status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
@@ -234,6 +240,45 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         assert os.path.getsize(report) > 10000
     finally:
         sim.down()
+
+
+def _fingerprint(sim, rollout_id, host):
+    detail = sim.kv(rollout_id, f"host.{host}")["steps"]["verify"]["detail"]
+    return detail["probe"]["numbers"]["fingerprint"]
+
+
+def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(small_lab):
+    sim = small_lab
+    profile = sim.profile("home-snoop", approval={"required": False},
+                          failure_budget={"per_batch": 1},
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 4})
+    dry = output(sim.run("fleet_rollout.plan", profile=profile))
+    odd = sim.kv(dry["rollout_id"], "plan")["batches"][1]["hosts"][0]
+    with open(os.path.join(sim.state, "hosts", f"{odd}.hardware.json"), "w") as handle:
+        json.dump({"cross_socket_distance": 31}, handle)  # another memory population
+    execution = sim.run("fleet_rollout.rollout", profile=profile)
+    for _ in range(len(sim.host_names())):  # 6 hosts are too few for a verdict: proceed
+        if execution["status"] != "paused":
+            break
+        inquiry = json.loads(sim.cli("inquiry", "list", "--json").stdout)[0]["id"]
+        answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"choice": "proceed"}', "--json")
+        assert answer.returncode == 0, answer.stderr
+        execution = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
+    result = output(execution)
+    assert result.get("status") == "completed", error_text(execution)
+    rollout_id = result["rollout_id"]
+    batches = sim.kv(rollout_id, "plan")["batches"]
+    assert odd in batches[1]["hosts"]
+    state = sim.kv(rollout_id, f"host.{odd}")
+    assert state["status"] == "restored" and state["error"]["step"] == "verify", state
+    assert "fingerprint: remote_ns" in state["error"]["message"], state["error"]
+    assert "outside the spread of 2 control hosts" in state["error"]["message"]
+    sim.wait_idle()
+    assert sim.bmc(odd)["logical"] == EARLY and not sim.drained(odd)
+    for host in (h for b in batches for h in b["hosts"] if h != odd):
+        assert sim.kv(rollout_id, f"host.{host}")["status"] == "done", host
+        assert sim.bmc(host)["logical"] == HOME, host
 
 
 def test_chatops_aliases_plan_approve_and_status(small_lab):

@@ -277,7 +277,7 @@ class HostRun:
         return out
 
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        from fleet_rollout.probe import VerifyPolicy, parse_output, verify
+        from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
 
         check = check_desired(self.endpoint(), self.targets())
         if not check["compliant"]:
@@ -294,14 +294,24 @@ class HostRun:
         # on a virtual machine timing quality depends on the hypervisor's load, not on the
         # BIOS: like the latency ratio it is a note there; the topology checks still decide
         virtual = bool(parsed["topology"].get("virtualized"))
+        # the fingerprint's references: hosts of earlier batches of this rollout, changed to the
+        # same settings and verified (verify() leaves out other CPU models and node counts)
+        batch = self.batch_index()
+        controls = [r for r in self.ctx.state.fingerprints() if r.get("batch", batch) < batch]
         result = verify(parsed, logical.get("snoop_mode") or "home",
                         logical.get("node_interleaving") or "disabled", sockets,
-                        policy=VerifyPolicy(require_quality=not virtual), host=self.name)
+                        controls=controls, policy=VerifyPolicy(require_quality=not virtual),
+                        host=self.name)
         state["probe"] = {"nodes": parsed["topology"].get("nodes"), "ok": result.ok}
         if not result.ok:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
+        self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
         return {"bios": check["targets"], "probe": result.to_dict()}
+
+    def batch_index(self) -> int:
+        return next((b["index"] for b in self.ctx.plan["batches"] if self.name in b["hosts"]),
+                    len(self.ctx.plan["batches"]))
 
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         result = self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 PREFIX = "fleet_rollout"
 
@@ -190,6 +190,21 @@ class RolloutState:
     def hosts(self) -> Dict[str, Dict[str, Any]]:
         prefix = key(self.id, "host") + "."
         return {k[len(prefix):]: json.loads(v) for k, v in self.store.list(prefix).items()}
+
+    def fingerprints(self) -> List[Dict[str, Any]]:
+        """Probe fingerprints of hosts this rollout changed and verified (the references for
+        later batches' verification)."""
+        return self.store.get_json(key(self.id, "fingerprints"), []) or []
+
+    def add_fingerprint(self, record: Dict[str, Any], per_model: int = 16) -> bool:
+        """Keep the record unless per_model hosts of its CPU model are kept already. A sample:
+        two hosts adding at the same moment may keep only one of them."""
+        kept = self.fingerprints()
+        if any(r.get("host") == record.get("host") for r in kept) or sum(
+                1 for r in kept if r.get("cpu_model") == record.get("cpu_model")) >= per_model:
+            return False
+        self.store.set_json(key(self.id, "fingerprints"), kept + [record])
+        return True
 
     def batch(self, index: int) -> Dict[str, Any]:
         return self.store.get_json(key(self.id, "batch", str(index)), {}) or {}

@@ -25,6 +25,7 @@ from fleet_rollout.probe.verify import (
     VerifyResult,
     expected_node_count,
     fingerprint,
+    fingerprint_record,
     verify,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "VerifyResult",
     "expected_node_count",
     "fingerprint",
+    "fingerprint_record",
     "load_schema",
     "parse_output",
     "probe_argv",
