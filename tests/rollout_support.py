@@ -44,6 +44,13 @@ class SimLab:
         assert out.stdout.strip().startswith("{"), out.stderr[-3000:] + out.stdout[-3000:]
         return json.loads(out.stdout)
 
+    def start(self, action: str, **params: Any) -> subprocess.Popen:
+        """`st2 run` in the background, in its own process group (to be killed as a whole)."""
+        args = [f"{k}={v}" for k, v in params.items()]
+        return subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run", action, *args,
+                                 "--json"], env=self.env, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
     def profile(self, name: str, **overrides: Any) -> str:
         """A copy of a shipped profile with short windows and the given overrides."""
         data = yaml.safe_load(open(os.path.join(ROOT, "profiles", f"{name}.yaml")))

@@ -7,12 +7,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from rollout_support import ROOT, SimLab, error_text, output
+from rollout_support import SimLab, error_text, output
 
 EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
 HOME = {"snoop_mode": "home", "node_interleaving": "disabled"}
@@ -181,10 +179,7 @@ def test_runtime_killed_mid_rollout_resumes_without_double_changes(small_lab):
     profile = sim.profile("home-snoop", approval={"required": False},
                           batches={"canary_size": 2, "max_unavailable_per_rack": 2,
                                    "max_unavailable_per_site": 4, "parallel": 4})
-    proc = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run",
-                             "fleet_rollout.rollout", f"profile={profile}", "--json"],
-                            env=sim.env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = sim.start("fleet_rollout.rollout", profile=profile)
     deadline = time.time() + 120
     while time.time() < deadline:  # kill while the canary hosts are being changed
         if any(sim.bmc(h)["resets"] for h in sim.host_names()):
@@ -317,10 +312,7 @@ def test_abort_mid_batch_touches_no_further_host(small_lab):
     profile = sim.profile("home-snoop", approval={"required": False},
                           batches={"canary_size": 2, "max_unavailable_per_rack": 2,
                                    "max_unavailable_per_site": 4, "parallel": 1})
-    proc = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run",
-                             "fleet_rollout.rollout", f"profile={profile}", "--json"],
-                            env=sim.env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = sim.start("fleet_rollout.rollout", profile=profile)
     deadline = time.time() + 180
     rollout_id = None
     while time.time() < deadline and rollout_id is None:
