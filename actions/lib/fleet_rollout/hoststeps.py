@@ -21,6 +21,7 @@ from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.inventory import FleetHost
+from fleet_rollout.plan import batch_of
 from fleet_rollout.redfish import bios as rf_bios
 from fleet_rollout.redfish import power as rf_power
 from fleet_rollout.redfish.client import RedfishSession
@@ -296,7 +297,8 @@ class HostRun:
         virtual = bool(parsed["topology"].get("virtualized"))
         # the fingerprint's references: hosts of earlier batches of this rollout, changed to the
         # same settings and verified (verify() leaves out other CPU models and node counts)
-        batch = self.batch_index()
+        batch = batch_of(self.ctx.plan, self.name)
+        batch = len(self.ctx.plan["batches"]) if batch is None else batch
         controls = [r for r in self.ctx.state.fingerprints() if r.get("batch", batch) < batch]
         result = verify(parsed, logical.get("snoop_mode") or "home",
                         logical.get("node_interleaving") or "disabled", sockets,
@@ -308,10 +310,6 @@ class HostRun:
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
         return {"bios": check["targets"], "probe": result.to_dict()}
-
-    def batch_index(self) -> int:
-        return next((b["index"] for b in self.ctx.plan["batches"] if self.name in b["hosts"]),
-                    len(self.ctx.plan["batches"]))
 
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         result = self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")

@@ -141,6 +141,11 @@ def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[
     return plan
 
 
+def batch_of(plan: Dict[str, Any], host: str) -> Optional[int]:
+    """The index of the batch that changes `host`, None when no batch does."""
+    return next((b["index"] for b in plan["batches"] if host in b["hosts"]), None)
+
+
 def controls_for_batch(plan: Dict[str, Any], index: int) -> List[str]:
     """Control hosts still unchanged when batch `index` is judged."""
     changed = {h for b in plan["batches"][:index + 1] for h in b["hosts"]}

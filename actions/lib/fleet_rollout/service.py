@@ -14,7 +14,13 @@ from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_inventory
-from fleet_rollout.plan import build_plan, controls_for_batch, precheck_hosts, render_plan
+from fleet_rollout.plan import (
+    batch_of,
+    build_plan,
+    controls_for_batch,
+    precheck_hosts,
+    render_plan,
+)
 from fleet_rollout.profile import load_profile
 from fleet_rollout.redfish.operations import check_desired
 from fleet_rollout.store import ActionServiceStore, RolloutState, Store
@@ -127,10 +133,10 @@ def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step:
 
 
 def _approval_of(ctx: RolloutContext, host: str) -> Optional[str]:
-    for batch in ctx.plan["batches"]:
-        if host in batch["hosts"]:
-            return (ctx.state.batch(batch["index"]).get("approval") or {}).get("by")
-    return None
+    batch = batch_of(ctx.plan, host)
+    if batch is None:
+        return None
+    return (ctx.state.batch(batch).get("approval") or {}).get("by")
 
 
 def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
@@ -241,8 +247,7 @@ def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
             "restored": sorted(h for h, s in hosts.items() if s.get("status") == "restored"),
             "approval": info.get("approval"),
             "verdict": (info.get("verdict") or {}).get("verdict")})
-    host_rows = [{"host": h, "batch": next((b["index"] for b in ctx.plan["batches"]
-                                            if h in b["hosts"]), None),
+    host_rows = [{"host": h, "batch": batch_of(ctx.plan, h),
                   "status": st.get("status"), "step": st.get("step"),
                   "error": (st.get("error") or {}).get("message")}
                  for h, st in sorted(states.items())]
