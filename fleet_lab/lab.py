@@ -42,6 +42,8 @@ class LabConfig:
     password: str = ""  # generated when empty; kept in the state dir (0600) and pack config
     initial_bios: Dict[str, str] = field(default_factory=lambda: {
         "snoop_mode": "early", "node_interleaving": "disabled"})
+    approvers: List[str] = field(default_factory=list)  # empty: the runtime's user
+    chatops_users: List[str] = field(default_factory=lambda: ["chatops_bot"])
 
     def host_names(self) -> List[str]:
         return [f"lab-{i + 1:03d}" for i in range(self.hosts)]
@@ -231,6 +233,18 @@ def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> N
         yaml.safe_dump(doc, handle, sort_keys=True)
 
 
+def _runtime_user() -> str:
+    """Who approves in a lab by default: the embedded runtime's user (st2's API user)."""
+    try:
+        from fleet_runtime.home import RuntimeHome
+
+        return RuntimeHome().user
+    except Exception:  # a lab without the runtime: the OS user
+        import getpass
+
+        return getpass.getuser()
+
+
 def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
                       inventory: str) -> str:
     """The pack config for this lab (credentials are secret: file mode 0600)."""
@@ -240,7 +254,10 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "allow_insecure_http": False,
         "inventory": inventory,
         "state_dir": os.path.join(state_dir, "rollouts"),
-        "chat_route": "fleet-rollout",
+        "chat_route": "chatops",
+        "chat_channel": "fleet-rollout",
+        "approvers": list(config.approvers) or [_runtime_user()],
+        "chatops_users": list(config.chatops_users),
         "ansible_private_key": manifest.get("ssh_key") or "",
     }
     path = paths(state_dir)["pack_config"]

@@ -20,9 +20,11 @@ class PackConfig:
     redfish_get_retries: int = 4
     inventory: str = "inventory/lab.yml"
     state_dir: str = "/var/lib/fleet_rollout"
-    chat_route: str = "fleet-rollout"
+    chat_route: str = "chatops"
+    chat_channel: str = "fleet-rollout"
     approvers: List[str] = field(default_factory=list)
     approver_roles: List[str] = field(default_factory=list)
+    chatops_users: List[str] = field(default_factory=list)
     ansible_private_key: Optional[str] = None
     pack_dir: str = ""
 
@@ -71,10 +73,23 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             redfish_get_retries=int(data.get("redfish_get_retries", 4)),
             inventory=str(data.get("inventory") or "inventory/lab.yml"),
             state_dir=str(data.get("state_dir") or "/var/lib/fleet_rollout"),
-            chat_route=str(data.get("chat_route") or "fleet-rollout"),
-            approvers=list(data.get("approvers") or []),
-            approver_roles=list(data.get("approver_roles") or []),
+            chat_route=str(data.get("chat_route") or "chatops"),
+            chat_channel=str(data.get("chat_channel") or "fleet-rollout"),
+            approvers=_names(data, "approvers"),
+            approver_roles=_names(data, "approver_roles"),
+            chatops_users=_names(data, "chatops_users"),
             ansible_private_key=data.get("ansible_private_key") or None,
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
+
+
+def _names(data: Mapping[str, Any], key: str) -> List[str]:
+    """A list of user or role names from the pack config (a lone string is one name)."""
+    value = data.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip()
+                                                         for v in value):
+        raise ConfigError(f"pack config: {key} must be a list of names")
+    return [v.strip() for v in value]

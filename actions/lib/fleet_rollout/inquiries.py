@@ -1,30 +1,26 @@
-"""Answer a rollout's pending inquiry (core.ask) through the StackStorm API.
+"""Answer a rollout's pending question (core.ask) on behalf of the caller.
 
-A python action gets the API URL and a token from st2 (ST2_ACTION_API_URL,
-ST2_ACTION_AUTH_TOKEN). The rollout's inquiries carry `rollout_id` as a schema default, which is
-how `rollout approve <rollout id>` in chat finds the right one.
+`fleet_rollout.respond` (the chat aliases `rollout approve|reject|extend <id>`, or
+`st2 run fleet_rollout.respond`) finds the rollout's pending inquiry by the `rollout_id` default
+in its schema, checks the caller (approvals.caller: the chat user behind an alias execution, else
+the API user) and answers through the StackStorm API with the action's own token. StackStorm
+then checks that token's account against the inquiry's users/roles and records it as the
+requester; the batch workflow reads the approver from there (approvals.answer_author).
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping
 
+from fleet_rollout import approvals
+from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.st2api import ActionApi
 
 DECISIONS = {
     "approve": {"approved": True, "choice": "proceed"},
     "reject": {"approved": False, "choice": "rollback"},
     "extend": {"choice": "extend"},
 }
-
-
-def _api() -> Tuple[str, Dict[str, str]]:
-    url = os.environ.get("ST2_ACTION_API_URL")
-    token = os.environ.get("ST2_ACTION_AUTH_TOKEN")
-    if not url or not token:
-        raise ConfigError("no StackStorm API in this action's environment (ST2_ACTION_API_URL, "
-                          "ST2_ACTION_AUTH_TOKEN); answer with `st2 inquiry respond` instead")
-    return url.rstrip("/"), {"X-Auth-Token": token}
 
 
 def pending_for(rollout_id: str, inquiries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -36,31 +32,32 @@ def pending_for(rollout_id: str, inquiries: List[Dict[str, Any]]) -> List[Dict[s
     return out
 
 
-def respond(rollout_id: str, decision: str, by: str = "", comment: str = "",
-            session: Optional[Any] = None) -> Dict[str, Any]:
-    if decision not in DECISIONS:
-        raise ConfigError(f"decision {decision!r}: one of {', '.join(DECISIONS)}")
-    import requests
-
-    http = session or requests
-    base, headers = _api()
-    listing = http.get(f"{base}/inquiries", headers=headers, timeout=30)
-    listing.raise_for_status()
-    matches = pending_for(rollout_id, listing.json())
-    if not matches:
-        raise ConfigError(f"rollout {rollout_id} is not waiting for an answer")
-    inquiry = matches[0]
-    props = (inquiry.get("schema") or {}).get("properties") or {}
+def build_response(rollout_id: str, decision: str, props: Mapping[str, Any],
+                   who: approvals.Identity) -> Dict[str, Any]:
     response: Dict[str, Any] = {k: v for k, v in DECISIONS[decision].items() if k in props}
     if not response:
         raise ConfigError(f"rollout {rollout_id} asks something `{decision}` cannot answer "
                           f"(it expects {', '.join(sorted(props))})")
     response["rollout_id"] = rollout_id
-    if "by" in props:
-        response["by"] = by or "chat"
-    answer = http.put(f"{base}/inquiries/{inquiry['id']}", headers=headers, timeout=30,
-                      json={"id": inquiry["id"], "response": response})
-    if answer.status_code >= 400:
-        raise ConfigError(f"inquiry {inquiry['id']}: the API refused the answer "
-                          f"({answer.status_code}): {answer.text[:200]}")
-    return {"rollout_id": rollout_id, "inquiry": inquiry["id"], "response": response}
+    if who.via == "chat" and approvals.CHAT_USER_FIELD in props:
+        response[approvals.CHAT_USER_FIELD] = who.name
+    return response
+
+
+def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi) -> Dict[str, Any]:
+    """Answer as the caller; raises ApprovalRefused (caller may not answer) or ConfigError."""
+    if decision not in DECISIONS:
+        raise ConfigError(f"decision {decision!r}: one of {', '.join(DECISIONS)}")
+    who = approvals.caller(api.own_execution())
+    approvals.check_may_answer(who, config)
+    matches = pending_for(rollout_id, api.get("inquiries"))
+    if not matches:
+        raise ConfigError(f"rollout {rollout_id} is not waiting for an answer")
+    inquiry = matches[0]
+    props = (inquiry.get("schema") or {}).get("properties") or {}
+    response = build_response(rollout_id, decision, props, who)
+    api.put(f"inquiries/{inquiry['id']}", {"id": inquiry["id"], "response": response})
+    return {"rollout_id": rollout_id, "inquiry": inquiry["id"], "decision": decision,
+            "by": who.name, "via": who.via,
+            "message": f"{who.name} answered {decision} for rollout {rollout_id} "
+                       f"(inquiry {inquiry['id']})"}

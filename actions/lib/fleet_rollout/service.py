@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from fleet_rollout import approvals
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.operations import HostSide
@@ -23,6 +24,7 @@ from fleet_rollout.plan import (
 )
 from fleet_rollout.profile import load_profile
 from fleet_rollout.redfish.operations import check_desired
+from fleet_rollout.st2api import ActionApi
 from fleet_rollout.store import ActionServiceStore, RolloutState, Store
 
 PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -53,6 +55,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     """Dry run: validate inputs, look at every target BMC (read-only), store the plan."""
     config = pack_config(raw_config)
     prof = load_profile(profile, os.path.join(PACK_DIR, "profiles"))
+    if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
+        approvals.require_approvers(config, prof.name)
     source = config.resolve(inventory or config.inventory)
     everyone = load_inventory(source)
     hosts = load_inventory(source, targets)
@@ -77,7 +81,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
                       profile=prof.name, batches=len(plan["batches"]))
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
-            "control": plan["control"], "table": render_plan(plan), "route": config.chat_route}
+            "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
+            "channel": config.chat_channel}
 
 
 def _gate() -> Any:
@@ -93,7 +98,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
     hosts = gate.batch_hosts(ctx, batch)
     approval = ctx.profile["approval"]
     previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
-    needs = bool(approval["required"]) and not (batch == 0 and approval["auto_approve_canary"])
+    needs = needs_approval(ctx.profile, batch)
+    users, roles = approvals.inquiry_acl(ctx.config)
     shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
     prev = (f" Previous batch: {previous['verdict']}." if previous else "")
     message = (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch + 1} of "
@@ -104,24 +110,67 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
     canary = ctx.profile["canary"]
     return {"hosts": hosts, "count": len(hosts), "approval_required": needs,
             "message": message, "route": ctx.config.chat_route,
-            "users": ctx.config.approvers, "roles": ctx.config.approver_roles,
+            "channel": ctx.config.chat_channel, "users": users, "roles": roles,
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
             "window": canary["window_seconds"], "soak": canary["soak_seconds"],
             "last": batch == len(plan["batches"]) - 1,
             "controls": len(controls_for_batch(plan, batch))}
 
 
-def record_approval(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
-                    approved: bool, by: str = "", auto: bool = False) -> Dict[str, Any]:
+def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
+    approval = profile["approval"]
+    return bool(approval["required"]) and not (batch == 0 and approval["auto_approve_canary"])
+
+
+def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
+                  outcome: str, response: Optional[Dict[str, Any]] = None,
+                  workflow_execution_id: str = "", api: Any = None) -> Dict[str, Any]:
+    """Record the answer to a batch's question (approval, or what to do after an INCONCLUSIVE
+    verdict) with the identity StackStorm authenticated (approvals.answer_author). An answer
+    whose author cannot be established, or is no approver, counts as a refusal."""
     ctx = context(raw_config, datastore, rollout_id)
+    if question not in ("approval", "inconclusive"):
+        raise ConfigError(f"question {question!r}: approval or inconclusive")
+    response = dict(response or {})
+    record: Dict[str, Any] = {"question": question, "outcome": outcome, "at": time.time(),
+                              "auto": outcome == "auto", "by": "", "via": outcome}
+    if outcome == "auto":
+        if question != "approval" or needs_approval(ctx.profile, batch):
+            raise ConfigError(f"batch {batch + 1} of rollout {rollout_id} needs an approval by "
+                              "an approver; it cannot be recorded as automatic")
+        record.update(approved=True, by="auto")
+    elif outcome == "timed_out":
+        record.update(approved=False, by="nobody (the question timed out)")
+    elif outcome == "answered":
+        try:
+            if api is None:
+                api = ActionApi.from_env()
+            who = approvals.answer_author(api.execution(workflow_execution_id), response,
+                                          ctx.config)
+        except ConfigError as err:
+            record.update(approved=False, reason=f"answer not counted: {err}")
+        else:
+            record.update(approved=bool(response.get("approved", True)), by=who.name,
+                          via=who.via, account=who.account)
+    else:
+        raise ConfigError(f"outcome {outcome!r}: answered, timed_out or auto")
+    if question == "inconclusive":
+        choice = response.get("choice")
+        if not record["approved"] or choice not in ("extend", "proceed", "rollback"):
+            choice = "rollback"
+        record["choice"] = choice
+    record["response"] = record["approved"] if question == "approval" else record["choice"]
     state = ctx.state.batch(batch)
-    state["approval"] = {"approved": bool(approved), "response": bool(approved),
-                         "by": by or ("auto" if auto else ""), "at": time.time(), "auto": auto}
+    if question == "approval":
+        state["approval"] = record
+    else:
+        state.setdefault("answers", []).append(record)
     ctx.state.save_batch(batch, state)
-    if not approved:
-        ctx.state.halt(f"batch {batch + 1} rejected by {by or 'approver'}", by)
+    if question == "approval" and not record["approved"]:
+        why = record.get("reason") or f"rejected by {record['by'] or 'an approver'}"
+        ctx.state.halt(f"batch {batch + 1} not approved: {why}", record["by"])
         ctx.state.update_meta(status="rejected")
-    return state["approval"]
+    return record
 
 
 def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
@@ -228,7 +277,8 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
                + (f" Report: {report_path}" if report_path else ""))
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
             "audit": audit, "report": report_path, "message": message,
-            "route": ctx.config.chat_route, "announce": announce}
+            "route": ctx.config.chat_route, "channel": ctx.config.chat_channel,
+            "announce": announce}
 
 
 def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:

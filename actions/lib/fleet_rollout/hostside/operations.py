@@ -7,7 +7,6 @@ from typing import Any, Dict, Iterable, Optional
 
 from fleet_rollout.hostside.ansible_run import PACK_DIR, HostResult, run_playbook
 
-PROBE_BINARY = os.path.join(PACK_DIR, "probe", "build", "fleet-probe")
 COLLECTOR_SCRIPT = os.path.join(PACK_DIR, "actions", "lib", "fleet_rollout", "counters",
                                 "collector.py")
 
@@ -46,8 +45,11 @@ class HostSide:
                                            "fleet_kernel_settings": settings or {}})
 
     def probe(self, hosts: Iterable[str], budget_ms: int = 5000,
-              binary: str = PROBE_BINARY) -> Dict[str, HostResult]:
-        return self._run("probe", hosts, {"fleet_probe_binary": binary,
+              binary: Optional[str] = None) -> Dict[str, HostResult]:
+        """Run fleet-probe on the hosts (built on first use: st2 pack install builds nothing)."""
+        from fleet_rollout.probe.build import ensure_probe
+
+        return self._run("probe", hosts, {"fleet_probe_binary": binary or ensure_probe(),
                                           "fleet_probe_budget_ms": int(budget_ms)})
 
     def counters(self, hosts: Iterable[str],

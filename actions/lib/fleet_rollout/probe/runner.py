@@ -42,6 +42,10 @@ class LocalRunner:
         return full + list(argv)
 
     def run(self, argv: Sequence[str], timeout: float) -> str:
+        if self.binary == str(DEFAULT_BINARY):
+            from fleet_rollout.probe.build import ensure_probe
+
+            self.binary = ensure_probe()
         if not os.access(self.binary, os.X_OK):
             raise HostError(f"probe binary {self.binary} is missing or not executable "
                             "(build it with `make probe`)", self.host)

@@ -1,0 +1,10 @@
+from st2common.runners.base_action import Action
+
+from fleet_rollout import chat, service
+from fleet_rollout.st2api import ActionApi
+
+
+class ChatMessage(Action):
+    def run(self, event, id, status=""):
+        return chat.compose(service.pack_config(self.config), event, id, status,
+                            ActionApi.from_env())

@@ -1,0 +1,106 @@
+"""Who may approve a batch, and who did: always the authenticated identity.
+
+What StackStorm authenticates (the embedded runtime does the same):
+- an execution's `context.user` is the API user who started it; an alias execution run by a chat
+  bot also carries `context.api_user`, the chat user the bot speaks for (st2api aliasexecution);
+- an inquiry answer: st2 checks the requester against the inquiry's `users` and `roles`, then
+  resumes the workflow that asked and records the requester there as `context.resumed_by`
+  (st2common services/inquiry.py respond -> services/action.py request_resume).
+So `fleet_rollout.respond` checks its caller before it answers, and the batch workflow reads who
+answered from its own execution record. A name in the answer counts only when the authenticated
+requester is one of the configured chat bot accounts (as st2 trusts a bot's api_user).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Tuple
+
+from fleet_rollout.config import PackConfig
+from fleet_rollout.errors import ConfigError
+
+CHAT_USER_FIELD = "chat_user"
+
+
+class ApprovalRefused(ConfigError):
+    """This identity may not answer, or who answered cannot be established."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str     # the person: the chat user, or the st2 user
+    account: str  # the st2 account StackStorm authenticated
+    via: str      # "chat" or "api"
+
+    def describe(self) -> str:
+        if self.via == "chat":
+            return f"{self.name} (chat, through st2 account {self.account})"
+        return f"{self.name} (st2 user)"
+
+
+def inquiry_acl(config: PackConfig) -> Tuple[List[str], List[str]]:
+    """`users` and `roles` of the approval questions (core.ask): st2 enforces them on every
+    answer. The chat bots' accounts are let through; respond checks the chat user."""
+    if not config.approvers:
+        return [], list(config.approver_roles)
+    users = list(config.approvers) + [u for u in config.chatops_users
+                                      if u not in config.approvers]
+    return users, list(config.approver_roles)
+
+
+def require_approvers(config: PackConfig, profile_name: str) -> None:
+    """A rollout that needs approvals and names nobody who may give them does not start."""
+    if not config.approvers and not config.approver_roles:
+        raise ConfigError(f"profile {profile_name} needs approvals but the pack config names no "
+                          "approvers and no approver_roles: set one of them")
+
+
+def caller(execution: Mapping[str, Any]) -> Identity:
+    """Who started an execution, from its record (context set by StackStorm)."""
+    ctx = execution.get("context") or {}
+    account = str(ctx.get("user") or "")
+    chat = ctx.get("api_user")
+    if chat:
+        return Identity(str(chat), account, "chat")
+    return Identity(account, account, "api")
+
+
+def check_may_answer(who: Identity, config: PackConfig) -> None:
+    if not who.name:
+        raise ApprovalRefused("who answers is not known (no user in the execution's context)")
+    listed = ", ".join(config.approvers) or "none"
+    if who.via == "chat":
+        if who.account not in config.chatops_users:
+            raise ApprovalRefused(
+                f"chat answers come through st2 account {who.account!r}, which is not in the "
+                "pack config chatops_users")
+        if who.name not in config.approvers:
+            raise ApprovalRefused(f"{who.name} is not an approver (approvers: {listed}); "
+                                  "chat users are checked against the pack config approvers")
+        return
+    if config.approvers and who.name not in config.approvers:
+        raise ApprovalRefused(f"{who.name} is not an approver (approvers: {listed})")
+    if not config.approvers and not config.approver_roles:
+        raise ApprovalRefused("the pack config names no approvers and no approver_roles")
+    # approver_roles: StackStorm checks the answering account's roles on the answer itself
+
+
+def answer_author(workflow_execution: Mapping[str, Any], response: Mapping[str, Any],
+                  config: PackConfig) -> Identity:
+    """Who answered the question the workflow asked: the requester st2 recorded when the
+    answer resumed it, or the chat user a chat bot account answered for."""
+    ctx = workflow_execution.get("context") or {}
+    account = str(ctx.get("resumed_by") or "")
+    if not account:
+        raise ApprovalRefused("who answered cannot be established: the workflow execution "
+                              f"{workflow_execution.get('id', '?')} records no resumed_by")
+    if account in config.chatops_users:
+        chat = response.get(CHAT_USER_FIELD)
+        if not isinstance(chat, str) or not chat:
+            raise ApprovalRefused(f"answered by chat bot account {account!r} without naming "
+                                  "the chat user")
+        who = Identity(chat, account, "chat")
+    else:
+        who = Identity(account, account, "api")
+    check_may_answer(who, config)
+    return who
+

@@ -1,0 +1,42 @@
+"""Chat messages composed from API records for what rules see (fleet_rollout.chat): records
+that lack fields (a cancelled workflow has no output, a failed plan has no rollout id)."""
+from __future__ import annotations
+
+from fleet_rollout import chat
+
+
+def test_approval_question_names_the_rollout_and_the_answers():
+    text = chat.inquiry_message({"id": "i1", "schema": {"properties": {
+        "approved": {"type": "boolean"}, "rollout_id": {"default": "r-20261123-ab"}}}})
+    assert "rollout r-20261123-ab (inquiry i1)" in text
+    assert "`rollout approve r-20261123-ab`" in text and "`rollout reject r-20261123-ab`" in text
+
+
+def test_inconclusive_question_offers_extend_proceed_and_rollback():
+    text = chat.inquiry_message({"id": "i2", "schema": {"properties": {
+        "choice": {"enum": ["extend", "proceed", "rollback"]}, "rollout_id": {"default": "r1"}}}})
+    assert "INCONCLUSIVE" in text and "`rollout extend r1`" in text
+
+
+def test_ended_rollout_without_output_is_still_named():
+    cancelled = {"id": "e1", "status": "canceled", "parameters": {"profile": "home-snoop",
+                                                                  "rollout_id": "r1"},
+                 "result": {}}
+    text = chat.ended_message(cancelled, "canceled")
+    assert text.startswith("Rollout r1 ended: workflow canceled") and "None" not in text
+
+
+def test_a_rollout_that_never_planned_says_so_instead_of_none_running():
+    failed = {"id": "e2", "status": "failed", "parameters": {"profile": "home-snoop"},
+              "result": {"output": {"rollout_id": None, "status": "running"},
+                         "errors": [{"message": "inventory /x: no such file"}]}}
+    text = chat.ended_message(failed, "failed")
+    assert "did not start" in text and "inventory /x" in text
+    assert "None" not in text and "running" not in text
+
+
+def test_completed_rollout_reports_its_status():
+    done = {"id": "e3", "status": "succeeded", "parameters": {"profile": "p"},
+            "result": {"output": {"rollout_id": "r9", "status": "completed"}}}
+    assert chat.ended_message(done, "succeeded") == (
+        "Rollout r9 ended: workflow succeeded, rollout completed (execution e3).")
