@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class SimLab:
-    def __init__(self, tmp: str, hosts: int, vendors: Optional[List[str]] = None) -> None:
+    def __init__(self, tmp: str, hosts: int, vendors: Optional[List[str]] = None,
+                 approvers: Optional[List[str]] = None) -> None:
         self.tmp = tmp
         self.home = os.path.join(tmp, "home")
         self.state = os.path.join(tmp, "lab")
@@ -26,7 +27,9 @@ class SimLab:
         os.environ["FLEET_ROLLOUT_HOME"] = self.home  # lab.up copies the pack config there
         self.manifest = lab.up(lab.LabConfig(hosts=hosts, backend="sim",
                                              vendors=vendors or ["generic"],
-                                             reboot_seconds=0.5, hosts_per_rack=4),
+                                             reboot_seconds=0.5, hosts_per_rack=4,
+                                             approvers=["alice"] if approvers is None
+                                             else approvers),
                                self.state, self.inventory, progress=lambda _m: None)
         self.config = yaml.safe_load(open(lab.paths(self.state)["pack_config"]))
 
@@ -34,9 +37,35 @@ class SimLab:
         lab.down(self.state, progress=lambda _m: None)
 
     # ------------------------------------------------------------------ CLI
-    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=self.env,
+    def cli(self, *args: str, timeout: float = 900,
+            user: Optional[str] = None) -> subprocess.CompletedProcess:
+        """`fleet-rollout ARGS` as the runtime's user (alice) or as `user`."""
+        env = self.env if user is None else dict(self.env, FLEET_ROLLOUT_USER=user)
+        return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=env,
                               capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+    def set_config(self, **values: Any) -> None:
+        """Change the pack config the runtime reads (like editing /opt/stackstorm/configs)."""
+        path = os.path.join(self.home, "configs", "fleet_rollout.yaml")
+        with open(path) as handle:
+            doc = yaml.safe_load(handle)
+        doc.update(values)
+        with open(path, "w") as handle:
+            yaml.safe_dump(doc, handle)
+        self.config = doc
+
+    def pending(self) -> List[Dict[str, Any]]:
+        out = self.cli("inquiry", "list", "--json")
+        return json.loads(out.stdout) if out.stdout.strip() else []
+
+    def wait_status(self, execution_id: str, statuses: tuple, timeout: float = 300
+                    ) -> Dict[str, Any]:
+        deadline = time.time() + timeout
+        while True:
+            doc = json.loads(self.cli("execution", "get", execution_id, "--json").stdout)
+            if doc["status"] in statuses or time.time() > deadline:
+                return doc
+            time.sleep(1)
 
     def run(self, action: str, **params: Any) -> Dict[str, Any]:
         args = [f"{k}={v}" for k, v in params.items()]

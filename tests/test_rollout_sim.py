@@ -88,12 +88,13 @@ def test_approval_rejected_stops_and_changes_nothing(small_lab):
     inquiries = json.loads(sim.cli("inquiry", "list", "--json").stdout)
     assert len(inquiries) == 1
     inquiry = inquiries[0]["id"]
-    answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"approved": false, "by": "bob"}',
-                     "--json")
+    answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"approved": false}', "--json")
     assert answer.returncode == 0, answer.stderr
     final = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
     assert final["status"] in ("succeeded", "failed"), final["status"]
     assert output(final)["status"] == "rejected"
+    approval = sim.kv(sim.kv_ids()[-1], "batch.0")["approval"]
+    assert (approval["by"], approval["approved"]) == ("alice", False)  # who authenticated
     chat = open(os.path.join(sim.home, "chat.jsonl")).read()
     assert "Approval needed" in chat and "rejected" in chat
     _assert_untouched(sim, sim.host_names())
@@ -292,7 +293,7 @@ def test_chatops_aliases_plan_approve_and_status(small_lab):
     rollout_id = sim.kv_ids()[-1]
     approved = sim.cli("chat", f"rollout approve {rollout_id}")
     assert approved.returncode == 0, approved.stderr[-2000:] + approved.stdout[-2000:]
-    assert "Answered inquiry" in approved.stdout
+    assert f"alice answered approve for rollout {rollout_id}" in approved.stdout
     deadline = time.time() + 300
     while time.time() < deadline:
         doc = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)

@@ -1,0 +1,115 @@
+"""Approvals carry the authenticated identity, on every path, through the strict embedded
+runtime on a sim lab: `inquiry respond` (st2 inquiry respond / the API), the chat alias
+(`rollout approve <id>`: an alias execution run by the chat bot's account for a chat user), and
+`run fleet_rollout.respond` (st2 run). Only configured approvers may answer; the recorded
+approver is who StackStorm authenticated, never a typed name."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from rollout_support import SimLab, error_text, output
+
+EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
+ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
+
+
+@pytest.fixture()
+def lab(tmp_path):
+    sim = SimLab(str(tmp_path), 2, approvers=["alice", "bob"])
+    yield sim
+    sim.down()
+
+
+def _untouched(sim):
+    for host in sim.host_names():
+        doc = sim.bmc(host)
+        assert doc["logical"] == EARLY and doc["resets"] == [], host
+        assert not sim.drained(host), host
+
+
+def test_rollout_needing_approval_refuses_to_start_without_approvers(lab):
+    lab.set_config(approvers=[], approver_roles=[])
+    execution = lab.run("fleet_rollout.rollout",
+                        profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert execution["status"] == "failed"
+    assert "names no approvers and no approver_roles" in error_text(execution)
+    assert lab.pending() == []
+    _untouched(lab)
+
+
+def test_only_approvers_answer_and_the_authenticated_identity_is_recorded(lab):
+    execution = lab.run("fleet_rollout.rollout",
+                        profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    [inquiry] = lab.pending()
+    assert sorted(inquiry["users"]) == ["alice", "bob", "chatops_bot"]
+
+    # st2 inquiry respond as a non-approver: refused by the inquiry's users
+    refused = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}',
+                      user="mallory")
+    assert refused.returncode != 0
+    assert 'User "mallory" is not authorized' in refused.stdout + refused.stderr
+    # a chat user who is no approver: the respond action refuses, naming them
+    chat = lab.cli("chat", "--user", "mallory", f"rollout approve {rollout_id}")
+    assert "Refused: mallory is not an approver (approvers: alice, bob)" in chat.stdout, (
+        chat.stdout[-2000:] + chat.stderr[-2000:])
+    assert [i["id"] for i in lab.pending()] == [inquiry["id"]]
+    _untouched(lab)
+
+    # an approver answers directly: recorded as the authenticated user, whatever is typed
+    answer = lab.cli("inquiry", "respond", inquiry["id"], "-r",
+                     '{"approved": true, "chat_user": "bob"}', "--json")
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    approval = lab.kv(rollout_id, "batch.0")["approval"]
+    assert (approval["by"], approval["via"], approval["approved"]) == ("alice", "api", True)
+    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled", "paused"))
+    if final["status"] == "paused":  # an INCONCLUSIVE verdict asks again: roll back
+        lab.cli("chat", "--user", "bob", f"rollout reject {rollout_id}")
+        final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"))
+    assert final["status"] in ("succeeded", "failed"), final["status"]
+
+
+def test_typed_approver_name_is_refused_by_the_schema(lab):
+    execution = lab.run("fleet_rollout.rollout",
+                        profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert execution["status"] == "paused", error_text(execution)
+    [inquiry] = lab.pending()
+    typed = lab.cli("inquiry", "respond", inquiry["id"], "-r",
+                    '{"approved": true, "by": "bob"}')
+    assert typed.returncode != 0 and "did not pass schema validation" in (
+        typed.stdout + typed.stderr)
+    assert len(lab.pending()) == 1
+
+
+def test_non_approver_run_of_respond_fails_and_answers_nothing(lab):
+    execution = lab.run("fleet_rollout.rollout",
+                        profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    out = lab.cli("run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
+                  "decision=approve", "--json", user="mallory")
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "failed"
+    assert output(doc)["message"].startswith("Refused: mallory is not an approver")
+    assert len(lab.pending()) == 1
+    _untouched(lab)
+
+
+def test_chat_approval_is_recorded_as_the_chat_user(lab):
+    profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH,
+                          batches={"canary_size": 2, "max_unavailable_per_rack": 2,
+                                   "max_unavailable_per_site": 2})
+    execution = lab.run("fleet_rollout.rollout", profile=profile)
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    chat = lab.cli("chat", "--user", "bob", f"rollout approve {rollout_id}")
+    assert f"bob answered approve for rollout {rollout_id}" in chat.stdout, chat.stdout[-2000:]
+    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"))
+    assert output(final)["status"] == "completed", error_text(final)
+    approval = lab.kv(rollout_id, "batch.0")["approval"]
+    assert (approval["by"], approval["via"], approval["account"]) == (
+        "bob", "chat", "chatops_bot")
+    audit = lab.cli("run", "fleet_rollout.status", f"rollout_id={rollout_id}", "--json")
+    assert "bob" in audit.stdout
