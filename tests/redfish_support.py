@@ -86,3 +86,22 @@ def writes(doc: Dict[str, Any]) -> int:
 
 
 FAST = {"graceful": 5.0, "force": 10.0, "boot": 30.0, "poll": 0.1}
+
+
+def host_boot_id(fleet: BmcFleet, index: int = 0) -> Any:
+    """Stand-in for the host side's OS boot id (Ansible reads /proc/sys/kernel/random/boot_id in
+    a rollout): the simulator's boot counter while its OS runs, None while it is down or booting.
+    """
+    def probe() -> Optional[str]:
+        return state(fleet, index).get("host_boot_id")
+    return probe
+
+
+def server_requests(doc: Dict[str, Any]) -> Dict[str, int]:
+    """Requests the simulated BMC served, by method (sessions included, lab admin excluded)."""
+    out: Dict[str, int] = {}
+    for key, value in doc["counters"].items():
+        method = key.split("_", 1)[1] if key.startswith("session_") else key
+        if method in ("GET", "POST", "PATCH", "DELETE", "PUT"):
+            out[method] = out.get(method, 0) + value
+    return out

@@ -6,7 +6,15 @@ import json
 import logging
 
 import pytest
-from redfish_support import PASSWORD, bmc_fleet, endpoint, reset_counters, set_faults, state
+from redfish_support import (
+    PASSWORD,
+    bmc_fleet,
+    endpoint,
+    reset_counters,
+    server_requests,
+    set_faults,
+    state,
+)
 
 from fleet_rollout.errors import RedfishError
 from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
@@ -150,3 +158,60 @@ def test_password_and_tokens_never_in_logs_results_or_errors(fleet, caplog):
     assert len(tokens) >= 3
     assert all(t not in joined for t in tokens)
     assert "<REDACTED>" in joined
+
+
+# ---------------------------------------------------------------- auth and accounting (issue 17)
+def test_request_count_is_what_the_server_served(fleet):
+    """Every request on the wire is counted: the service root, the session login and logout."""
+    from fleet_rollout.redfish.operations import Timeouts, apply_bios
+
+    for index in (0, 2):  # a session (generic) and a Dell config job
+        reset_counters(fleet, index)
+        report = apply_bios(endpoint(fleet, index), {"snoop_mode": "cod"},
+                            Timeouts(graceful=5, force=5, boot=30, poll=0.1))
+        assert report["requests"] == server_requests(state(fleet, index)), index
+        assert report["requests"]["DELETE"] >= 1  # the session logout
+
+
+def test_basic_auth_when_configured_sends_no_session_requests(fleet):
+    reset_counters(fleet, 0)
+    with RedfishSession(endpoint(fleet, 0, auth="basic")) as session:
+        assert session.auth == "basic"
+        discover(session)
+    counters = state(fleet, 0)["counters"]
+    assert "session_POST" not in counters and "session_DELETE" not in counters
+    assert "DELETE" not in session.requests and "POST" not in session.requests
+    assert dict(session.requests) == server_requests(state(fleet, 0))
+
+
+def test_service_without_sessions_gets_basic_auth():
+    with bmc_fleet(["generic"], faults={"no_sessions": True}) as plain:
+        with RedfishSession(endpoint(plain, 0)) as session:  # auth auto
+            assert session.auth == "basic"
+            discover(session)
+        assert "session_POST" not in state(plain, 0)["counters"]
+        with pytest.raises(RedfishError) as err:
+            RedfishSession(endpoint(plain, 0, auth="session")).open()
+        assert "offers no sessions" in str(err.value)
+        ep = endpoint(plain, 0)
+        ep._password = "Wr0ng-" + PASSWORD
+        with pytest.raises(RedfishError) as err:
+            with RedfishSession(ep) as session:
+                discover(session)
+        assert "invalid credentials" in str(err.value) and PASSWORD not in str(err.value)
+
+
+def test_auth_is_chosen_per_host_from_the_pack_config():
+    from fleet_rollout.config import load_pack_config
+    from fleet_rollout.errors import ConfigError
+    from fleet_rollout.inventory import FleetHost
+
+    config = load_pack_config({"credentials": {
+        "default": {"username": "u", "password": "p"},
+        "old-bmcs": {"username": "u", "password": "p", "auth": "basic"}}})
+    assert config.endpoint(FleetHost("a", "10.0.0.1")).auth == "auto"
+    assert config.endpoint(FleetHost("b", "10.0.0.2", bmc_credential="old-bmcs")).auth == "basic"
+    with pytest.raises(ConfigError) as err:
+        load_pack_config({"credentials": {"x": {"username": "u", "password": "p",
+                                                "auth": "digest"}}})
+    assert "credentials.x.auth" in str(err.value)

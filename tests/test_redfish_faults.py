@@ -2,14 +2,23 @@
 from __future__ import annotations
 
 import pytest
-from redfish_support import FAST, bmc_fleet, endpoint, reset_counters, set_faults, state, writes
+from redfish_support import (
+    FAST,
+    bmc_fleet,
+    endpoint,
+    host_boot_id,
+    reset_counters,
+    set_faults,
+    state,
+    writes,
+)
 
 from fleet_rollout.errors import RedfishError
 from fleet_rollout.redfish.bios import commit, plan, stage
 from fleet_rollout.redfish.client import RedfishSession
 from fleet_rollout.redfish.discovery import discover
 from fleet_rollout.redfish.operations import Timeouts, apply_bios
-from fleet_rollout.redfish.power import reset, wait_applied
+from fleet_rollout.redfish.power import RestartNotConfirmed, reset, wait_applied
 
 T = Timeouts(**FAST)
 
@@ -155,3 +164,78 @@ def test_simulator_rejects_what_real_bmcs_reject(fleet):
         with pytest.raises(RedfishError) as err:
             session.patch(ctx.settings_uri, {"Attributes": {"SnoopMode": "HomeSnoop"}})
         assert "already committed" in str(err.value)
+
+
+# ---------------------------------------------------------------- reset evidence (issue 17)
+def _staged_session(fleet, index):
+    session = RedfishSession(endpoint(fleet, index))
+    session.open()
+    ctx = discover(session)
+    targets = plan(ctx, {"snoop_mode": "home"})
+    commit(session, ctx, stage(session, ctx, targets))
+    return session, ctx, targets
+
+
+def test_warm_restart_without_bmc_evidence_is_confirmed_by_the_host_and_sent_once(fleet):
+    """A BMC without BootProgress/LastResetTime/PostState whose restart keeps PowerState On: the
+    host side's boot id (stand-in: redfish_support.host_boot_id) confirms it; one reset only."""
+    set_faults(fleet, 1, no_reset_evidence=True, warm_reset=True)
+    session, ctx, targets = _staged_session(fleet, 1)
+    try:
+        reset_counters(fleet, 1)
+        result = reset(session, ctx, graceful_timeout=5, force_timeout=5, poll=0.05,
+                       host_boot_id=host_boot_id(fleet, 1))
+        wait_applied(session, ctx, targets, timeout=30, poll=0.05)
+    finally:
+        session.close()
+    assert result.sent == ["GracefulRestart"] and result.evidence == "host boot id changed"
+    assert state(fleet, 1)["resets"] == ["GracefulRestart"]
+    assert state(fleet, 1)["logical"]["snoop_mode"] == "home"
+
+
+def test_no_evidence_at_all_is_restart_not_confirmed_never_a_second_reset(fleet):
+    set_faults(fleet, 1, no_reset_evidence=True, warm_reset=True)
+    session, ctx, _targets = _staged_session(fleet, 1)
+    try:
+        reset_counters(fleet, 1)
+        with pytest.raises(RestartNotConfirmed) as err:
+            reset(session, ctx, graceful_timeout=1.0, force_timeout=1.0, poll=0.05)
+    finally:
+        session.close()
+    assert "restart not confirmed" in str(err.value)
+    assert state(fleet, 1)["resets"] == ["GracefulRestart"]
+
+
+def test_host_not_answering_is_no_reason_to_escalate(fleet):
+    """The OS may be mid-boot: a host side that does not answer never leads to a ForceRestart."""
+    set_faults(fleet, 1, no_reset_evidence=True, ignore_graceful=True)
+    session, ctx, _targets = _staged_session(fleet, 1)
+    answers = iter(["boot-1"])
+    try:
+        reset_counters(fleet, 1)
+        with pytest.raises(RestartNotConfirmed):
+            reset(session, ctx, graceful_timeout=1.0, force_timeout=1.0, poll=0.05,
+                  host_boot_id=lambda: next(answers, None))
+    finally:
+        session.close()
+    assert state(fleet, 1)["resets"] == ["GracefulRestart"]
+
+
+def test_graceful_ignored_escalates_once_when_the_host_runs_on_unrestarted(fleet):
+    set_faults(fleet, 1, no_reset_evidence=True, ignore_graceful=True)
+    report = apply_bios(endpoint(fleet, 1), {"snoop_mode": "home"},
+                        Timeouts(graceful=1.0, force=10, boot=30, poll=0.1),
+                        host_boot_id=host_boot_id(fleet, 1))
+    assert report["reset"]["sent"] == ["GracefulRestart", "ForceRestart"]
+    assert report["reset"]["escalated"] is True
+    assert state(fleet, 1)["resets"] == ["GracefulRestart", "ForceRestart"]
+    assert report["applied"]["ok"]  # waited for the host's new boot id, not just power On
+
+
+def test_quick_restart_seen_only_by_bmc_evidence_is_not_escalated(fleet):
+    """PowerState Off is never caught between two polls here (warm), but LastResetTime moves."""
+    set_faults(fleet, 1, warm_reset=True)
+    report = apply_bios(endpoint(fleet, 1), {"snoop_mode": "home"}, T)
+    assert report["reset"]["sent"] == ["GracefulRestart"]
+    assert report["reset"]["evidence"] in ("LastResetTime moved",
+                                           "BootProgress.LastStateTime moved")

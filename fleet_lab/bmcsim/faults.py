@@ -16,6 +16,10 @@ class Faults:
     settings_failed: Union[bool, str] = False  # SettingsFailed message for one attribute
     ignore_graceful: bool = False  # GracefulRestart accepted but the OS never restarts
     unreachable_s: float = 0.0  # connections cut for this many seconds from now (one-shot)
+    # the system reports no BootProgress, LastResetTime or PostState (many older or simple BMCs)
+    no_reset_evidence: bool = False
+    warm_reset: bool = False  # a restart keeps PowerState On throughout (a warm reboot)
+    no_sessions: bool = False  # no Links.Sessions / SessionService: HTTP basic auth only
 
     def update(self, values: Dict[str, Any]) -> None:
         known = {f.name: f for f in fields(self)}

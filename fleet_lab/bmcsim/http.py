@@ -150,7 +150,7 @@ class BmcService:
             if path == "/redfish":
                 return _json(200, {"v1": "/redfish/v1/"})
             return _json(200, payloads.service_root(bmc))
-        if path == u["sessions"] and method == "POST":
+        if path == u["sessions"] and method == "POST" and not bmc.faults.no_sessions:
             return await self._login(bmc, request)
         if not self._authenticated(bmc, request):
             return _json(401, payloads.error(401, "Base.1.8.NoValidSession",

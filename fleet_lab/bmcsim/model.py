@@ -341,8 +341,10 @@ class Bmc:
         t = self.timing
         if reset_type in ("GracefulRestart", "GracefulShutdown"):
             await asyncio.sleep(t.shutdown)
+        warm = self.faults.warm_reset and reset_type in ("GracefulRestart", "ForceRestart")
         if reset_type != "On":
-            self.power_state = "Off"
+            if not warm:
+                self.power_state = "Off"
             self._set_boot("None", "PowerOff")
             await self._host(self.backend.power_off, self.name)
             if reset_type in ("ForceOff", "GracefulShutdown"):
@@ -401,6 +403,10 @@ class Bmc:
             "power_state": self.power_state, "boot_state": self.boot_state,
             "post_state": self.post_state, "boot_count": self.boot_count,
             "rebooting": self.rebooting, "resets": self.resets,
+            # lab stand-in for the host side's OS boot id (what Ansible reads from
+            # /proc/sys/kernel/random/boot_id): new at every boot, None while the OS is not up
+            "host_boot_id": (f"{self.name}-boot{self.boot_count}"
+                             if self.boot_state == "OSRunning" else None),
             "jobs": [asdict(j) for j in self.jobs.values()],
             "sessions_active": len(self.sessions), "counters": self.counters,
             "faults": self.faults.to_dict(),

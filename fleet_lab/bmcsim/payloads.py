@@ -61,6 +61,8 @@ def service_root(bmc: Bmc) -> Dict[str, Any]:
         "Tasks": {"@odata.id": u["task_service"]},
         "Links": {"Sessions": {"@odata.id": u["sessions"]}},
     }
+    if bmc.faults.no_sessions:
+        del doc["SessionService"], doc["Links"]
     if bmc.spec.oem_key:
         doc["Oem"] = {bmc.spec.oem_key: {"Manager": {"Model": bmc.spec.manager_model}}}
     return doc
@@ -102,7 +104,6 @@ def system(bmc: Bmc) -> Dict[str, Any]:
         "ProcessorSummary": {"Count": 2, "LogicalProcessorCount": 4},
         "MemorySummary": {"TotalSystemMemoryGiB": 0.75},
         "Bios": {"@odata.id": u["bios"]},
-        "LastResetTime": bmc.last_reset_time,
         "Links": {"ManagedBy": [{"@odata.id": u["manager"]}]},
         "Actions": {
             "#ComputerSystem.Reset": {
@@ -111,6 +112,9 @@ def system(bmc: Bmc) -> Dict[str, Any]:
             }
         },
     }
+    if bmc.faults.no_reset_evidence:
+        return doc
+    doc["LastResetTime"] = bmc.last_reset_time
     if spec.post_state == "bootprogress":
         doc["BootProgress"] = {"LastState": bmc.boot_state, "LastStateTime": bmc.boot_state_time}
     elif spec.post_state == "hp":

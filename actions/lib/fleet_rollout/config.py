@@ -8,11 +8,13 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import FleetHost
-from fleet_rollout.redfish.client import BmcEndpoint
+from fleet_rollout.redfish.client import AUTH_MODES, BmcEndpoint
 
 
 @dataclass
 class PackConfig:
+    # name -> {username, password, auth}; auth: auto (session when the BMC offers it, else
+    # basic) | session | basic, for every host that uses this credential
     credentials: Dict[str, Dict[str, str]]
     ca_bundle: Optional[str] = None
     allow_insecure_http: bool = False
@@ -48,7 +50,8 @@ class PackConfig:
                            ca_bundle=self.resolve(self.ca_bundle or "") or None,
                            allow_http=self.allow_insecure_http,
                            timeout=timeout or self.redfish_timeout,
-                           get_retries=self.redfish_get_retries, vendor=host.bmc_vendor)
+                           get_retries=self.redfish_get_retries, vendor=host.bmc_vendor,
+                           auth=cred.get("auth") or "auto")
 
 
 def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> PackConfig:
@@ -63,8 +66,12 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
         if not isinstance(value, Mapping) or not value.get("username") or not value.get(
                 "password"):
             raise ConfigError(f"pack config: credentials.{name} needs username and password")
+        auth = str(value.get("auth") or "auto")
+        if auth not in AUTH_MODES:
+            raise ConfigError(f"pack config: credentials.{name}.auth must be one of "
+                              f"{', '.join(AUTH_MODES)}, not {auth!r}")
         checked[str(name)] = {"username": str(value["username"]),
-                              "password": str(value["password"])}
+                              "password": str(value["password"]), "auth": auth}
     try:
         return PackConfig(
             credentials=checked, ca_bundle=data.get("ca_bundle") or None,

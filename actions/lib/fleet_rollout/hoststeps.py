@@ -218,7 +218,19 @@ class HostRun:
                 "commit": committed.method, "kernel_changed": kernel_result.get("changed"),
                 "needs_reboot": state["needs_reboot"]}
 
-    def _reset_once(self, state: Dict[str, Any], key: str) -> Dict[str, Any]:
+    def _host_boot_id(self) -> Optional[str]:
+        """The OS boot id through the host side (Ansible), None while the host does not answer:
+        the restart evidence for BMCs that report none of their own."""
+        try:
+            entry = self.ctx.hostside.health([self.name])[self.name]
+        except FleetRolloutError:
+            return None
+        if not entry.ok or not entry.result.get("boot_id"):
+            return None
+        return str(entry.result["boot_id"])
+
+    def _reset_once(self, state: Dict[str, Any], key: str,
+                    boot_id_before: Optional[str] = None) -> Dict[str, Any]:
         """One reset for this host and purpose, even across retries and resumes."""
         timeouts = self.ctx.timeouts()
         ep = self.endpoint()
@@ -227,24 +239,36 @@ class HostRun:
             marker = state.get(key)
             if marker is not None:
                 before = rf_power.BootMarker(**marker)
-                if rf_power._await_evidence(session, ctx, before, timeouts.graceful,
-                                            timeouts.poll, self.ctx.sleep):
+                verdict = rf_power.await_restart(session, ctx, before, timeouts.graceful,
+                                                 timeouts.poll, self.ctx.sleep,
+                                                 host_boot_id=self._host_boot_id)
+                if verdict == rf_power.RESTARTED:
                     return {"reset": "already done by an earlier attempt"}
+                if verdict == rf_power.UNKNOWN:
+                    raise rf_power.RestartNotConfirmed(
+                        "restart not confirmed: an earlier attempt may have sent the reset and "
+                        "nothing shows whether the system restarted; not sending another",
+                        self.name)
                 result = rf_power.reset(session, ctx, graceful_timeout=timeouts.graceful,
                                         force_timeout=timeouts.force, poll=timeouts.poll,
-                                        graceful=False, sleep=self.ctx.sleep)
+                                        graceful=False, sleep=self.ctx.sleep,
+                                        host_boot_id=self._host_boot_id,
+                                        boot_id_before=before.boot_id)
                 return result.to_dict()
             now = rf_power.boot_marker(session.get(ctx.system_uri).body,
                                        ctx.personality.post_state_oem)
+            now.boot_id = boot_id_before
             state[key] = now.to_dict()
             self.save(state)  # recorded before the POST: a rerun never sends a second one
             return rf_power.reset(session, ctx, timeouts.graceful, timeouts.force,
-                                  timeouts.poll, sleep=self.ctx.sleep).to_dict()
+                                  timeouts.poll, sleep=self.ctx.sleep,
+                                  host_boot_id=self._host_boot_id,
+                                  boot_id_before=boot_id_before).to_dict()
 
     def step_reboot(self, state: Dict[str, Any]) -> Dict[str, Any]:
         if not state.get("needs_reboot"):
             return {"reset": "not needed (nothing pending)"}
-        return self._reset_once(state, "reset_marker")
+        return self._reset_once(state, "reset_marker", state.get("boot_id_before"))
 
     def _wait_os(self, boot_id_before: Optional[str], timeout: float) -> Dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -269,7 +293,9 @@ class HostRun:
                 job = stage.get("commit", {}).get("job_id")
                 applied = rf_power.wait_applied(
                     session, ctx, stage.get("targets", {}), stage.get("settings_time_before"),
-                    [job] if job else [], timeouts.boot, timeouts.poll, self.ctx.sleep)
+                    [job] if job else [], timeouts.boot, timeouts.poll, self.ctx.sleep,
+                    host_boot_id=self._host_boot_id,
+                    boot_id_before=state.get("boot_id_before"))
             out["bios"] = applied.to_dict()
             health = self._wait_os(state.get("boot_id_before"), timeouts.boot)
         else:
@@ -348,14 +374,15 @@ class HostRun:
             rebooted = False
             snap = state.get("bios_snapshot")
             if snap:
-                bios = restore_bios(self.endpoint(), snap, timeouts, sleep=self.ctx.sleep)
+                bios = restore_bios(self.endpoint(), snap, timeouts, sleep=self.ctx.sleep,
+                                    host_boot_id=self._host_boot_id, boot_id_before=boot_before)
                 report["bios"] = {"changed": bios["stage"]["changed"], "reset": bios["reset"]}
                 rebooted = bios["reset"] is not None
                 for attr, value in bios["stage"]["changed"].items():
                     self.ctx.audit.record(self.name, f"bios.{attr}", "(rollout)", value,
                                           self.ctx.execution_id, self.ctx.user, action="restore")
             if kernel.get("reboot_required") and not rebooted:
-                report["reset"] = self._reset_once(state, "restore_reset_marker")
+                report["reset"] = self._reset_once(state, "restore_reset_marker", boot_before)
                 rebooted = True
             if rebooted or not before.ok:
                 health = self._wait_os(boot_before if rebooted else None, timeouts.boot)

@@ -6,6 +6,6 @@ Modules, one idea each:
   personalities  logical knobs -> vendor attributes/values; vendor detection
   discovery      find system/BIOS/settings/manager URIs and the registry of one BMC
   bios           snapshot, plan, stage, commit, restore targets
-  power          reset (exactly once, escalating) and wait_applied
+  power          reset (exactly once; BMC or host-side evidence) and wait_applied
   operations     whole operations per host (what actions call)
 """

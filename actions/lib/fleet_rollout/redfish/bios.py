@@ -114,9 +114,9 @@ def plan(ctx: BmcContext, desired: Dict[str, str],
          current: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
     """Attribute -> ValueName for the desired logical state; KnobError before any write.
 
-    Checks the attribute exists, the value is one the registry lists, and that the attribute is
-    neither ReadOnly nor GrayOut (also through registry dependencies, evaluated on the values the
-    BIOS will have after the change).
+    Checks the attribute exists, the value is one the registry allows (type, values, bounds,
+    lengths, pattern), and that the attribute is neither ReadOnly, Immutable nor GrayOut (also
+    through registry dependencies, evaluated on the values the BIOS will have after the change).
     """
     targets: Dict[str, str] = {}
     for knob, logical in desired.items():
@@ -133,13 +133,15 @@ def check_writable(ctx: BmcContext, targets: Dict[str, Any], current: Dict[str, 
         if ctx.registry.get(name) is None:
             raise KnobError(f"attribute {name} is not in registry {ctx.registry.id}", ctx.host)
         attr = ctx.registry.effective(name, after)
-        if attr.read_only or attr.gray_out:
-            why = "read-only" if attr.read_only else "grayed out"
+        if attr.read_only or attr.gray_out or attr.immutable:
+            why = "read-only" if attr.read_only else (
+                "immutable" if attr.immutable else "grayed out")
             raise KnobError(f"attribute {name} is {why} on this host (registry {ctx.registry.id})"
                             "; nothing was written", ctx.host)
-        if attr.values and str(value) not in attr.value_names():
-            raise KnobError(f"attribute {name}: value {value!r} not allowed; allowed: "
-                            f"{', '.join(attr.value_names())}", ctx.host)
+        problem = attr.check_value(value)
+        if problem:
+            raise KnobError(f"attribute {name} ({attr.type}, registry {ctx.registry.id}): "
+                            f"{problem}; nothing was written", ctx.host)
 
 
 @dataclass

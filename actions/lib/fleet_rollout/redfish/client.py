@@ -9,24 +9,33 @@ This wrapper fixes all of them:
 - A timeout on every request.
 - GETs retried with exponential backoff, honouring Retry-After on 503; writes never resent on a
   transport error: the caller gets `WriteOutcomeUnknown` and must check the BMC's state.
+- Auth chosen per host: `auto` (a Redfish session when the service root offers
+  `Links.Sessions`, HTTP basic otherwise), or `session` / `basic` when configured. A service that
+  offers no sessions is never sent a session login.
 - Re-login once on 401 (an expired session); the request is then repeated, which is safe because
-  a 401 means the BMC did not act on it.
+  a 401 means the BMC did not act on it. Under basic auth a 401 is a refused password: no re-login.
 - The session is always logged out (context manager), and passwords and session tokens never
   reach exceptions or logs.
+- Request accounting is what went on the wire: every HTTP request the library sends (its own
+  service-root GET and logout included, no logout under basic auth) is counted by method and kept
+  in order (`sent`), so counts can be checked against the server's access log.
 """
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import re
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 import redfish
 from redfish.rest.v1 import (
     InvalidCredentialsError,
     RetriesExhaustedError,
+    RisObject,
     ServerDownOrUnreachableError,
     SessionCreationError,
 )
@@ -36,6 +45,7 @@ from fleet_rollout.errors import RedfishError
 LOG = logging.getLogger(__name__)
 
 _TRANSIENT_STATUSES = (502, 503, 504)
+AUTH_MODES = ("auto", "session", "basic")
 
 
 class WriteOutcomeUnknown(RedfishError):
@@ -74,7 +84,9 @@ class BmcEndpoint:
                  ca_bundle: Optional[str] = None, allow_http: bool = False,
                  timeout: float = 30.0, get_retries: int = 4, backoff: float = 1.0,
                  max_backoff: float = 30.0, vendor: Optional[str] = None,
-                 auth: str = "session") -> None:
+                 auth: str = "auto") -> None:
+        if auth not in AUTH_MODES:
+            raise ValueError(f"auth must be one of {', '.join(AUTH_MODES)}, not {auth!r}")
         if "://" not in address:
             address = "https://" + address
         self.host = host
@@ -95,7 +107,8 @@ class BmcEndpoint:
         return self._password
 
     def __repr__(self) -> str:
-        return f"BmcEndpoint(host={self.host!r}, address={self.address!r}, user={self.username!r})"
+        return (f"BmcEndpoint(host={self.host!r}, address={self.address!r}, "
+                f"user={self.username!r}, auth={self.auth!r})")
 
     __str__ = __repr__
 
@@ -153,8 +166,12 @@ class RedfishSession:
         self._sleep = sleep
         self._client: Any = None
         self._logged_in = False
-        self.requests: Counter = Counter()  # method -> count, for benchmarks and tests
+        self._basic_confirmed = False  # basic auth: a request has been accepted with it
+        # what went on the wire: method -> count, and (method, path) in order
+        self.requests: Counter = Counter()
+        self.sent: List[Tuple[str, str]] = []
         self.root: Dict[str, Any] = {}
+        self.auth: Optional[str] = None  # "session" | "basic" once open
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RedfishSession:
@@ -179,22 +196,58 @@ class RedfishSession:
         self._client = redfish.redfish_client(
             base_url=ep.address, username=ep.username, password=ep.password,
             cafile=_cafile(ep), timeout=ep.timeout, max_retry=0, check_connectivity=False)
+        self._count_wire(self._client)
         root = self.get("/redfish/v1/")
         self.root = root.body
-        sessions = (self.root.get("Links") or {}).get("Sessions") or {}
-        if sessions.get("@odata.id"):
-            self._client.login_url = sessions["@odata.id"]
+        # the library GETs the service root again at login unless it already holds it
+        self._client.root = RisObject.parse(self.root)
+        self._client.root_resp = root
+        sessions_uri = odata_id((self.root.get("Links") or {}).get("Sessions"))
+        self.auth = self._choose_auth(sessions_uri)
+        if sessions_uri:
+            self._client.login_url = sessions_uri
         self._login()
+
+    def _choose_auth(self, sessions_uri: Optional[str]) -> str:
+        ep = self.endpoint
+        if ep.auth == "basic":
+            return "basic"
+        if sessions_uri:
+            return "session"
+        if ep.auth == "session":
+            raise RedfishError("auth 'session' is configured but the service root offers no "
+                               "sessions (no Links.Sessions); use auth 'basic' or 'auto' for "
+                               "this BMC", ep.host)
+        return "basic"
+
+    def _count_wire(self, client: Any) -> None:
+        """Count every request the library's HTTP session sends (redirects included)."""
+        http = client._session
+        send = http.send
+
+        def counted_send(request: Any, **kwargs: Any) -> Any:
+            method = str(request.method or "GET").upper()
+            self.requests[method] += 1
+            self.sent.append((method, urlsplit(str(request.url)).path))
+            return send(request, **kwargs)
+
+        http.send = counted_send
 
     def _login(self) -> None:
         ep = self.endpoint
+        if self.auth == "basic":
+            # no login request: basic credentials ride on every request, and the first one
+            # tells whether they are accepted (a 401 then is "invalid credentials")
+            token = base64.b64encode(f"{ep.username}:{ep.password}".encode()).decode()
+            self._client.set_authorization_key("Basic " + token)
+            self._logged_in = True
+            return
         attempt = 0
         while True:
             attempt += 1
             try:
-                self._client.login(auth=ep.auth)
+                self._client.login(auth="session")
                 self._logged_in = True
-                self.requests["POST" if ep.auth == "session" else "GET"] += 1
                 return
             except InvalidCredentialsError:
                 raise RedfishError(f"login as {ep.username!r} refused: invalid credentials",
@@ -212,8 +265,7 @@ class RedfishSession:
             return
         try:
             if self._logged_in:
-                self._client.logout()
-                self.requests["DELETE"] += 1
+                self._client.logout()  # DELETE of the session; nothing sent under basic auth
         except Exception as err:  # logout must never mask the real outcome
             LOG.warning("%s: logout failed: %s", self.host, self._scrub(str(err)))
         finally:
@@ -244,13 +296,14 @@ class RedfishSession:
                                   "max_retry": 0}
         if body is not None:
             kwargs["body"] = body
-        self.requests[method] += 1
         resp = call(path, **kwargs)
         try:
             parsed = resp.dict
         except Exception:
             parsed = None
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
+        if self._logged_in and resp.status != 401:
+            self._basic_confirmed = True
         return Response(resp.status, hdrs, parsed, resp.text or "")
 
     def _transport_error(self, err: BaseException) -> str:
@@ -278,9 +331,8 @@ class RedfishSession:
                                        transient=True) from None
                 self._sleep(self._backoff(attempt, None))
                 continue
-            if resp.status == 401 and self._logged_in and not relogged:
+            if resp.status == 401 and self._retry_after_401(relogged):
                 relogged = True
-                self._relogin()
                 attempt -= 1
                 continue
             if resp.status in _TRANSIENT_STATUSES:
@@ -294,10 +346,21 @@ class RedfishSession:
                                    self.host, status=resp.status)
             return resp
 
-    def _relogin(self) -> None:
+    def _retry_after_401(self, relogged: bool) -> bool:
+        """A 401: log in again once (session), or say the credentials are refused (basic)."""
+        if not self._logged_in:
+            return False
+        if self.auth == "basic":
+            if not self._basic_confirmed:
+                raise RedfishError(f"login as {self.endpoint.username!r} refused: invalid "
+                                   "credentials (HTTP basic auth)", self.host, status=401)
+            return False  # accepted before, refused now: the caller gets the 401
+        if relogged:
+            return False
         LOG.info("%s: session expired (401); logging in again", self.host)
         self._logged_in = False
         self._login()
+        return True
 
     def write(self, method: str, path: str, body: Any = None,
               headers: Optional[Dict[str, str]] = None,
@@ -315,9 +378,8 @@ class RedfishSession:
                 raise WriteOutcomeUnknown(
                     f"{method} {path}: no answer ({self._transport_error(err)}); the BMC may "
                     "have carried it out; not resent", self.host, transient=True) from None
-            if resp.status == 401 and self._logged_in and not relogged:
+            if resp.status == 401 and self._retry_after_401(relogged):
                 relogged = True
-                self._relogin()
                 continue
             if resp.status not in tuple(ok):
                 raise RedfishError(f"{method} {path}: HTTP {resp.status} {resp.error_message()}",

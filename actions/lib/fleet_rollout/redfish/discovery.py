@@ -75,7 +75,11 @@ def discover(session: RedfishSession, vendor: Optional[str] = None) -> BmcContex
     registry_id = bios.get("AttributeRegistry")
     if not registry_id:
         raise RedfishError(f"{bios_uri} names no AttributeRegistry", host)
-    registry = fetch_registry(session, str(registry_id), cache_key=detected)
+    # one registry per model: the same Id from two makers (both copied DMTF's mockup, say) is
+    # not the same registry
+    model_key = "|".join(str(x) for x in (detected, system.get("Manufacturer"),
+                                          system.get("Model"), manager.get("Model")))
+    registry = fetch_registry(session, str(registry_id), cache_key=model_key)
     jobs_uri = None
     clear_uri = None
     if pers.dell_jobs and manager_uri:

@@ -21,7 +21,7 @@ from fleet_rollout.redfish.bios import (
 from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
 from fleet_rollout.redfish.discovery import BmcContext, discover
 from fleet_rollout.redfish.personalities import validate_desired
-from fleet_rollout.redfish.power import reset, wait_applied
+from fleet_rollout.redfish.power import HostBootId, reset, wait_applied
 
 
 class Timeouts:
@@ -64,7 +64,8 @@ def check_desired(endpoint: BmcEndpoint, desired: Dict[str, Any],
 def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
                    timeouts: Timeouts, clear_foreign: bool, owned: Any,
                    sleep: Callable[[float], None], do_reset: bool,
-                   settings_time: Optional[str]) -> Dict[str, Any]:
+                   settings_time: Optional[str], host_boot_id: Optional[HostBootId] = None,
+                   boot_id_before: Optional[str] = None) -> Dict[str, Any]:
     staged = stage(session, ctx, targets, clear_foreign=clear_foreign, owned=owned)
     committed = commit(session, ctx, staged)
     report: Dict[str, Any] = {"host": ctx.host, "vendor": ctx.personality.key,
@@ -74,18 +75,24 @@ def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
         return report
     before_time = settings_time  # settings Time moves only when the BMC applies settings
     report["reset"] = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll,
-                            sleep=sleep).to_dict()
+                            sleep=sleep, host_boot_id=host_boot_id,
+                            boot_id_before=boot_id_before).to_dict()
     jobs = [committed.job_id] if committed.job_id else []
     report["applied"] = wait_applied(session, ctx, targets, before_time, jobs, timeouts.boot,
-                                     timeouts.poll, sleep).to_dict()
+                                     timeouts.poll, sleep, host_boot_id,
+                                     (report["reset"]["before"] or {}).get("boot_id")).to_dict()
     return report
 
 
 def apply_bios(endpoint: BmcEndpoint, desired: Dict[str, Any],
                timeouts: Optional[Timeouts] = None, clear_foreign: bool = False,
                do_reset: bool = True,
-               sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
-    """Snapshot, then bring the BIOS to `desired` (logical knobs), reset and verify."""
+               sleep: Callable[[float], None] = time.sleep,
+               host_boot_id: Optional[HostBootId] = None) -> Dict[str, Any]:
+    """Snapshot, then bring the BIOS to `desired` (logical knobs), reset and verify.
+
+    host_boot_id: the host side's OS boot id (None while it does not answer), the restart
+    evidence for BMCs that report none of their own (see power.reset)."""
     wanted = validate_desired(desired)
     timeouts = timeouts or Timeouts()
     with _open(endpoint, sleep) as session:
@@ -93,7 +100,8 @@ def apply_bios(endpoint: BmcEndpoint, desired: Dict[str, Any],
         snap = snapshot(session, ctx)
         targets = plan(ctx, wanted, snap.attributes)
         report = _apply_targets(session, ctx, targets, timeouts, clear_foreign,
-                                set(snap.attributes), sleep, do_reset, snap.settings_time)
+                                set(snap.attributes), sleep, do_reset, snap.settings_time,
+                                host_boot_id)
         report["snapshot"] = snap.to_dict()
     report["requests"] = dict(session.requests)  # after logout: the whole session
     return report
@@ -101,7 +109,9 @@ def apply_bios(endpoint: BmcEndpoint, desired: Dict[str, Any],
 
 def restore_bios(endpoint: BmcEndpoint, snap: Dict[str, Any],
                  timeouts: Optional[Timeouts] = None, do_reset: bool = True,
-                 sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+                 sleep: Callable[[float], None] = time.sleep,
+                 host_boot_id: Optional[HostBootId] = None,
+                 boot_id_before: Optional[str] = None) -> Dict[str, Any]:
     """Put the knob attributes back to a snapshot's values (cancelling our own pending ones)."""
     timeouts = timeouts or Timeouts()
     before = BiosSnapshot.from_dict({k: v for k, v in snap.items() if k != "requests"})
@@ -109,6 +119,7 @@ def restore_bios(endpoint: BmcEndpoint, snap: Dict[str, Any],
         ctx = discover(session, endpoint.vendor)
         targets = restore_targets(ctx, before)
         report = _apply_targets(session, ctx, targets, timeouts, False, set(targets), sleep,
-                                do_reset, read_state(session, ctx).settings_time)
+                                do_reset, read_state(session, ctx).settings_time,
+                                host_boot_id, boot_id_before)
     report["requests"] = dict(session.requests)
     return report

@@ -1,8 +1,22 @@
 """Resets and the wait for BIOS settings to apply.
 
-reset(): exactly one reset per request. A reset whose answer is lost is not resent: we watch the
-system for evidence that it restarted (power went off, POST ran, LastResetTime moved). A graceful
-restart that shows no evidence within its timeout escalates to one ForceRestart.
+reset(): exactly one reset per request, and never a second one while the first may be in
+progress. A reset whose answer is lost is not resent. Whether the system restarted is decided by
+evidence, from two sides:
+
+- the BMC's own: power went off, LastResetTime or BootProgress.LastStateTime moved, HPE's
+  PostState left FinishedPost. Only a BMC that reports LastResetTime, BootProgress or PostState
+  can show a warm restart; PowerState alone cannot (a warm reboot keeps it On, a quick one shows
+  Off between two polls or never).
+- the host's: the OS boot id (the rollout has it through Ansible), given as a callback. A new boot
+  id is a restart; no answer means the host may be booting; the old boot id means the OS runs on
+  from before the reset.
+
+A GracefulRestart escalates to one ForceRestart only on positive evidence that the OS is running
+on unrestarted after the graceful timeout: the host answers with its old boot id, or (no host
+callback) a BMC that reports reset evidence shows none. Without any evidence (a BMC without those
+properties and no host callback, or a host that does not answer) the reset is reported as
+`restart not confirmed` and nothing more is sent.
 
 wait_applied(): POST finished (BootProgress.LastState, or HPE's Oem PostState), then the BIOS
 settings: @Redfish.Settings Time moved, Messages clean, config jobs completed, and the current
@@ -21,6 +35,22 @@ from fleet_rollout.redfish.discovery import BmcContext, attributes_of
 POST_DONE_STATES = ("OSRunning", "OSBootStarted", "SystemHardwareInitializationComplete")
 HP_POST_DONE = ("FinishedPost", "InPostDiscoveryComplete")
 
+# what the host side says: the OS boot id, or None when the host does not answer
+HostBootId = Callable[[], Optional[str]]
+
+RESTARTED = "restarted"
+NOT_RESTARTED = "not_restarted"  # positive evidence: the system runs on from before the reset
+UNKNOWN = "unknown"  # no evidence either way: a restart may be in progress
+
+
+class RestartNotConfirmed(RedfishError):
+    """A reset was sent (once) but nothing shows whether the system restarted. Not resent."""
+
+    def __init__(self, message: str, host: Optional[str], result: Optional[ResetResult] = None
+                 ) -> None:
+        super().__init__(message, host, transient=True)
+        self.result = result
+
 
 @dataclass
 class BootMarker:
@@ -29,9 +59,16 @@ class BootMarker:
     last_state_time: Optional[str]
     last_reset_time: Optional[str]
     post_state: Optional[str]
+    boot_id: Optional[str] = None  # the host's OS boot id, when the caller has a host side
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    @property
+    def bmc_evidence(self) -> bool:
+        """The BMC reports properties that move at every restart, warm ones included."""
+        return any(v is not None for v in (self.last_reset_time, self.last_state_time,
+                                           self.post_state))
 
 
 def boot_marker(system: Dict[str, Any], oem_key: Optional[str]) -> BootMarker:
@@ -43,15 +80,24 @@ def boot_marker(system: Dict[str, Any], oem_key: Optional[str]) -> BootMarker:
                       progress.get("LastStateTime"), system.get("LastResetTime"), post)
 
 
-def restarted_since(before: BootMarker, now: BootMarker) -> bool:
-    """Evidence that the system went through a reset after `before` was taken."""
-    if now.power_state and now.power_state != "On":
-        return True
+def bmc_evidence(before: BootMarker, now: BootMarker) -> Optional[str]:
+    """The BMC's evidence that the system went through a reset after `before`, or None."""
+    if now.power_state and now.power_state != "On" and before.power_state == "On":
+        return f"PowerState {now.power_state}"
+    if before.power_state not in (None, "On") and now.power_state == "On":
+        return f"PowerState {before.power_state} -> On"
     if now.last_reset_time and now.last_reset_time != before.last_reset_time:
-        return True
+        return "LastResetTime moved"
     if now.last_state_time and now.last_state_time != before.last_state_time:
-        return True
-    return bool(now.post_state and now.post_state not in HP_POST_DONE)
+        return "BootProgress.LastStateTime moved"
+    if now.post_state and now.post_state not in HP_POST_DONE:
+        return f"PostState {now.post_state}"
+    return None
+
+
+def restarted_since(before: BootMarker, now: BootMarker) -> bool:
+    """Evidence from the BMC that the system went through a reset after `before` was taken."""
+    return bmc_evidence(before, now) is not None
 
 
 def settled(now: BootMarker) -> bool:
@@ -83,6 +129,7 @@ class ResetResult:
     escalated: bool = False
     before: Optional[Dict[str, Any]] = None
     seconds: float = 0.0
+    evidence: Optional[str] = None  # what showed the restart
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -90,6 +137,16 @@ class ResetResult:
 
 def _marker(session: RedfishSession, ctx: BmcContext) -> BootMarker:
     return boot_marker(session.get(ctx.system_uri).body, ctx.personality.post_state_oem)
+
+
+def _ask_host(host_boot_id: Optional[HostBootId]) -> Optional[str]:
+    if host_boot_id is None:
+        return None
+    try:
+        value = host_boot_id()
+    except Exception:  # the host side failing to answer is "no answer", never a crash here
+        return None
+    return str(value) if value else None
 
 
 def _post_reset(session: RedfishSession, ctx: BmcContext, reset_type: str, result: ResetResult,
@@ -112,24 +169,96 @@ def _post_reset(session: RedfishSession, ctx: BmcContext, reset_type: str, resul
             raise
 
 
-def _await_evidence(session: RedfishSession, ctx: BmcContext, before: BootMarker,
-                    timeout: float, poll: float, sleep: Callable[[float], None]) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
+class _Watch:
+    """Looks for evidence of a restart since `before`, from the BMC and the host side."""
+
+    def __init__(self, session: RedfishSession, ctx: BmcContext, before: BootMarker,
+                 host_boot_id: Optional[HostBootId]) -> None:
+        self.session = session
+        self.ctx = ctx
+        self.before = before
+        self.host_boot_id = host_boot_id if before.boot_id else None
+        self.evidence: Optional[str] = None
+        self.host_answered = False  # last host answer: the old boot id (OS up, not restarted)
+
+    def _host(self) -> Optional[str]:
+        now = _ask_host(self.host_boot_id)
+        self.host_answered = now is not None and now == self.before.boot_id
+        if now is not None and now != self.before.boot_id:
+            return "host boot id changed"
+        return None
+
+    def poll(self) -> bool:
         try:
-            if restarted_since(before, _marker(session, ctx)):
-                return True
+            self.evidence = bmc_evidence(self.before, _marker(self.session, self.ctx))
         except RedfishError as err:
             if not err.transient:
                 raise  # a BMC busy rebooting its host may be slow: keep looking
+        if self.evidence is None and not self.before.bmc_evidence:
+            self.evidence = self._host()  # the BMC cannot show a warm restart: ask the host
+        return self.evidence is not None
+
+    def verdict(self) -> str:
+        """At the end of the wait: restarted, not restarted (positive evidence) or unknown."""
+        if self.evidence:
+            return RESTARTED
+        if self.host_boot_id is not None:
+            self.evidence = self._host()
+            if self.evidence:
+                return RESTARTED
+            return NOT_RESTARTED if self.host_answered else UNKNOWN
+        return NOT_RESTARTED if self.before.bmc_evidence else UNKNOWN
+
+
+def await_restart(session: RedfishSession, ctx: BmcContext, before: BootMarker, timeout: float,
+                  poll: float, sleep: Callable[[float], None] = time.sleep,
+                  host_boot_id: Optional[HostBootId] = None) -> str:
+    """Wait up to `timeout` for evidence of a restart since `before`.
+
+    Returns RESTARTED, NOT_RESTARTED (the system positively runs on from before) or UNKNOWN.
+    """
+    return _await(session, ctx, before, timeout, poll, sleep, host_boot_id)[0]
+
+
+def _await(session: RedfishSession, ctx: BmcContext, before: BootMarker, timeout: float,
+           poll: float, sleep: Callable[[float], None], host_boot_id: Optional[HostBootId]
+           ) -> tuple:
+    watch = _Watch(session, ctx, before, host_boot_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        if watch.poll():
+            return RESTARTED, watch.evidence
         if time.monotonic() >= deadline:
-            return False
+            verdict = watch.verdict()
+            return verdict, watch.evidence
         sleep(poll)
+
+
+def _no_evidence_text(before: BootMarker, host: bool) -> str:
+    parts = []
+    if not before.bmc_evidence:
+        parts.append("the BMC reports no reset evidence (no BootProgress, LastResetTime or "
+                     "PostState) and PowerState never left On")
+    else:
+        parts.append("the BMC shows no reset")
+    if host:
+        parts.append("the host side did not answer (it may be booting)")
+    else:
+        parts.append("no host-side boot id was given")
+    return "; ".join(parts)
 
 
 def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 300.0,
           force_timeout: float = 120.0, poll: float = 2.0, graceful: bool = True,
-          sleep: Callable[[float], None] = time.sleep) -> ResetResult:
+          sleep: Callable[[float], None] = time.sleep,
+          host_boot_id: Optional[HostBootId] = None,
+          boot_id_before: Optional[str] = None) -> ResetResult:
+    """Restart the system once; escalate to one ForceRestart only if the OS positively ignored a
+    GracefulRestart. RestartNotConfirmed (nothing more sent) when no evidence decides.
+
+    host_boot_id: the host side's OS boot id (None while the host does not answer);
+    boot_id_before: the boot id before the reset if the caller already has it.
+    """
     started = time.monotonic()
     result = ResetResult(ctx.host)
     before = _marker(session, ctx)
@@ -139,6 +268,8 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
         before = _marker(session, ctx)
     if not settled(before):
         graceful = False  # an OS that never finished booting will not act on an ACPI request
+    if host_boot_id is not None:
+        before.boot_id = boot_id_before or _ask_host(host_boot_id)
     result.before = before.to_dict()
     allowed = ctx.reset_types or ["GracefulRestart", "ForceRestart", "On"]
     if before.power_state == "Off":
@@ -149,13 +280,27 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
         first = "ForceRestart"
     _post_reset(session, ctx, first, result, sleep)
     timeout = graceful_timeout if first == "GracefulRestart" else force_timeout
-    if not _await_evidence(session, ctx, before, timeout, poll, sleep):
+    verdict, result.evidence = _await(session, ctx, before, timeout, poll, sleep, host_boot_id)
+    host_known = host_boot_id is not None and before.boot_id is not None
+    if verdict == UNKNOWN:
+        raise RestartNotConfirmed(
+            f"restart not confirmed: {first} sent once, no evidence after {timeout:.0f}s "
+            f"({_no_evidence_text(before, host_known)}); not sending another reset while one "
+            "may be in progress", ctx.host, result)
+    if verdict == NOT_RESTARTED:
         if first != "GracefulRestart" or "ForceRestart" not in allowed:
             raise RedfishError(f"{first} sent but the system shows no sign of restarting after "
                                f"{timeout:.0f}s", ctx.host, transient=True)
         result.escalated = True
         _post_reset(session, ctx, "ForceRestart", result, sleep)
-        if not _await_evidence(session, ctx, before, force_timeout, poll, sleep):
+        verdict, result.evidence = _await(session, ctx, before, force_timeout, poll, sleep,
+                                          host_boot_id)
+        if verdict == UNKNOWN:
+            raise RestartNotConfirmed(
+                f"restart not confirmed: GracefulRestart ignored for {graceful_timeout:.0f}s, "
+                f"ForceRestart sent once, no evidence after {force_timeout:.0f}s "
+                f"({_no_evidence_text(before, host_known)})", ctx.host, result)
+        if verdict == NOT_RESTARTED:
             raise RedfishError(f"GracefulRestart ignored for {graceful_timeout:.0f}s and "
                                f"ForceRestart showed no effect after {force_timeout:.0f}s",
                                ctx.host, transient=True)
@@ -177,13 +322,24 @@ class AppliedResult:
 
 
 def wait_post(session: RedfishSession, ctx: BmcContext, timeout: float, poll: float,
-              sleep: Callable[[float], None] = time.sleep) -> BootMarker:
+              sleep: Callable[[float], None] = time.sleep,
+              host_boot_id: Optional[HostBootId] = None,
+              boot_id_before: Optional[str] = None) -> BootMarker:
+    """Wait until POST has finished. A BMC that reports no boot progress (no BootProgress, no
+    PostState) shows only power: then, given the host side, wait for the host to answer with a
+    new boot id (its OS came up after POST)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             marker = _marker(session, ctx)
             if post_finished(marker):
-                return marker
+                blind = marker.last_state is None and marker.post_state is None
+                if not (blind and host_boot_id is not None and boot_id_before):
+                    return marker
+                now = _ask_host(host_boot_id)
+                if now is not None and now != boot_id_before:
+                    marker.boot_id = now
+                    return marker
         except RedfishError as err:
             if not err.transient:
                 raise
@@ -198,14 +354,16 @@ def wait_post(session: RedfishSession, ctx: BmcContext, timeout: float, poll: fl
 def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
                  settings_time_before: Optional[str] = None, job_ids: Optional[List[str]] = None,
                  timeout: float = 900.0, poll: float = 2.0,
-                 sleep: Callable[[float], None] = time.sleep) -> AppliedResult:
+                 sleep: Callable[[float], None] = time.sleep,
+                 host_boot_id: Optional[HostBootId] = None,
+                 boot_id_before: Optional[str] = None) -> AppliedResult:
     """Wait until POST is done, then check that the BIOS now holds `targets`.
 
     Raises RedfishError naming every problem (failed job, SettingsFailed message, values that did
     not apply silently) so the caller can restore the host.
     """
     started = time.monotonic()
-    wait_post(session, ctx, timeout, poll, sleep)
+    wait_post(session, ctx, timeout, poll, sleep, host_boot_id, boot_id_before)
     bios = session.get(ctx.bios_uri).body
     values = attributes_of(bios, ctx.personality.flat_body)
     annotation = bios.get("@Redfish.Settings") or {}

@@ -1,13 +1,23 @@
-"""BIOS attribute registries: what a host's BIOS accepts (names, values, read-only, gray-out).
+"""BIOS attribute registries: what a host's BIOS accepts (names, types, values, bounds,
+read-only, gray-out).
 
 Bios.AttributeRegistry names the registry; /redfish/v1/Registries lists MessageRegistryFile
-resources whose Location[].Uri serves it. Dependencies of type Map can make an attribute
+resources whose Location[].Uri serves it. The registry is the document whose own `Id` equals the
+name the BIOS gives: file entries are only a way to find documents (their Id/Registry names are
+tried first, but a misnamed entry does not hide the right document, and a name that merely shares
+a prefix never selects another version). Dependencies of type Map can make an attribute
 ReadOnly/GrayOut/Hidden depending on other attributes; they are evaluated against the values the
 BIOS will have after our change.
+
+check_value() applies the registry's type rules to a value before anything is written:
+Enumeration (one of Value[].ValueName), Boolean (a JSON boolean), Integer (an integer within
+LowerBound/UpperBound, on the ScalarIncrement grid), String and Password (a string within
+MinLength/MaxLength, matching ValueExpression).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import RedfishError
@@ -24,9 +34,57 @@ class AttributeDef:
     gray_out: bool = False
     hidden: bool = False
     reset_required: bool = True
+    immutable: bool = False
+    lower_bound: Optional[int] = None
+    upper_bound: Optional[int] = None
+    scalar_increment: Optional[int] = None
+    min_length: Optional[int] = None
+    max_length: Optional[int] = None
+    value_expression: Optional[str] = None
 
     def value_names(self) -> List[str]:
         return [v for v, _ in self.values]
+
+    def check_value(self, value: Any) -> Optional[str]:
+        """Why the registry does not allow `value` for this attribute, or None if it does."""
+        kind = self.type
+        if kind == "Enumeration":
+            if not isinstance(value, str) or value not in self.value_names():
+                return (f"value {value!r} not allowed; allowed: "
+                        f"{', '.join(self.value_names()) or '(none listed)'}")
+            return None
+        if kind == "Boolean":
+            if not isinstance(value, bool):
+                return f"Boolean attribute: value {value!r} is not true or false"
+            return None
+        if kind == "Integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"Integer attribute: value {value!r} is not an integer"
+            if self.lower_bound is not None and value < self.lower_bound:
+                return f"value {value} is below LowerBound {self.lower_bound}"
+            if self.upper_bound is not None and value > self.upper_bound:
+                return f"value {value} is above UpperBound {self.upper_bound}"
+            step = self.scalar_increment
+            if step and (value - (self.lower_bound or 0)) % step:
+                return (f"value {value} is not on ScalarIncrement {step} from "
+                        f"{self.lower_bound or 0}")
+            return None
+        if kind in ("String", "Password"):
+            if not isinstance(value, str):
+                return f"{kind} attribute: value {value!r} is not a string"
+            if self.min_length is not None and len(value) < self.min_length:
+                return f"value is {len(value)} characters, MinLength is {self.min_length}"
+            if self.max_length is not None and len(value) > self.max_length:
+                return f"value is {len(value)} characters, MaxLength is {self.max_length}"
+            if self.value_expression:
+                try:
+                    if re.fullmatch(self.value_expression, value) is None:
+                        return f"value {value!r} does not match ValueExpression " \
+                               f"{self.value_expression!r}"
+                except re.error:
+                    pass  # a pattern Python cannot read: the BMC checks it itself
+            return None
+        return f"attribute type {kind!r} is not one this tool writes"
 
 
 @dataclass
@@ -41,8 +99,7 @@ class AttributeRegistry:
     def effective(self, name: str, values: Dict[str, Any]) -> AttributeDef:
         """The attribute's definition with Map dependencies applied for these attribute values."""
         base = self.attributes[name]
-        out = AttributeDef(base.name, base.display_name, base.type, list(base.values),
-                           base.read_only, base.gray_out, base.hidden, base.reset_required)
+        out = replace(base, values=list(base.values))
         for dep in self.dependencies:
             if dep.get("Type", "Map") != "Map":
                 continue
@@ -111,9 +168,23 @@ def parse_registry(doc: Dict[str, Any], host: Optional[str] = None) -> Attribute
             type=str(item.get("Type") or "Enumeration"), values=values,
             read_only=bool(item.get("ReadOnly", False)), gray_out=bool(item.get("GrayOut", False)),
             hidden=bool(item.get("Hidden", False)),
-            reset_required=bool(item.get("ResetRequired", True)))
+            reset_required=bool(item.get("ResetRequired", True)),
+            immutable=bool(item.get("Immutable", False)),
+            lower_bound=_int_or_none(item.get("LowerBound")),
+            upper_bound=_int_or_none(item.get("UpperBound")),
+            scalar_increment=_int_or_none(item.get("ScalarIncrement")),
+            min_length=_int_or_none(item.get("MinLength")),
+            max_length=_int_or_none(item.get("MaxLength")),
+            value_expression=(str(item["ValueExpression"]) if item.get("ValueExpression")
+                              else None))
     deps = [d for d in entries.get("Dependencies") or [] if isinstance(d, dict)]
     return AttributeRegistry(str(doc.get("Id") or ""), attributes, deps)
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
 
 
 _CACHE: Dict[Tuple[str, str], AttributeRegistry] = {}
@@ -125,7 +196,8 @@ def fetch_registry(session: RedfishSession, registry_id: str,
     """The attribute registry `registry_id` of this service.
 
     A registry id names one version of one vendor's registry, so hosts of the same model share
-    it: with a cache_key (the vendor personality), it is fetched once per process.
+    it: with a cache_key (personality, maker and model: two makers may reuse an Id, as DMTF's
+    mockup and sushy-tools do), it is fetched once per process.
     """
     key = (cache_key or session.endpoint.address, registry_id)
     cached = _CACHE.get(key)
@@ -138,25 +210,46 @@ def fetch_registry(session: RedfishSession, registry_id: str,
     return registry
 
 
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a.lower(), b.lower()):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _member_rank(registry_id: str, member: str) -> Tuple[int, int]:
+    """Which file entries to open first: the one named like the registry, then the longest
+    shared prefix. Only an order: the document's own Id decides."""
+    name = member.rstrip("/").rsplit("/", 1)[-1]
+    return (0 if name == registry_id else 1), -_common_prefix(registry_id, name)
+
+
 def _fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegistry:
     registries_uri = odata_id(session.root.get("Registries")) or "/redfish/v1/Registries"
     listing = session.get(registries_uri).body
     members = [odata_id(m) for m in listing.get("Members") or []]
     members = [m for m in members if m]
-    # the member named after the registry first; then every other one
-    members.sort(key=lambda m: 0 if registry_id.split(".")[0] in m else 1)
+    members.sort(key=lambda m: _member_rank(registry_id, m))
+    seen: List[str] = []
+    opened: Dict[str, bool] = {}
     for member in members:
         entry = session.get(member).body
-        names = {str(entry.get("Registry") or ""), str(entry.get("Id") or "")}
-        if registry_id not in names and not any(n and registry_id.startswith(n) for n in names):
-            continue
-        locations = entry.get("Location") or []
-        locations.sort(key=lambda loc: 0 if str(loc.get("Language", "")).startswith("en") else 1)
+        locations = [loc for loc in entry.get("Location") or [] if isinstance(loc, dict)]
+        locations.sort(key=lambda loc: 0 if str(loc.get("Language", "")).startswith("en")
+                       else 1)
         for location in locations:
-            uri = location.get("Uri")
-            if uri:
-                return parse_registry(session.get(uri).body, session.host)
-        raise RedfishError(f"registry {registry_id} at {member} has no Location Uri the BMC "
-                           "serves itself", session.host)
-    raise RedfishError(f"attribute registry {registry_id} not found under {registries_uri}",
-                       session.host)
+            uri = location.get("Uri")  # ArchiveUri/PublicationUri: not served by the BMC
+            if not uri or uri in opened:
+                continue
+            opened[uri] = True
+            doc = session.get(uri, ok=(200, 404)).body
+            doc_id = str(doc.get("Id") or "")
+            if doc_id == registry_id:
+                return parse_registry(doc, session.host)
+            seen.append(f"{doc_id or '(no Id)'} at {uri}")
+            break  # other languages of the same entry hold the same registry
+    found = "; found: " + ", ".join(seen) if seen else ""
+    raise RedfishError(f"attribute registry {registry_id} not found under {registries_uri} (no "
+                       f"registry document with that Id{found})", session.host)
