@@ -75,6 +75,7 @@ CANCELING = "canceling"
 CANCELED = "canceled"
 
 COMPLETED = (SUCCEEDED, FAILED, TIMEOUT, ABANDONED, CANCELED)
+REQUESTER_KEYS = {"pause": "paused_by", "resume": "resumed_by", "cancel": "cancelled_by"}
 PAUSE_STATES = (PAUSING, PAUSED)
 # Statuses of a task's action execution that the conductor is told about (st2's list).
 TO_CONDUCTOR = set(COMPLETED) | {PAUSED, PENDING}
@@ -470,11 +471,11 @@ class Runtime:
             return {"id": self.request(payload["action"], payload.get("parameters"),
                                        payload.get("context"), payload.get("notify"))}
         if op == "pause":
-            return self.pause(payload["id"])
+            return self.pause(payload["id"], payload.get("requester"))
         if op == "resume":
-            return self.resume(payload["id"])
+            return self.resume(payload["id"], payload.get("requester"))
         if op == "cancel":
-            return self.cancel(payload["id"])
+            return self.cancel(payload["id"], payload.get("requester"))
         if op == "respond":
             return self.respond(payload["id"], payload["response"], payload.get("requester"))
         if op == "noop":
@@ -489,7 +490,7 @@ class Runtime:
             raise NotFoundError(f'Execution "{ex_id}" not found.')
         return record
 
-    def pause(self, ex_id: str) -> Dict[str, Any]:
+    def pause(self, ex_id: str, requester: Optional[str] = None) -> Dict[str, Any]:
         record = self._execution(ex_id)
         if record["runner"] != "orquesta":
             raise ExecutionStateError(
@@ -502,32 +503,32 @@ class Runtime:
             )
         if record["status"] in PAUSE_STATES:
             return {"id": record["id"], "status": record["status"]}
-        self._control(record["id"], "pause")
+        self._control(record["id"], "pause", requester)
         return {"id": record["id"], "status": PAUSING}
 
-    def resume(self, ex_id: str) -> Dict[str, Any]:
+    def resume(self, ex_id: str, requester: Optional[str] = None) -> Dict[str, Any]:
         record = self._execution(ex_id)
         if record["status"] in COMPLETED:
             raise ExecutionStateError(
                 f'Execution "{record["id"]}" is already {record["status"]}.'
             )
         if record["runner"] == "orquesta" and record["status"] in PAUSE_STATES:
-            self._control(record["id"], "resume")
+            self._control(record["id"], "resume", requester)
             return {"id": record["id"], "status": RESUMING}
         # Not paused: resuming means "drive it again" (it was recovered when we started).
         return {"id": record["id"], "status": record["status"]}
 
-    def cancel(self, ex_id: str) -> Dict[str, Any]:
+    def cancel(self, ex_id: str, requester: Optional[str] = None) -> Dict[str, Any]:
         record = self._execution(ex_id)
         if record["status"] in COMPLETED:
             raise ExecutionStateError(
                 f'Execution "{record["id"]}" is already {record["status"]}.'
             )
-        self._control(record["id"], "cancel")
+        self._control(record["id"], "cancel", requester)
         return {"id": record["id"], "status": CANCELING}
 
-    def _control(self, ex_id: str, op: str) -> None:
-        self.queue.put(("control", ex_id, op))
+    def _control(self, ex_id: str, op: str, requester: Optional[str] = None) -> None:
+        self.queue.put(("control", ex_id, op, requester or self.user))
 
     # ------------------------------------------------------------------ inquiries
     def inquiry(self, ex_id: str) -> Dict[str, Any]:
@@ -671,7 +672,8 @@ class Runtime:
                 if kind == "status":
                     persisted.append(self._persist_status(msg[1], msg[2], msg[3]))
                 elif kind == "control":
-                    persisted.append(self._persist_control(msg[1], msg[2]))
+                    persisted.append(self._persist_control(msg[1], msg[2],
+                                                           msg[3] if len(msg) > 3 else None))
                 elif kind == "respond":
                     persisted.append(self._persist_respond(msg[1], msg[2], msg[3]))
                 elif kind == "ttl":
@@ -787,7 +789,19 @@ class Runtime:
             event["wf"] = parent
         return event
 
-    def _persist_control(self, ex_id: str, op: str) -> Optional[Dict[str, Any]]:
+    def _mark_requester(self, ex_id: str, op: str, requester: Optional[str]) -> None:
+        """st2's request_pause/resume/cancellation record who asked in the execution's context
+        (paused_by, resumed_by, cancelled_by): the API shows it; the pack reads resumed_by to
+        learn who answered a question."""
+        info = self.active.get(ex_id)
+        if info is None or not requester:
+            return
+        info.context[REQUESTER_KEYS[op]] = requester
+        self.store.update_execution(ex_id, context=info.context)
+
+    def _persist_control(self, ex_id: str, op: str,
+                         requester: Optional[str] = None) -> Optional[Dict[str, Any]]:
+        self._mark_requester(ex_id, op, requester)
         wf = self.workflows.get(ex_id)
         if wf is not None:
             seq = self.store.append_event(wf.wf_id, "request", {"op": op})
@@ -805,6 +819,11 @@ class Runtime:
         # like st2's inquiry service: resume the ROOT workflow; its resume reaches every paused
         # workflow below it (resuming only the direct parent leaves a paused grandparent that
         # never hears its child finish)
+        # st2 (services/inquiry.py respond) resumes the inquiry's parent workflow as the
+        # requester, which records it there as resumed_by
+        parent = self.workflows.get(info.parent_id or "")
+        if parent is not None and parent.conductor.get_workflow_status() in (PAUSING, PAUSED):
+            self._mark_requester(parent.ex_id, "resume", requester)
         root = self.workflows.get(info.root_id) or self.workflows.get(info.parent_id or "")
         if root is not None and root.ex_id != info.id and (
                 root.conductor.get_workflow_status() in (PAUSING, PAUSED)):

@@ -26,6 +26,7 @@ ENV_ROLES = "FLEET_ROLLOUT_ROLES"
 ENV_TIME_FACTOR = "FLEET_ROLLOUT_TIME_FACTOR"
 ENV_WEBHOOK = "FLEET_ROLLOUT_CHAT_WEBHOOK"
 ENV_PACKS = "FLEET_ROLLOUT_PACKS"
+ENV_CHATOPS_USER = "FLEET_ROLLOUT_CHATOPS_USER"
 
 _SETTINGS_KEYS = {
     "user": str,
@@ -35,6 +36,7 @@ _SETTINGS_KEYS = {
     "packs": list,
     "time_factor": (int, float),
     "system_user": str,
+    "chatops_user": str,
 }
 
 
@@ -96,6 +98,13 @@ class RuntimeHome:
     def system_user(self) -> str:
         """st2's system user (rules and timers run as it); default `stanley` like st2."""
         return self.settings.get("system_user") or "stanley"
+
+    @property
+    def chatops_user(self) -> str:
+        """The chat bot's st2 account: alias executions from `fleet-rollout chat` run as it,
+        with the chat user as api_user (st2's alias execution API); default `chatops_bot`."""
+        return (os.environ.get(ENV_CHATOPS_USER) or self.settings.get("chatops_user")
+                or "chatops_bot")
 
     @property
     def roles(self) -> List[str]:

@@ -88,7 +88,8 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
                                            match_multiple=pattern["match_multiple"])
     runs = extracted if isinstance(extracted, list) else [extracted]
     context = {"action_alias_ref": {"id": alias.ref, "name": alias.name, "ref": alias.ref},
-               "api_user": chat_user, "user": rt.user, "source_channel": args.channel}
+               "api_user": chat_user, "user": rt.home.chatops_user,
+               "source_channel": args.channel}
     if alias.immutable_parameters:
         kv = {"st2kv": templating.kv_context(chat_user)}
         kv.update(context)

@@ -88,7 +88,7 @@ def cmd_control(args: argparse.Namespace) -> int:
             before = session.rt.store.get_execution(
                 session.rt.store.resolve_execution_id(args.id) or args.id)
             log_len = len(before["log"]) if before else 0
-            response = session.submit(args.op, {"id": args.id})
+            response = session.submit(args.op, {"id": args.id, "requester": session.rt.user})
             ex_id = response["id"]
             if args.op == "resume" and before and before["status"] in (PAUSED, "pausing"):
                 # Another process runs the engine: first see the resume take effect.
