@@ -162,6 +162,7 @@ class WorkflowRun:
         self.last_seq = 0
         self.tasks: Dict[Tuple[str, int], TaskRun] = {}
         self.reported_status: Optional[str] = None
+        self.cancel_result: Optional[Dict[str, Any]] = None  # st2's result of a quick cancel
 
 
 class _Timer:
@@ -1021,6 +1022,13 @@ class Runtime:
             if c.get_workflow_status() not in wf_statuses.COMPLETED_STATUSES:
                 self._advance(wf)
         elif op == "cancel":
+            info = self.active.get(wf.ex_id)
+            if info is not None and not any(ch.status not in COMPLETED
+                                            for ch in self._children(wf.ex_id)):
+                # st2's request_cancellation: nothing running below, so the execution ends
+                # canceled with this result at once (no workflow output)
+                wf.cancel_result = {"message": "Action canceled by user.",
+                                    "user": info.context.get("cancelled_by") or self.user}
             c.request_workflow_status(wf_statuses.CANCELED)
             for child in self._children(wf.ex_id):
                 if child.runner == "orquesta" and child.id in self.workflows:
@@ -1238,6 +1246,8 @@ class Runtime:
         self._dirty[wf.ex_id] = wf
         if status in wf_statuses.COMPLETED_STATUSES:
             result: Dict[str, Any] = {"output": c.get_workflow_output() or None}
+            if status == wf_statuses.CANCELED and wf.cancel_result is not None:
+                result = dict(wf.cancel_result)
             if status in wf_statuses.ABENDED_STATUSES:
                 result["errors"] = copy.deepcopy(c.errors)
             self.queue.put(("status", wf.ex_id, status, result))
@@ -1553,6 +1563,13 @@ class Runtime:
                     and policy.policy_type == "action.retry"):
                 continue
             if status not in (FAILED, TIMEOUT):
+                continue
+            if info.context.get("parent"):
+                # st2actions/policies/retry.py: never inside a workflow (orquesta's task retry
+                # is the way there); st2 logs a warning and leaves the execution as it ended
+                LOG.warning("Retry cannot be applied to this liveaction because it is executed"
+                            " under a workflow. Use workflow specific retry functionality where"
+                            " applicable. %s (%s)", info.id, policy.ref)
                 continue
             retry_on = policy.parameters.get("retry_on")
             if (status == FAILED and retry_on != "failure") or (

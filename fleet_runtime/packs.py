@@ -35,6 +35,7 @@ from fleet_runtime.schema import (
     validate_document,
     validate_parameter_definitions,
 )
+from fleet_runtime.wfyaml import load_definition
 
 PACK_REF_REGEX = r"^[a-z0-9_]+$"
 PACK_VERSION_REGEX = (
@@ -940,7 +941,7 @@ class Registry:
             return cached[1]
         try:
             with open(action.entry_point or "") as fh:
-                definition = fh.read()
+                definition = load_definition(fh.read())
             spec = native_specs.WorkflowSpec(definition)
         except Exception as e:
             raise MetadataError(shown, None, f"cannot load the workflow: {e}") from e

@@ -19,7 +19,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import jinja2.meta
-from jsonschema import ValidationError
+from jsonschema import SchemaError, ValidationError
 
 from fleet_runtime import functions, templating
 from fleet_runtime.errors import ParameterError
@@ -372,7 +372,7 @@ def validate_parameters(action: Action, params: Dict[str, Any]) -> Dict[str, Any
             schema["properties"][name] = {k: v for k, v in definition.items() if k != "type"}
     try:
         return dict(validate_instance(params, schema))
-    except ValidationError as e:
+    except (ValidationError, SchemaError) as e:
         where = ".".join(str(p) for p in e.path)
         prefix = f'parameter "{where}": ' if where else ""
         raise ParameterError(f"{action.ref}: {prefix}{e.message}") from e

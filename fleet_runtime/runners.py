@@ -292,12 +292,20 @@ def check_loopback_url(url: str) -> None:
 _TRANSCRIPT_LOCK = threading.Lock()
 
 
+CHAT_ROUTE = "chatops"  # the announcement route the stock chat bots listen to
+ANNOUNCEMENTS_FILE = "announcements.jsonl"
+
+
 def post_message(
     transcript: Path, webhook: Optional[str], params: Dict[str, Any], route: str
 ) -> Tuple[str, Dict[str, Any]]:
-    """chatops.post_message: append to the chat transcript, POST to the webhook if set."""
+    """chatops.post_message, like st2's announcement runner: publish the message as stream
+    event `st2.announcement__<route>`. Chat bots (hubot-stackstorm, err-stackstorm) listen to
+    the `chatops` route only, so only that route reaches the chat transcript (and the webhook);
+    any other route is kept in announcements.jsonl beside it, where no bot reads it."""
     entry = {
         "ts": time.time(),
+        "event": f"st2.announcement__{route}",
         "channel": params.get("channel"),
         "user": params.get("user"),
         "whisper": bool(params.get("whisper")),
@@ -306,12 +314,15 @@ def post_message(
         "route": route,
         "context": params.get("context") or {},
     }
+    to_chat = route == CHAT_ROUTE
+    target = transcript if to_chat else transcript.with_name(ANNOUNCEMENTS_FILE)
     with _TRANSCRIPT_LOCK:
-        with open(transcript, "a") as fh:
+        with open(target, "a") as fh:
             fh.write(json.dumps(entry, default=str) + "\n")
     result: Dict[str, Any] = {"posted": True, "channel": entry["channel"],
-                              "message": entry["message"], "transcript": str(transcript)}
-    if webhook:
+                              "message": entry["message"], "route": route,
+                              "event": entry["event"], "transcript": str(target)}
+    if webhook and to_chat:
         import requests
 
         try:

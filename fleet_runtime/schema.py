@@ -15,8 +15,24 @@ from jsonschema.validators import create
 
 from fleet_runtime.errors import MetadataError
 
+
+def _st2_meta_schema() -> Dict[str, Any]:
+    """st2's custom.json (st2common/util/schema): Draft 4's meta-schema, but `required` is a
+    boolean on each property (Draft 3 style), plus secret, immutable, position and format. A
+    schema with Draft 4's list `required: [x]` fails this check, so st2 refuses every instance
+    validated against it (an inquiry answer: HTTP 400)."""
+    meta = copy.deepcopy(Draft4Validator.META_SCHEMA)
+    props = meta["properties"]
+    props["required"] = {"type": "boolean", "default": False}
+    props["secret"] = {"type": "boolean", "default": False}
+    props["immutable"] = {"type": "boolean", "default": False}
+    props["position"] = {"type": "number", "minimum": 0}
+    props["format"] = {"type": "string"}
+    return meta
+
+
 CustomValidator = create(
-    meta_schema=Draft4Validator.META_SCHEMA,
+    meta_schema=_st2_meta_schema(),
     validators={
         **{k: v for k, v in Draft4Validator.VALIDATORS.items() if k != "required"},
         "properties": Draft3Validator.VALIDATORS["properties"],
@@ -200,7 +216,10 @@ def allow_default_none(schema: Dict[str, Any]) -> Dict[str, Any]:
 def validate_instance(
     instance: Any, schema: Dict[str, Any], use_default: bool = True, none_ok: bool = True
 ) -> Any:
-    """Validate (and default) an instance; raises jsonschema.ValidationError."""
+    """Validate (and default) an instance like st2's util.schema.validate: the schema itself is
+    checked against st2's meta-schema first (jsonschema.validate does that), so a schema st2
+    cannot read rejects every instance. Raises jsonschema.SchemaError or ValidationError."""
+    CustomValidator.check_schema(schema)
     if use_default:
         instance = assign_default_values(instance, schema)
     if none_ok:
