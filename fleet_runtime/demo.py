@@ -138,20 +138,20 @@ def drive(execution_id: str, watch: Watch, answer: Any) -> Dict[str, Any]:
             continue
         time.sleep(1)  # the question's chat message is posted right after the inquiry
         watch.show()
-        response = answer((inquiry.get("result") or {}).get("schema") or {})
-        print(f"  [sre-alice] answers inquiry {inquiry['id']}: {json.dumps(response)}")
-        print(f"      (fleet-rollout inquiry respond {inquiry['id']} -r "
-              f"'{json.dumps(response)}'; in chat: rollout approve <rollout id>)", flush=True)
-        out = cli("inquiry", "respond", inquiry["id"], "-r", json.dumps(response), "--no-wait")
-        if out.returncode != 0:
-            raise SystemExit(f"demo: respond failed:\n{out.stderr[-2000:]}")
+        schema = (inquiry.get("result") or {}).get("schema") or {}
+        message = answer(schema)
+        print(f"  [chat #fleet-rollout] sre-alice: {message}", flush=True)
+        out = cli("chat", "--user", "sre-alice", "--channel", "fleet-rollout", message)
+        if out.returncode != 0 or "Refused" in out.stdout:
+            raise SystemExit(f"demo: the chat answer failed:\n{out.stdout[-2000:]}"
+                             f"{out.stderr[-2000:]}")
 
 
-def sre(schema: Dict[str, Any]) -> Dict[str, Any]:
+def sre(schema: Dict[str, Any]) -> str:
+    """What the SRE types in chat: approve the batch, or proceed after INCONCLUSIVE."""
     props = schema.get("properties") or {}
-    if "approved" in props:
-        return {"approved": True, "by": "sre-alice"}
-    return {"choice": "proceed", "by": "sre-alice"}
+    rollout_id = (props.get("rollout_id") or {}).get("default", "")
+    return f"rollout approve {rollout_id}"
 
 
 def status_table(rollout_id: str) -> str:
@@ -181,7 +181,7 @@ def main() -> int:
     # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
     # (TCG guests pay for every packet)
     config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
-                           hosts_per_rack=1, rate_scale=0.15)
+                           hosts_per_rack=1, rate_scale=0.15, approvers=["sre-alice"])
     inventory = os.path.join(REPO, "inventory", "lab.yml")
     try:
         lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))

@@ -29,7 +29,9 @@ def test_make_demo_end_to_end(tmp_path, backend):
     assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]
     assert "servers up: 6/6" in out
     first, second = out.split("=== rollout 2", 1)
-    assert "answers inquiry" in first  # approvals asked in chat and answered
+    # approvals asked in chat and answered there by an approver, recorded as that chat user
+    assert "sre-alice: rollout approve" in first
+    assert "sre-alice answered approve for rollout" in first
     assert "rollout lab-home-snoop" in first and ": completed" in first
     assert first.count("[chat #fleet-rollout] Rollout") >= 3  # one message per batch + plan
     assert "INCONCLUSIVE" in first or "PASS" in first
