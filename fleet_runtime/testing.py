@@ -30,6 +30,16 @@ def make_home(path: Path, config: Optional[Dict[str, Any]] = None,
     return path
 
 
+def fixture_home(path: Path, monkeypatch: Any, time_factor: str = "0.05",
+              user: str = "operator") -> Path:
+    """A fixture home for engine tests: fast timers, the user from the settings (not from the
+    caller's environment)."""
+    monkeypatch.setenv("FLEET_ROLLOUT_TIME_FACTOR", time_factor)
+    monkeypatch.delenv("FLEET_ROLLOUT_USER", raising=False)
+    monkeypatch.delenv("FLEET_ROLLOUT_ROLES", raising=False)
+    return make_home(path, settings={"user": user})
+
+
 def engine(home: Path, packs: Optional[List[str]] = None, workers: int = 8) -> Runtime:
     """An in-process runtime holding the engine role for `home`."""
     rt = Runtime(RuntimeHome(str(home)), packs or [str(FIXTURE_PACK)], workers=workers)

@@ -12,7 +12,7 @@ import pytest
 
 from fleet_runtime.engine import Runtime
 from fleet_runtime.errors import InquiryError, MetadataError
-from fleet_runtime.testing import FIXTURE_PACK, children, engine, make_home, run, wait
+from fleet_runtime.testing import FIXTURE_PACK, children, engine, fixture_home, run, wait
 from fleet_runtime.wfyaml import load_definition
 
 STRICT_PACK = Path(__file__).resolve().parent / "fixtures" / "st2_strict_pack"
@@ -20,10 +20,7 @@ STRICT_PACK = Path(__file__).resolve().parent / "fixtures" / "st2_strict_pack"
 
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("FLEET_ROLLOUT_TIME_FACTOR", "0.05")
-    monkeypatch.delenv("FLEET_ROLLOUT_USER", raising=False)
-    monkeypatch.delenv("FLEET_ROLLOUT_ROLES", raising=False)
-    return make_home(tmp_path / "home", settings={"user": "operator"})
+    return fixture_home(tmp_path / "home", monkeypatch)
 
 
 @pytest.fixture()

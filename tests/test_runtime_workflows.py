@@ -14,15 +14,12 @@ import pytest
 from fleet_runtime import render
 from fleet_runtime.engine import Runtime
 from fleet_runtime.errors import ExecutionStateError, InquiryError
-from fleet_runtime.testing import children, engine, journal, make_home, run, wait
+from fleet_runtime.testing import children, engine, fixture_home, journal, run, wait
 
 
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("FLEET_ROLLOUT_TIME_FACTOR", "0.05")
-    monkeypatch.delenv("FLEET_ROLLOUT_USER", raising=False)
-    monkeypatch.delenv("FLEET_ROLLOUT_ROLES", raising=False)
-    return make_home(tmp_path / "home", settings={"user": "operator"})
+    return fixture_home(tmp_path / "home", monkeypatch)
 
 
 @pytest.fixture()
