@@ -84,12 +84,14 @@ class SushyLab:
             handle.write(f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
                          f"SUSHY_EMULATOR_LISTEN_PORT = {self.port}\n"
                          f"SUSHY_EMULATOR_LIBVIRT_URI = 'test:///default'\n"
-                         f"SUSHY_EMULATOR_AUTH_FILE = {htpasswd!r}\n")
+                         f"SUSHY_EMULATOR_AUTH_FILE = {htpasswd!r}\n"
+                         f"SUSHY_EMULATOR_STATE_DIR = {tmp!r}\n")
         self.log_path = os.path.join(tmp, "emulator.log")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env.pop("SUSHY_EMULATOR_CONFIG", None)
+        env["TMPDIR"] = tmp  # sushy's memoize keeps its databases under the temp directory
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fleet_lab.bmcsim.sushy_lab", "--serve", config,
