@@ -128,3 +128,23 @@ def test_only_the_chatops_route_reaches_chat(rt: Runtime, home: Path):
     other = [json.loads(x) for x in (home / "announcements.jsonl").read_text().splitlines()]
     assert [(o["event"], o["message"]) for o in other] == [
         ("st2.announcement__fleet-rollout", "to a private route")]
+
+
+# approvals through the API ------------------------------------------------------------------
+def test_api_refuses_an_answer_from_a_user_the_inquiry_does_not_name(rt: Runtime):
+    """The inquiry API checks the token's user against the inquiry's users (st2: 403)."""
+    import requests
+
+    ex = run(rt, "rt_test.ask_flow", {"users": ["alice"]})
+    [ask] = [c for c in children(rt, ex["id"]) if c["runner"] == "inquirer"]
+    url = f"{rt.api.url}/inquiries/{ask['id']}"
+    body = {"id": ask["id"], "response": {"approved": True}}
+    refused = requests.put(url, json=body, timeout=10,
+                           headers={"X-Auth-Token": rt.api.issue_token("mallory")})
+    assert refused.status_code == 403 and "mallory" in refused.json()["faultstring"]
+    allowed = requests.put(url, json=body, timeout=10,
+                           headers={"X-Auth-Token": rt.api.issue_token("alice")})
+    assert allowed.status_code == 200, allowed.text
+    final = wait(rt, ex["id"], until_completed=True)
+    assert final["status"] == "succeeded"
+    assert rt.store.get_execution(ex["id"])["context"]["resumed_by"] == "alice"
