@@ -2,7 +2,8 @@
 
 st2 gives every action execution `ST2_ACTION_API_URL` and a short-lived `ST2_ACTION_AUTH_TOKEN`;
 actions use them e.g. to answer an inquiry from chat. The engine serves the same endpoints on
-an ephemeral loopback port, with one token per running execution (acting as its user):
+an ephemeral loopback port, with one token per running execution, acting as the execution's
+context user as st2's action tokens do (st2actions/container/base.py _create_auth_token):
 
     GET  /api/v1/inquiries            pending inquiries  [{id, route, ttl, users, roles, schema}]
     GET  /api/v1/inquiries/<id>       one pending inquiry
@@ -17,7 +18,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
-from fleet_runtime.errors import InquiryError, NotFoundError, RuntimeErrorBase
+from fleet_runtime.errors import (
+    ExecutionStateError,
+    InquiryError,
+    NotFoundError,
+    RuntimeErrorBase,
+)
 
 
 class LocalApi:
@@ -121,6 +127,8 @@ class LocalApi:
         except InquiryError as e:
             code = 403 if "not authorized" in str(e) else 400
             return code, {"faultstring": str(e)}
+        except ExecutionStateError as e:  # st2: respond's resume of a pausing parent, 500
+            return 500, {"faultstring": str(e)}
         except RuntimeErrorBase as e:
             return 400, {"faultstring": str(e)}
         return 404, {"faultstring": f"{method} {path} is not supported by the local API"}

@@ -8,6 +8,17 @@ Never edits installed files. `apply()` is idempotent and must run before anythin
 3. `orquesta.utils.parameters.REGEX_INLINE_PARAMS` embeds the global inline flag `(?i)true`
    in the middle of a pattern, an error since Python 3.11: rewrite it as the scoped `(?i:true)`.
 
+It then gives orquesta 1.2.0 the behaviour of the orquesta StackStorm 3.9 runs (1.6 and the
+commit st2 pins, see docs/runtime.md "Differences from StackStorm"):
+
+4. Jinja expressions are evaluated in a sandboxed environment (orquesta 1.5,
+   orquesta/expressions/jinja.py): `{{ "x".__class__ }}` is refused as unsafe.
+5. A failed task whose satisfied transition leads to a join task is remediated even when the
+   join is not ready yet (orquesta 1.4, machines.py add_context_to_task_event with
+   conducting.py has_barrier_next): 1.2.0 failed the workflow there.
+(with-items `concurrency` below 1 runs one item at a time, orquesta 1.6 conducting.py
+_evaluate_task_actions: fleet_runtime.conductor does it; workflow YAML: fleet_runtime.wfyaml.)
+
 It also registers StackStorm's orquesta expression functions (`st2kv`, `task`, the json/yaml/
 regex/path helpers) into orquesta's function catalog, the way st2's orquesta runner does through
 the `orquesta.expressions.functions` entry point group, but in memory.
@@ -82,6 +93,72 @@ def _register_functions(functions: Dict[str, Callable[..., Any]]) -> None:
             yql_mod.YAQLEvaluator._root_ctx.register_function(func, name=name)
 
 
+def _sandbox_jinja() -> None:
+    import jinja2.sandbox
+    from orquesta.expressions import jinja as orquesta_jinja
+
+    evaluator = orquesta_jinja.JinjaEvaluator
+    if isinstance(evaluator._jinja_env, jinja2.sandbox.SandboxedEnvironment):
+        return
+    old = evaluator._jinja_env
+    env = jinja2.sandbox.SandboxedEnvironment(
+        undefined=old.undefined, trim_blocks=old.trim_blocks, lstrip_blocks=old.lstrip_blocks)
+    env.filters.update({k: v for k, v in old.filters.items() if k not in env.filters})
+    evaluator._jinja_env = env
+
+
+def _has_satisfied_transition(conductor: Any, task_id: str, route: Any) -> bool:
+    """orquesta 1.6's has_next_tasks(...) or has_barrier_next(...): the completed task has a
+    transition whose criteria held, to a task (a join counts whether it is ready or not)."""
+    entry = conductor.get_task_state_entry(task_id, route)
+    if not entry or entry.get("status") not in _statuses().COMPLETED_STATUSES:
+        return False
+    from orquesta import constants
+
+    for next_seq in conductor.graph.get_next_transitions(task_id):
+        next_task_id, seq_key = next_seq[1], next_seq[2]
+        transition = constants.TASK_STATE_TRANSITION_FORMAT % (next_task_id, str(seq_key))
+        if next_task_id != "continue" and entry["next"].get(transition):
+            return True
+    return False
+
+
+def _statuses() -> Any:
+    from orquesta import statuses
+
+    return statuses
+
+
+def _remediate_failures_into_joins() -> None:
+    from orquesta import events, machines
+
+    machine = machines.WorkflowStateMachine
+    if getattr(machine, "_rt_join_fix", False):
+        return
+    original = machine.add_context_to_task_event.__func__
+
+    def add_context_to_task_event(cls: Any, workflow_state: Any, tk_ex_event: Any) -> str:
+        event = original(cls, workflow_state, tk_ex_event)
+        task_id = getattr(tk_ex_event, "task_id", None)
+        route = getattr(tk_ex_event, "route", None)
+        if (tk_ex_event.status not in _statuses().ABENDED_STATUSES
+                or event.startswith(events.TASK_REMEDIATED)
+                or not _has_satisfied_transition(workflow_state.conductor, task_id, route)):
+            return event
+        # 1.2.0 saw no next task (the join is not ready): remediated, as orquesta 1.6 decides,
+        # with the suffix 1.6 gives a remediated task (no next task is ready yet)
+        active = "_workflow_active" if workflow_state.has_active_tasks else "_workflow_dormant"
+        event = events.TASK_REMEDIATED + active
+        if workflow_state.has_canceling_tasks or workflow_state.has_canceled_tasks:
+            return event + "_canceled"
+        if workflow_state.has_pausing_tasks or workflow_state.has_paused_tasks:
+            return event + "_paused"
+        return event + ("_incomplete" if workflow_state.has_staged_tasks else "_completed")
+
+    machine.add_context_to_task_event = classmethod(add_context_to_task_event)
+    machine._rt_join_fix = True
+
+
 def apply() -> None:
     """Apply every fix once per process."""
     global _APPLIED
@@ -95,6 +172,8 @@ def apply() -> None:
 
         _register_functions(functions.orquesta_functions())
         _fix_inline_params_regex()
+        _sandbox_jinja()
+        _remediate_failures_into_joins()
         _APPLIED = True
 
 

@@ -369,6 +369,8 @@ class RuntimeConductor(conducting.WorkflowConductor):
             staged_task["items"] = [{"status": statuses.UNSET}] * task["items_count"]
         sts = _statuses(staged_task["items"])
         if task["concurrency"] is not None:
+            # orquesta 1.6 (conducting.py _evaluate_task_actions): below 1 means 1 at a time
+            task["concurrency"] = max(task["concurrency"], 1)
             availability = task["concurrency"] - _count(Counter(sts), statuses.ACTIVE_STATUSES)
         else:
             availability = len(sts)

@@ -36,8 +36,10 @@ from orquesta import exceptions as wf_exc
 from orquesta import statuses as wf_statuses
 
 from fleet_runtime import (
+    chatlog,
     compat,
     runners,
+    st2ctx,
     templating,
 )
 from fleet_runtime import params as params_util
@@ -51,6 +53,7 @@ from fleet_runtime.errors import (
     NotFoundError,
     ParameterError,
     RuntimeErrorBase,
+    WorkflowLoadError,
 )
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.packs import Action, Registry
@@ -75,7 +78,7 @@ CANCELING = "canceling"
 CANCELED = "canceled"
 
 COMPLETED = (SUCCEEDED, FAILED, TIMEOUT, ABANDONED, CANCELED)
-REQUESTER_KEYS = {"pause": "paused_by", "resume": "resumed_by", "cancel": "cancelled_by"}
+REQUESTER_KEYS = st2ctx.REQUESTER_KEYS
 PAUSE_STATES = (PAUSING, PAUSED)
 # Statuses of a task's action execution that the conductor is told about (st2's list).
 TO_CONDUCTOR = set(COMPLETED) | {PAUSED, PENDING}
@@ -287,8 +290,10 @@ class Runtime:
                 raise MetadataError(shown, None, f"not valid YAML: {e}") from e
             if not isinstance(config, dict):
                 raise MetadataError(shown, None, "a pack config must be a mapping")
-        config = self._render_dynamic_config(config, shown)
         if schema:
+            # st2 validates the config file as written (its registration: models/api/pack.py
+            # ConfigAPI, util/pack.py validate_config_against_schema), before dynamic values
+            # are rendered (util/config_loader.py, when an action runs)
             full = {"type": "object", "properties": copy.deepcopy(schema),
                     "additionalProperties": False}
             if exists:
@@ -302,6 +307,7 @@ class Runtime:
                 from fleet_runtime.schema import assign_default_values
 
                 config = assign_default_values(config, full)
+        config = self._render_dynamic_config(config, shown)
         self._configs[pack_ref] = config
         self._config_secrets[pack_ref] = _secret_paths(schema)
         return config
@@ -368,8 +374,9 @@ class Runtime:
         if not action.enabled:
             raise ParameterError(f'Action "{action.ref}" cannot be executed because it is'
                                  ' disabled.')
-        ctx = {"user": self.user, "pack": action.pack}
+        ctx = st2ctx.api_context(self.user, action.pack)
         ctx.update(context or {})
+        ctx["pack"] = action.pack  # create_request sets it whatever the caller gave
         live = params_util.render_live_params(
             action, parameters or {}, ctx, self.pack_config(action.pack), additional
         )
@@ -380,6 +387,25 @@ class Runtime:
             self.store.insert_execution(record)
         self._track(record)
         self.queue.put(("start", ex_id))
+        return ex_id
+
+    def record_failed_request(self, action: Action, parameters: Dict[str, Any],
+                              context: Dict[str, Any], result: Dict[str, Any]) -> str:
+        """A root execution created failed (st2: a rule whose parameters do not render);
+        its actiontrigger is emitted as for any finished execution."""
+        params_util.validate_parameters(action, parameters)
+        ex_id = new_id()
+        ctx = dict(context, pack=action.pack)
+        record = self._new_record(ex_id, action, parameters, ctx, REQUESTED, None, ex_id)
+        now = record["created_ts"]
+        record.update(status=FAILED, result=result, start_ts=now, end_ts=now)
+        record["log"].append({"status": FAILED, "timestamp": now})
+        with self.store.transaction():
+            self.store.insert_execution(record)
+        info = ExecInfo(id=ex_id, action=action.ref, runner=action.runner_type, status=FAILED,
+                        parent_id=None, root_id=ex_id, context=ctx, parameters=parameters,
+                        start_ts=now)
+        self._post.append(lambda: self._on_completed(info, FAILED, result))
         return ex_id
 
     def _new_record(
@@ -563,9 +589,16 @@ class Runtime:
         try:
             response = validate_instance(response, result.get("schema") or {},
                                          use_default=True, none_ok=True)
-        except Exception as e:
+        except Exception as e:  # st2: InvalidInquiryResponse, HTTP 400
             raise InquiryError(f'Response for inquiry "{record["id"]}" did not pass schema'
-                               f" validation: {getattr(e, 'message', e)}") from e
+                               f" validation. {getattr(e, 'message', e)}") from e
+        parent = self.store.get_execution(record["parent_id"]) if record["parent_id"] else None
+        if parent is not None and parent["status"] == PAUSING:
+            # st2's respond resumes the parent first; request_resume refuses a workflow still
+            # pausing (other tasks running): the API answers 500 and the inquiry stays pending
+            raise ExecutionStateError(
+                f'Unable to resume liveaction "{parent["id"]}" because it is in "pausing"'
+                ' state and not in "paused" state.')
         self.queue.put(("respond", record["id"], response, requester))
         return {"id": record["id"], "response": response}
 
@@ -790,15 +823,33 @@ class Runtime:
             event["wf"] = parent
         return event
 
-    def _mark_requester(self, ex_id: str, op: str, requester: Optional[str]) -> None:
+    def _mark_requester(self, ex_id: str, op: str, requester: Optional[str],
+                        deferred: bool = False) -> None:
         """st2's request_pause/resume/cancellation record who asked in the execution's context
         (paused_by, resumed_by, cancelled_by): the API shows it; the pack reads resumed_by to
-        learn who answered a question."""
+        learn who answered a question. `deferred`: written with the engine's next commit."""
         info = self.active.get(ex_id)
         if info is None or not requester:
             return
         info.context[REQUESTER_KEYS[op]] = requester
-        self.store.update_execution(ex_id, context=info.context)
+        if deferred:
+            context = info.context
+            self._writes.append(lambda: self.store.update_execution(ex_id, context=context))
+        else:
+            self.store.update_execution(ex_id, context=info.context)
+
+    def _cascade(self, wf: WorkflowRun, child: ExecInfo, op: str, mark: bool) -> None:
+        """Pass pause/resume/cancel to a child workflow. st2's orquesta runner requests it as
+        the workflow's own context user (orquesta_runner.py pause/resume/cancel), which the
+        child records as paused_by/resumed_by/cancelled_by."""
+        cwf = self.workflows[child.id]
+        if mark:
+            owner = self.active.get(wf.ex_id)
+            self._mark_requester(child.id, op, owner.context.get("user") if owner else None,
+                                 deferred=True)
+        seq = self.store.append_event(cwf.wf_id, "request", {"op": op, "internal": not mark})
+        cwf.last_seq = max(cwf.last_seq, seq)
+        self._apply_control(cwf, op, mark)
 
     def _persist_control(self, ex_id: str, op: str,
                          requester: Optional[str] = None) -> Optional[Dict[str, Any]]:
@@ -822,14 +873,13 @@ class Runtime:
         # never hears its child finish)
         # st2 (services/inquiry.py respond) resumes the inquiry's parent workflow as the
         # requester, which records it there as resumed_by
-        parent = self.workflows.get(info.parent_id or "")
-        if parent is not None and parent.conductor.get_workflow_status() in (PAUSING, PAUSED):
-            self._mark_requester(parent.ex_id, "resume", requester)
+        parent = self.active.get(info.parent_id or "")
+        if parent is not None and parent.runner == "orquesta" and parent.status == PAUSED:
+            self._mark_requester(parent.id, "resume", requester)
         root = self.workflows.get(info.root_id) or self.workflows.get(info.parent_id or "")
         if root is not None and root.ex_id != info.id and (
                 root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
-            seq = self.store.append_event(root.wf_id, "request", {"op": "resume"})
-            events_out.append({"kind": "control", "wf": root, "op": "resume", "seq": seq})
+            events_out.append(self._internal_resume(root))
         result = dict(info.result or {})
         result["response"] = response
         info.context.setdefault("inquiry", {})["responder"] = requester
@@ -838,6 +888,12 @@ class Runtime:
         if status_event:
             events_out.append(status_event)
         return events_out
+
+    def _internal_resume(self, root: WorkflowRun) -> Dict[str, Any]:
+        """Resume the root workflow so that the resume reaches every paused workflow below it
+        (the runtime's way to deliver an answer or a timeout), recording no requester below."""
+        seq = self.store.append_event(root.wf_id, "request", {"op": "resume", "internal": True})
+        return {"kind": "control", "wf": root, "op": "resume", "seq": seq, "internal": True}
 
     def _persist_ttl(self, ex_id: str) -> Any:
         """An inquiry past its ttl: like st2's garbage collector, mark it timed out and ask
@@ -850,8 +906,12 @@ class Runtime:
         root = self.workflows.get(info.root_id)
         if root is not None and root.ex_id != info.id and (
                 root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
-            seq = self.store.append_event(root.wf_id, "request", {"op": "resume"})
-            events_out.append({"kind": "control", "wf": root, "op": "resume", "seq": seq})
+            # st2's garbage collector (garbage_collection/inquiries.py) resumes the root as the
+            # system user
+            root_info = self.active.get(root.ex_id)
+            if root_info is not None and root_info.status == PAUSED:
+                self._mark_requester(root.ex_id, "resume", self.home.system_user)
+            events_out.append(self._internal_resume(root))
         status_event = self._persist_status(ex_id, TIMEOUT, info.result)
         if status_event:
             events_out.append(status_event)
@@ -865,7 +925,7 @@ class Runtime:
         elif kind == "control":
             wf = ev["wf"]
             wf.last_seq = max(wf.last_seq, ev["seq"])
-            self._apply_control(wf, ev["op"])
+            self._apply_control(wf, ev["op"], mark=not ev.get("internal"))
         elif kind == "control_action":
             self._control_action(ev["info"], ev["op"])
 
@@ -991,7 +1051,9 @@ class Runtime:
         return tr
 
     # ------------------------------------------------------------------ controls
-    def _apply_control(self, wf: WorkflowRun, op: str) -> None:
+    def _apply_control(self, wf: WorkflowRun, op: str, mark: bool = True) -> None:
+        """Apply pause/resume/cancel to a workflow and cascade it; `mark`: record the
+        requester on the children (not for the runtime's internal resumes)."""
         c = wf.conductor
         status = c.get_workflow_status()
         if status in wf_statuses.COMPLETED_STATUSES:
@@ -1001,24 +1063,20 @@ class Runtime:
                 return
             c.request_workflow_status(wf_statuses.PAUSED)
             for child in self._children(wf.ex_id):
-                if child.runner == "orquesta" and child.id in self.workflows:
-                    cwf = self.workflows[child.id]
-                    if cwf.conductor.get_workflow_status() in wf_statuses.RUNNING_STATUSES:
-                        seq = self.store.append_event(cwf.wf_id, "request", {"op": "pause"})
-                        cwf.last_seq = max(cwf.last_seq, seq)
-                        self._apply_control(cwf, "pause")
+                if child.runner == "orquesta" and child.id in self.workflows and (
+                        self.workflows[child.id].conductor.get_workflow_status()
+                        in wf_statuses.RUNNING_STATUSES):
+                    self._cascade(wf, child, "pause", mark)
         elif op == "resume":
             if status in wf_statuses.RUNNING_STATUSES and status != wf_statuses.RESUMING:
                 return
             if status != wf_statuses.RESUMING:
                 c.request_workflow_status(wf_statuses.RESUMING)
             for child in self._children(wf.ex_id):
-                if child.runner == "orquesta" and child.id in self.workflows:
-                    cwf = self.workflows[child.id]
-                    if cwf.conductor.get_workflow_status() in (PAUSING, PAUSED):
-                        seq = self.store.append_event(cwf.wf_id, "request", {"op": "resume"})
-                        cwf.last_seq = max(cwf.last_seq, seq)
-                        self._apply_control(cwf, "resume")
+                if child.runner == "orquesta" and child.id in self.workflows and (
+                        self.workflows[child.id].conductor.get_workflow_status()
+                        in (PAUSING, PAUSED)):
+                    self._cascade(wf, child, "resume", mark)
             if c.get_workflow_status() not in wf_statuses.COMPLETED_STATUSES:
                 self._advance(wf)
         elif op == "cancel":
@@ -1032,10 +1090,7 @@ class Runtime:
             c.request_workflow_status(wf_statuses.CANCELED)
             for child in self._children(wf.ex_id):
                 if child.runner == "orquesta" and child.id in self.workflows:
-                    cwf = self.workflows[child.id]
-                    seq = self.store.append_event(cwf.wf_id, "request", {"op": "cancel"})
-                    cwf.last_seq = max(cwf.last_seq, seq)
-                    self._apply_control(cwf, "cancel")
+                    self._cascade(wf, child, "cancel", mark)
                 elif child.status in (DELAYED, SCHEDULED, REQUESTED, PENDING):
                     self._control_action(child, "cancel")
             if wf.parent_id and wf.root_id in self.workflows and wf.root_id != wf.ex_id:
@@ -1067,25 +1122,17 @@ class Runtime:
             runner_params, action_params = params_util.render_final_params(
                 action, info.parameters, info.context, self.pack_config(action.pack))
             wf_id = new_id()
-            st2 = {
-                "action_execution_id": info.id,
-                "api_url": "http://127.0.0.1/api/v1",
-                "user": info.context.get("user", self.user),
-                "pack": info.context.get("pack"),
-                "action": action.ref,
-                "runner": action.runner_type,
-                "workflow_execution_id": wf_id,
-            }
-            for key in ("api_user", "source_channel"):
-                if info.context.get(key):
-                    st2[key] = info.context[key]
+            st2 = st2ctx.workflow_st2(info.context, action.ref, action.runner_type, info.id,
+                                      wf_id, self.home.system_user)
             st2_ctx = {"st2": st2, "parent": info.context}
             spec = self.registry.inspect_workflow(action)
             conductor = RuntimeConductor(spec, context=st2_ctx, inputs=action_params)
             conductor.workflow_state  # noqa: B018  (renders inputs and vars)
-        except Exception as e:  # inspection, parameter or input rendering errors
-            error = {"message": str(e)}
-            self.queue.put(("status", info.id, FAILED, {"errors": [error], "output": None}))
+        except Exception as e:  # loading, inspection, parameter or input rendering errors
+            # st2's orquesta runner (start_workflow): failed, {"errors": [{message}], output}
+            message = e.orquesta_message if isinstance(e, WorkflowLoadError) else str(e)
+            self.queue.put(("status", info.id, FAILED,
+                            {"errors": [{"message": message}], "output": None}))
             return
         wf = WorkflowRun(info.id, wf_id, conductor, info.root_id, info.parent_id,
                          st2_ctx, runner_params.get("notify") or [], info.context.get("notify"))
@@ -1189,26 +1236,8 @@ class Runtime:
         action = self.registry.actions.get(action_ref)
         if action is None:
             raise NotFoundError(f'Unable to find action "{action_ref}".')
-        st2 = wf.st2_ctx["st2"]
-        parent_ctx = {"execution_id": wf.ex_id, "user": st2.get("user"), "pack": st2.get("pack")}
-        ctx: Dict[str, Any] = {
-            "pack": action_ref.split(".")[0],
-            "user": st2.get("user"),
-            "parent": parent_ctx,
-            "orquesta": {
-                "workflow_execution_id": wf.wf_id,
-                "task_execution_id": tr.id,
-                "task_name": tr.task_id,
-                "task_id": tr.task_id,
-                "task_route": tr.route,
-            },
-        }
-        for key in ("api_user", "source_channel"):
-            if st2.get(key):
-                ctx[key] = st2[key]
-                parent_ctx[key] = st2[key]
-        if spec.get("item_id") is not None:
-            ctx["orquesta"]["item_id"] = spec["item_id"]
+        ctx = st2ctx.task_action_context(wf.st2_ctx["st2"], wf.ex_id, wf.wf_id, tr.id,
+                                         tr.task_id, tr.route, spec.get("item_id"), action_ref)
         live = params_util.render_live_params(action, spec.get("input") or {}, ctx,
                                               self.pack_config(action.pack))
         params_util.validate_parameters(action, live)
@@ -1374,9 +1403,9 @@ class Runtime:
                                             action.merged_parameters(), runner_params,
                                             env_extra, handle)
         if action.runner_type == "announcement":
-            merged = dict(action_params)
-            return runners.post_message(self.home.transcript_path, self.home.webhook_url,
-                                        merged, runner_params.get("route") or "chatops")
+            return runners.post_message(self.home.path, self.home.webhook_url,
+                                        dict(action_params),
+                                        runner_params.get("route") or chatlog.CHAT_ROUTE)
         return FAILED, {"error": f"runner {action.runner_type} cannot run {action.ref}"}
 
     def _start_inquiry(self, info: ExecInfo, action: Action) -> None:
@@ -1439,7 +1468,7 @@ class Runtime:
         notify = info.context.get("notify") or (action.notify if action else None)
         if notify:
             self._post_notify(info, status, result, notify, masked)
-        if not info.parent_id and action is not None:
+        if action is not None:
             self._policy_retry(info, status, action)
 
     def _post_notify(self, info: ExecInfo, status: str, result: Any,
@@ -1491,16 +1520,9 @@ class Runtime:
                 if reason:
                     self._record_enforcement(rule.ref, ti_id, None, "failed", reason)
                 continue
-            try:
-                action = self.registry.action(rule.action_ref)
-                ctx = {"trigger_instance": {"id": ti_id, "name": None},
-                       "rule": {"id": rule.ref, "name": rule.name, "ref": rule.ref},
-                       "user": self.home.system_user, "pack": action.pack}
-                ex_id = self.request(rule.action_ref, rule.action_parameters, ctx,
-                                     additional={"trigger": payload})
-                self._record_enforcement(rule.ref, ti_id, ex_id, "succeeded", None)
-            except Exception as e:
-                self._record_enforcement(rule.ref, ti_id, None, "failed", str(e))
+            ex_id, failure = rules_util.enforce(self, rule, ti_id, payload)
+            self._record_enforcement(rule.ref, ti_id, ex_id,
+                                     "failed" if failure else "succeeded", failure)
         with self.store.transaction() as conn:
             conn.execute("UPDATE trigger_instances SET status='processed' WHERE id=?", (ti_id,))
         return ti_id
@@ -1562,14 +1584,15 @@ class Runtime:
             if not (policy.enabled and policy.resource_ref == action.ref
                     and policy.policy_type == "action.retry"):
                 continue
-            if status not in (FAILED, TIMEOUT):
-                continue
             if info.context.get("parent"):
-                # st2actions/policies/retry.py: never inside a workflow (orquesta's task retry
-                # is the way there); st2 logs a warning and leaves the execution as it ended
+                # st2actions/policies/retry.py apply_after: never inside a workflow (orquesta's
+                # task retry is the way there); st2 logs this warning for every completion of
+                # such an execution and leaves it as it ended
                 LOG.warning("Retry cannot be applied to this liveaction because it is executed"
                             " under a workflow. Use workflow specific retry functionality where"
-                            " applicable. %s (%s)", info.id, policy.ref)
+                            " applicable. %s (%s, policy %s)", info.id, status, policy.ref)
+                continue
+            if status not in (FAILED, TIMEOUT):
                 continue
             retry_on = policy.parameters.get("retry_on")
             if (status == FAILED and retry_on != "failure") or (
@@ -1621,7 +1644,8 @@ class Runtime:
                 if event["kind"] == "action":
                     self._apply_action_event(wf, event["payload"])
                 elif event["kind"] == "request":
-                    self._apply_control(wf, event["payload"]["op"])
+                    self._apply_control(wf, event["payload"]["op"],
+                                        mark=not event["payload"].get("internal"))
         reported = {
             (e["payload"]["ex_id"], e["payload"]["status"])
             for evs in events_by_wf.values() for e in evs if e["kind"] == "action"

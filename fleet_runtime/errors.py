@@ -18,8 +18,27 @@ class MetadataError(RuntimeErrorBase):
         super().__init__(f"{where}: {message}")
 
 
+class WorkflowLoadError(MetadataError):
+    """A workflow definition orquesta cannot load (YAML merge keys, duplicate keys, bad YAML).
+    st2 registers such a workflow and fails every run of it with orquesta's message, which is
+    kept in `orquesta_message`."""
+
+    def __init__(self, path: str, orquesta_message: str) -> None:
+        self.orquesta_message = orquesta_message
+        super().__init__(path, None, orquesta_message)
+
+
 class ParameterError(RuntimeErrorBase):
     """Action parameters do not match the action's parameter schema."""
+
+
+class ParamRenderError(ParameterError):
+    """A parameter value or default could not be rendered (st2's ParamException from
+    st2common/util/param.py); `st2_message` is st2's wording, without the action ref."""
+
+    def __init__(self, action_ref: str, st2_message: str) -> None:
+        self.st2_message = st2_message
+        super().__init__(f"{action_ref}: {st2_message}")
 
 
 class NotFoundError(RuntimeErrorBase):

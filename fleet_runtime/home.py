@@ -4,9 +4,11 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
 
     runtime.db            SQLite: executions, workflow state, events, datastore, inquiries
     runtime.lock          held (flock) by the process that runs the engine
-    config.yaml           runtime settings: user, roles, chat_webhook_url, workers, packs
+    config.yaml           runtime settings: user, roles, system_user, chatops_user,
+                          chat_webhook_url, workers, packs, time_factor
     configs/<pack>.yaml   pack configs (like /opt/stackstorm/configs/<pack>.yaml)
-    chat.jsonl            the local chat transcript (chatops.post_message, alias replies)
+    chat.jsonl            what reached chat (route chatops: post_message, alias replies)
+    announcements.jsonl   post_message on other routes (no chat bot listens; chatlog.py)
     crypto.key            key for datastore secrets (created on first use, mode 0600)
 """
 from __future__ import annotations

@@ -29,7 +29,7 @@ from fleet_runtime import (
     compat,  # noqa: F401  (orquesta fixes before its import)
     operators,
 )
-from fleet_runtime.errors import MetadataError
+from fleet_runtime.errors import MetadataError, WorkflowLoadError
 from fleet_runtime.schema import (
     CONFIG_ATTRIBUTE_META_SCHEMA,
     validate_document,
@@ -866,6 +866,8 @@ class Registry:
                                         f'trigger type "{tt.ref}" is defined twice')
                 self.trigger_types[tt.ref] = tt
         self._specs: Dict[str, Tuple[Any, Any]] = {}
+        # workflows orquesta cannot load (st2: registered, every run fails); see inspect_workflow
+        self.workflow_load_errors: Dict[str, WorkflowLoadError] = {}
         self.aliases: List[Alias] = [a for p in self.packs.values() for a in p.aliases]
         self.rules: List[Rule] = [r for p in self.packs.values() for r in p.rules]
         self.policies: List[Policy] = [x for p in self.packs.values() for x in p.policies]
@@ -923,10 +925,16 @@ class Registry:
                                             f'"{attr}" is not a parameter of {action.ref}')
         for action in self.actions.values():
             if action.runner_type == "orquesta" and action.entry_point:
-                self.inspect_workflow(action)
+                try:
+                    self.inspect_workflow(action)
+                except WorkflowLoadError as e:
+                    # st2 registers the action (registration never parses the workflow) and
+                    # every run fails with orquesta's message; `pack validate` reports it
+                    self.workflow_load_errors[action.ref] = e
 
     def inspect_workflow(self, action: Action) -> Any:
-        """Orquesta's inspection plus st2's: referenced actions exist, inputs match them."""
+        """Orquesta's inspection plus st2's: referenced actions exist, inputs match them.
+        Raises WorkflowLoadError when orquesta 1.6's loader refuses the YAML (wfyaml)."""
         from orquesta.specs import native as native_specs
 
         from fleet_runtime.conductor import _memoize_spec
@@ -941,7 +949,14 @@ class Registry:
             return cached[1]
         try:
             with open(action.entry_point or "") as fh:
-                definition = load_definition(fh.read())
+                text = fh.read()
+        except OSError as e:
+            raise MetadataError(shown, None, f"cannot read the workflow: {e}") from e
+        try:
+            definition = load_definition(text)
+        except ValueError as e:
+            raise WorkflowLoadError(shown, str(e)) from e
+        try:
             spec = native_specs.WorkflowSpec(definition)
         except Exception as e:
             raise MetadataError(shown, None, f"cannot load the workflow: {e}") from e

@@ -22,7 +22,7 @@ import jinja2.meta
 from jsonschema import SchemaError, ValidationError
 
 from fleet_runtime import functions, templating
-from fleet_runtime.errors import ParameterError
+from fleet_runtime.errors import ParameterError, ParamRenderError
 from fleet_runtime.packs import Action
 from fleet_runtime.schema import validate_instance
 
@@ -202,12 +202,14 @@ def _is_template(value: Any) -> bool:
     return False
 
 
-def _dependencies(value: Any) -> List[str]:
+def _parse(value: Any) -> Optional[List[str]]:
+    """The variables a template uses; None when it does not parse as Jinja (st2's _process
+    then keeps the value as it is)."""
     text = value if isinstance(value, str) else json.dumps(value)
     try:
         return sorted(jinja2.meta.find_undeclared_variables(_ENV.parse(text)))
     except jinja2.TemplateSyntaxError:
-        return []
+        return None
 
 
 def _render_value(value: Any, context: Dict[str, Any]) -> Any:
@@ -245,16 +247,17 @@ def _resolve(
         progress = False
         for name in list(pending):
             value = pending[name]
-            if name in literal or not _is_template(value):
+            variables = None if name in literal or not _is_template(value) else _parse(value)
+            if variables is None:
                 resolved[name] = value
                 del pending[name]
                 progress = True
                 continue
-            deps = [d for d in _dependencies(value) if d not in base]
+            deps = [d for d in variables if d not in base]
             missing = [d for d in deps if d not in nodes]
             if missing:
-                raise ParameterError(
-                    f'{action.ref}: parameter "{name}" depends on undefined variable(s)'
+                raise ParamRenderError(
+                    action.ref, f'parameter "{name}" depends on undefined variable(s)'
                     f" {', '.join(missing)} (Dependency unsatisfied in variable"
                     f' "{missing[0]}")'
                 )
@@ -264,14 +267,15 @@ def _resolve(
                 try:
                     resolved[name] = _render_value(value, context)
                 except Exception as e:
-                    raise ParameterError(
-                        f'{action.ref}: failed to render parameter "{name}": {e}'
-                    ) from e
+                    # st2 (util/param.py _resolve_dependencies) renders with StrictUndefined:
+                    # an attribute missing from the context fails the parameter
+                    raise ParamRenderError(
+                        action.ref, f'Failed to render parameter "{name}": {e}') from e
                 del pending[name]
                 progress = True
         if not progress:
-            raise ParameterError(
-                f"{action.ref}: cyclic dependency found in the following variables:"
+            raise ParamRenderError(
+                action.ref, "cyclic dependency found in the following variables:"
                 f" {', '.join(sorted(pending))}. Likely the variable is referencing itself"
             )
     return resolved
@@ -348,11 +352,12 @@ def parameters_schema(action: Action) -> Dict[str, Any]:
 
 
 def check_immutable(action: Action, params: Dict[str, Any]) -> None:
+    """st2 (services/action.py create_request): an immutable parameter given at all, even with
+    its default value, is an error."""
     overridden = [
         name
         for name, definition in action.merged_parameters().items()
         if definition.get("immutable") and name in params
-        and params[name] != definition.get("default")
     ]
     if overridden:
         raise ParameterError(

@@ -1,9 +1,20 @@
-"""Rule matching: st2's criteria evaluation on trigger payloads."""
+"""Rules: st2's criteria evaluation on trigger payloads, and st2's rule enforcer.
+
+Enforcing a matched rule (st2reactor/rules/enforcer.py): the action runs as the system user with
+the context of st2ctx.rule_context; its parameters are rendered like every action's
+(st2common/util/param.py render_live_params) with `trigger` (the payload) added, in st2's Jinja
+environment (StrictUndefined: an attribute missing from the payload is an error, and
+`default()` replaces only undefined values, not None). When a parameter fails to render, st2
+still creates the execution, marks it failed with {"error", "traceback"} and fails the
+enforcement with the error (no execution id on the enforcement).
+"""
 from __future__ import annotations
 
+import traceback
 from typing import Any, Dict, Optional, Tuple
 
-from fleet_runtime import operators, templating
+from fleet_runtime import operators, st2ctx, templating
+from fleet_runtime.errors import ParamRenderError
 from fleet_runtime.packs import Rule
 from fleet_runtime.payload import lookup
 
@@ -50,3 +61,24 @@ def rule_matches(rule: Rule, payload: Any) -> Tuple[bool, Optional[str]]:
                 f' "{key}": {e}'
             )
     return True, None
+
+
+def enforce(rt: Any, rule: Rule, trigger_instance_id: str, payload: Any
+            ) -> Tuple[Optional[str], Optional[str]]:
+    """Run the rule's action: (execution id, None) or (None, failure reason)."""
+    try:
+        action = rt.registry.action(rule.action_ref)
+        ctx = st2ctx.rule_context(trigger_instance_id, rule.ref, rule.name,
+                                  rt.home.system_user, action.pack)
+        return rt.request(rule.action_ref, rule.action_parameters, ctx,
+                          additional={"trigger": payload}), None
+    except ParamRenderError as e:
+        error = {"error": e.st2_message,
+                 "traceback": "".join(traceback.format_tb(e.__traceback__, 20))}
+        try:
+            rt.record_failed_request(action, rule.action_parameters, ctx, error)
+        except Exception as refused:  # st2's create_request validates the raw parameters
+            return None, str(refused)
+        return None, e.st2_message
+    except Exception as e:
+        return None, str(e)

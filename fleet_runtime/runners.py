@@ -16,11 +16,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from fleet_runtime import chatlog
 from fleet_runtime.python_wrapper import ACTION_OUTPUT_RESULT_DELIMITER, INVALID_STATUS_EXIT_CODE
 
 SUCCEEDED = "succeeded"
@@ -289,45 +289,22 @@ def check_loopback_url(url: str) -> None:
         )
 
 
-_TRANSCRIPT_LOCK = threading.Lock()
-
-
-CHAT_ROUTE = "chatops"  # the announcement route the stock chat bots listen to
-ANNOUNCEMENTS_FILE = "announcements.jsonl"
-
-
 def post_message(
-    transcript: Path, webhook: Optional[str], params: Dict[str, Any], route: str
+    home: Path, webhook: Optional[str], params: Dict[str, Any], route: str
 ) -> Tuple[str, Dict[str, Any]]:
-    """chatops.post_message, like st2's announcement runner: publish the message as stream
-    event `st2.announcement__<route>`. Chat bots (hubot-stackstorm, err-stackstorm) listen to
-    the `chatops` route only, so only that route reaches the chat transcript (and the webhook);
-    any other route is kept in announcements.jsonl beside it, where no bot reads it."""
-    entry = {
-        "ts": time.time(),
-        "event": f"st2.announcement__{route}",
-        "channel": params.get("channel"),
-        "user": params.get("user"),
-        "whisper": bool(params.get("whisper")),
-        "message": params.get("message"),
-        "extra": params.get("extra") or {},
-        "route": route,
-        "context": params.get("context") or {},
-    }
-    to_chat = route == CHAT_ROUTE
-    target = transcript if to_chat else transcript.with_name(ANNOUNCEMENTS_FILE)
-    with _TRANSCRIPT_LOCK:
-        with open(target, "a") as fh:
-            fh.write(json.dumps(entry, default=str) + "\n")
-    result: Dict[str, Any] = {"posted": True, "channel": entry["channel"],
-                              "message": entry["message"], "route": route,
-                              "event": entry["event"], "transcript": str(target)}
-    if webhook and to_chat:
+    """chatops.post_message, like st2's announcement runner: publish the action parameters as
+    stream event `st2.announcement__<route>` (fleet_runtime.chatlog: only route `chatops`
+    reaches chat, and the webhook). Result as st2's: {"output": params, **params}."""
+    entry = chatlog.publish(home, params, route)
+    result: Dict[str, Any] = {"output": dict(params)}
+    result.update(params)
+    if webhook and entry["reaches_chat"]:
         import requests
 
         try:
             check_loopback_url(webhook)
-            resp = requests.post(webhook, json=entry, timeout=10)
+            body = {k: v for k, v in entry.items() if k != "reaches_chat"}
+            resp = requests.post(webhook, json=body, timeout=10)
             result["webhook_status"] = resp.status_code
             if resp.status_code >= 400:
                 result["error"] = f"webhook answered HTTP {resp.status_code}"

@@ -17,8 +17,9 @@ from fleet_runtime.errors import MetadataError
 
 
 def _st2_meta_schema() -> Dict[str, Any]:
-    """st2's custom.json (st2common/util/schema): Draft 4's meta-schema, but `required` is a
-    boolean on each property (Draft 3 style), plus secret, immutable, position and format. A
+    """st2's custom.json (st2common/util/schema, st2 3.9): Draft 4's meta-schema, but
+    `required` is a boolean on each property (Draft 3 style), plus secret, immutable, position;
+    st2 drops its top-level additionalProperties, so other keywords pass. A
     schema with Draft 4's list `required: [x]` fails this check, so st2 refuses every instance
     validated against it (an inquiry answer: HTTP 400)."""
     meta = copy.deepcopy(Draft4Validator.META_SCHEMA)
@@ -27,7 +28,6 @@ def _st2_meta_schema() -> Dict[str, Any]:
     props["secret"] = {"type": "boolean", "default": False}
     props["immutable"] = {"type": "boolean", "default": False}
     props["position"] = {"type": "number", "minimum": 0}
-    props["format"] = {"type": "string"}
     return meta
 
 
@@ -162,68 +162,109 @@ def validate_parameter_definitions(path: str, params: Any, prefix: str = "parame
         validate_document(path, definition, PARAMETER_META_SCHEMA, prefix=f"{prefix}.{name}")
 
 
-def assign_default_values(instance: Dict[str, Any], schema: Dict[str, Any]) -> Dict[str, Any]:
-    """Fill defaults for missing / None properties, recursing into objects and arrays."""
+def _is_type(schema_type: Any, name: str) -> bool:
+    return schema_type == name or (isinstance(schema_type, list) and name in schema_type)
+
+
+def assign_default_values(instance: Any, schema: Dict[str, Any]) -> Any:
+    """st2's assign_default_values (st2common/util/schema): fill the `default` of every property
+    whose value is missing or None, into nested objects and array items; only where the schema
+    says `type: object` (or `array`), and a default whose `dependencies` are unmet stays out."""
     instance = copy.deepcopy(instance)
-    if not isinstance(instance, dict):
-        return instance
-    for name, prop in (schema.get("properties") or {}).items():
-        if "default" in prop and instance.get(name) is None:
-            instance[name] = copy.deepcopy(prop["default"])
-        value = instance.get(name)
-        if value is None:
-            continue
-        ptype = prop.get("type")
-        if (ptype == "object" or (isinstance(ptype, list) and "object" in ptype)) and isinstance(
-            value, dict
-        ):
-            instance[name] = assign_default_values(value, prop)
-        elif isinstance(value, list) and isinstance(prop.get("items"), dict):
-            item_schema = prop["items"]
-            instance[name] = [
-                assign_default_values(v, item_schema) if isinstance(v, dict) else v
-                for v in value
-            ]
+    if isinstance(instance, dict) and schema.get("type") == "object":
+        return _defaults_object(instance, schema)
+    if isinstance(instance, list) and schema.get("type") == "array":
+        return _defaults_array(instance, schema)
     return instance
 
 
+def _defaults_nested(value: Any, schema: Dict[str, Any]) -> Any:
+    if _is_type(schema.get("type"), "array"):
+        return _defaults_array(value, schema)
+    if _is_type(schema.get("type"), "object"):
+        return _defaults_object(value, schema)
+    return value
+
+
+def _defaults_object(instance: Any, schema: Dict[str, Any]) -> Any:
+    if not isinstance(instance, dict):
+        return instance
+    properties = schema.get("properties") or {}
+    dependencies = schema.get("dependencies") or {}
+    for name, prop in properties.items():
+        use_default = "default" in prop
+        if use_default and name in dependencies:
+            use_default = all("default" in (properties.get(dep) or {}) or dep in instance
+                              for dep in dependencies[name])
+        if use_default and instance.get(name) is None:
+            instance[name] = copy.deepcopy(prop.get("default"))
+        if instance.get(name) is not None:
+            instance[name] = _defaults_nested(instance[name], prop)
+    return instance
+
+
+def _defaults_array(instance: Any, schema: Dict[str, Any]) -> Any:
+    if not isinstance(instance, list):
+        return instance
+    items = schema.get("items") or []
+    item_schemas = [items] * len(instance) if isinstance(items, dict) else list(items)
+    for index, item_schema in enumerate(item_schemas[:len(instance)]):
+        if "default" in item_schema and instance[index] is None:
+            instance[index] = copy.deepcopy(item_schema.get("default"))
+        if instance[index] is not None:
+            instance[index] = _defaults_nested(instance[index], item_schema)
+    return instance
+
+
+def _nullable(types: Any) -> bool:
+    if isinstance(types, list):
+        return any(t == "null" or (isinstance(t, dict) and t.get("type", "string") == "null")
+                   for t in types)
+    return isinstance(types, dict) and types.get("type", "string") == "null"
+
+
 def allow_default_none(schema: Dict[str, Any]) -> Dict[str, Any]:
-    """Optional properties (or ones defaulting to None) also accept null, like st2."""
+    """st2's modify_schema_allow_default_none: a property that is optional or defaults to None
+    also accepts null. A property without a type counts as a string there (so it then accepts
+    a string or null only), as in st2. Recurses into objects and object items of arrays."""
     schema = copy.deepcopy(schema)
-    for prop in (schema.get("properties") or {}).values():
+    for name, prop in (schema.get("properties") or {}).items():
         optional = not prop.get("required", False)
         if (optional or "default" in prop) and prop.get("default") is None:
             if "anyOf" in prop:
-                if not any(s.get("type") == "null" for s in prop["anyOf"]):
+                if not _nullable(prop["anyOf"]):
                     prop["anyOf"].append({"type": "null"})
             elif "oneOf" in prop:
-                if not any(s.get("type") == "null" for s in prop["oneOf"]):
+                if not _nullable(prop["oneOf"]):
                     prop["oneOf"].append({"type": "null"})
-            elif isinstance(prop.get("type"), list):
-                if "null" not in prop["type"]:
+            elif isinstance(prop.get("type", "string"), list):
+                if not _nullable(prop["type"]):
                     prop["type"].append("null")
-            elif "type" in prop:
-                prop["type"] = [prop["type"], "null"]
-        if prop.get("type") == "object" or (
-            isinstance(prop.get("type"), list) and "object" in prop["type"]
-        ):
-            if prop.get("properties"):
-                nested = allow_default_none(prop)
-                prop["properties"] = nested["properties"]
+            elif not _nullable(prop):
+                prop["type"] = [prop.get("type", "string"), "null"]
+        items = prop.get("items") or {}
+        if _is_type(prop.get("type"), "array") and isinstance(items, dict) and items.get(
+                "properties"):
+            prop["items"] = allow_default_none(items)
+        if _is_type(prop.get("type"), "object") and prop.get("properties"):
+            schema["properties"][name] = allow_default_none(prop)
     return schema
 
 
 def validate_instance(
     instance: Any, schema: Dict[str, Any], use_default: bool = True, none_ok: bool = True
 ) -> Any:
-    """Validate (and default) an instance like st2's util.schema.validate: the schema itself is
-    checked against st2's meta-schema first (jsonschema.validate does that), so a schema st2
-    cannot read rejects every instance. Raises jsonschema.SchemaError or ValidationError."""
-    CustomValidator.check_schema(schema)
-    if use_default:
-        instance = assign_default_values(instance, schema)
-    if none_ok:
+    """Validate (and default) an instance like st2's util.schema.validate with CustomValidator
+    (st2common/util/schema/__init__.py): null allowed for optional properties (none_ok, st2's
+    allow_default_none), defaults assigned when the schema is `type: object`, then
+    jsonschema.validate, which first checks the schema itself against st2's meta-schema
+    (custom.json): a schema st2 cannot read (Draft 4's `required: [x]`) rejects every instance.
+    Raises jsonschema.SchemaError or ValidationError."""
+    if use_default and none_ok:
         schema = allow_default_none(schema)
+    if use_default and schema.get("type") == "object" and isinstance(instance, dict):
+        instance = assign_default_values(instance, schema)
+    CustomValidator.check_schema(schema)
     errors = list(CustomValidator(schema).iter_errors(instance))
     if errors:
         errors.sort(key=lambda e: [str(p) for p in e.path])

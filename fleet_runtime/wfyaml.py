@@ -1,11 +1,17 @@
-"""Workflow definitions parsed the way StackStorm's orquesta (1.3 and later) parses them.
+"""Workflow definitions parsed the way StackStorm's orquesta (1.4 and later, st2 3.9) parses them.
 
-orquesta's orquesta/utils/yml.py replaces PyYAML's SafeLoader mapping constructor with one that
-refuses duplicate keys and does not flatten merge keys, so `<<: *anchor` fails with "could not
-determine a constructor for the tag 'tag:yaml.org,2002:merge'" and a duplicate key with "found
-duplicate key". Anchors and aliases without merge keys still load. PyPI's orquesta 1.2.0 uses
-plain yaml.safe_load, which accepts both: this module gives the runtime the strict behaviour
-without touching PyYAML's global loaders.
+orquesta/utils/yml.py (used by orquesta/specs/base.py, specs/native/v1/models.py and
+utils/specs.py for every definition given as text) replaces the mapping constructor of PyYAML's
+SafeLoader (CSafeLoader when libyaml is there) with one that refuses duplicate keys and does not
+flatten merge keys. So `<<: *anchor` fails with "could not determine a constructor for the tag
+'tag:yaml.org,2002:merge'" and a duplicate key with 'found duplicate key "x"', both wrapped as
+"Failed to load workflow definition because ...". Anchors and aliases without merge keys load.
+
+st2 does not parse workflows when it registers a pack (st2common/bootstrap/actionsregistrar.py):
+the error comes when the orquesta runner starts the workflow (services/workflows.py request ->
+spec_module.instantiate), and the execution fails with it. PyPI's orquesta 1.2.0 uses plain
+yaml.safe_load, which accepts both; this module gives the runtime orquesta 1.6's loader without
+touching PyYAML's global loaders.
 """
 from __future__ import annotations
 
@@ -14,8 +20,10 @@ from typing import Any
 import yaml
 from yaml import constructor, nodes
 
+_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # orquesta prefers the C loader
 
-class StrictWorkflowLoader(yaml.SafeLoader):
+
+class StrictWorkflowLoader(_BASE):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if not isinstance(node, nodes.MappingNode):
             raise constructor.ConstructorError(
@@ -42,6 +50,6 @@ StrictWorkflowLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_
 def load_definition(text: str) -> Any:
     """Parse a workflow definition; raises ValueError with orquesta's wording."""
     try:
-        return yaml.load(text, StrictWorkflowLoader)
+        return yaml.load(text, StrictWorkflowLoader)  # a safe (C) loader
     except Exception as e:
         raise ValueError(f"Failed to load workflow definition because {e}.") from None

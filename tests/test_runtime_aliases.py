@@ -86,7 +86,7 @@ def test_chat_runs_alias_and_prints_ack_and_result(tmp_path: Path) -> None:
     record = json.loads(out)[-1]
     assert record["context"]["api_user"] == "alice"
     assert record["context"]["source_channel"] == "ops"
-    assert record["context"]["action_alias_ref"]["ref"] == "rt_test.greet"
+    assert record["context"]["action_alias_ref"] == {"id": "rt_test.greet", "name": "greet"}
 
 
 def test_chat_defaults_immutable_params_masking_and_errors(tmp_path: Path) -> None:

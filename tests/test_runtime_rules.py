@@ -94,7 +94,7 @@ def test_inquiry_trigger_fires_rule(rt: Runtime, home: Path) -> None:
         "SELECT * FROM rule_enforcements WHERE rule='rt_test.inquiry_to_chat'").fetchone()
     assert enforcement["status"] == "succeeded" and enforcement["execution_id"]
     posted = rt.store.get_execution(enforcement["execution_id"])
-    assert posted["context"]["rule"]["ref"] == "rt_test.inquiry_to_chat"
+    assert posted["context"]["rule"] == {"id": "rt_test.inquiry_to_chat", "name": "inquiry_to_chat"}
     assert posted["context"]["user"] == "stanley"
     # another route does not match the criteria
     run(rt, "rt_test.ask_flow", {"route": "elsewhere"})

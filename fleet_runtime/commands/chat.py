@@ -8,13 +8,12 @@ messages, as the chat bot would.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict
 
-from fleet_runtime import aliases, client, params, render, runners, templating
+from fleet_runtime import aliases, chatlog, client, params, render, st2ctx, templating
 from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
 
@@ -38,14 +37,29 @@ def register(subparsers: Any) -> None:
                         help="chat user who sends the message (default: the runtime user)")
     parser.add_argument("--channel", default="chatops", help="chat channel (default chatops)")
     parser.add_argument("--transcript", action="store_true",
-                        help="print the local chat transcript and exit")
+                        help="print what reached chat (route chatops), then the announcements on"
+                        " other routes, and exit")
     parser.add_argument("--no-wait", action="store_true", help="print the ack only")
     finish(parser, main)
 
 
-def _post(transcript: Path, channel: str, user: str, message: str) -> None:
-    runners.post_message(transcript, None, {"channel": channel, "user": user,
-                                            "message": message}, "chatops")
+def _post(home: Path, channel: str, user: str, message: str) -> None:
+    chatlog.publish(home, {"channel": channel, "user": user, "message": message},
+                    chatlog.CHAT_ROUTE)
+
+
+def _print_transcript(home: Path) -> None:
+    """What reached chat, then the announcements no chat bot receives (other routes)."""
+    for entry in chatlog.chat_messages(home):
+        who = entry.get("user") or "bot"
+        print(f"[{render.ts(entry['ts'])}] #{entry['channel']} {who}: {entry['message']}")
+    others = chatlog.announcements(home)
+    if others:
+        print(f"-- announcements on routes no chat bot listens to (only"
+              f" {chatlog.event_name(chatlog.CHAT_ROUTE)} reaches chat):")
+        for entry in others:
+            print(f"[{render.ts(entry['ts'])}] {entry['event']} #{entry['channel']}:"
+                  f" {entry['message']}")
 
 
 def alias_view(alias: Any) -> Dict[str, Any]:
@@ -57,13 +71,7 @@ def alias_view(alias: Any) -> Dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     try:
         if args.transcript:
-            home = client.RuntimeHome(args.home)
-            if home.transcript_path.exists():
-                for line in home.transcript_path.read_text().splitlines():
-                    entry = json.loads(line)
-                    who = entry.get("user") or "bot"
-                    print(f"[{render.ts(entry['ts'])}] #{entry['channel']} {who}:"
-                          f" {entry['message']}")
+            _print_transcript(client.RuntimeHome(args.home).path)
             return 0
         if not args.message:
             print("ERROR: a message is required", file=sys.stderr)
@@ -80,16 +88,16 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
     rt = session.rt
     command = args.message.strip()
     chat_user = args.user or rt.user
-    transcript = rt.home.transcript_path
-    _post(transcript, args.channel, chat_user, command)
+    home = rt.home.path
+    _post(home, args.channel, chat_user, command)
     pattern = aliases.get_matching_alias(command, rt.registry.aliases)
     alias = pattern["alias"]
     extracted = aliases.extract_parameters(pattern["representation"], command,
                                            match_multiple=pattern["match_multiple"])
     runs = extracted if isinstance(extracted, list) else [extracted]
-    context = {"action_alias_ref": {"id": alias.ref, "name": alias.name, "ref": alias.ref},
-               "api_user": chat_user, "user": rt.home.chatops_user,
-               "source_channel": args.channel}
+    # st2api aliasexecution: the bot's st2 account runs it, for the chat user (api_user)
+    context = st2ctx.alias_context(alias.ref, alias.name, chat_user, rt.home.chatops_user,
+                                   args.channel)
     if alias.immutable_parameters:
         kv = {"st2kv": templating.kv_context(chat_user)}
         kv.update(context)
@@ -122,7 +130,7 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
             else:
                 ack = f"Running {action.ref} (execution {ex_id})."
             print(ack)
-            _post(transcript, args.channel, "bot", ack)
+            _post(home, args.channel, "bot", ack)
         if args.no_wait:
             continue
         final = session.wait(ex_id)
@@ -135,7 +143,7 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
             except Exception as e:
                 message = f"Cannot render result format of alias {alias.ref}: {e}"
             print(message)
-            _post(transcript, args.channel, "bot", message)
+            _post(home, args.channel, "bot", message)
         if final["status"] not in ("succeeded", "paused", "pending"):
             status = 1
         time.sleep(0)

@@ -3,22 +3,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Dict, List
 
-from fleet_runtime import client, render
+from fleet_runtime import client, hazards, render
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:
     sub = command_group(subparsers, "pack", "validate and show the loaded packs", "pack_command")
-    p = sub.add_parser("validate", help="load every pack and report the first error")
+    p = sub.add_parser("validate", help="load every pack; report the first metadata error, or"
+                       " every workflow st2 would fail to load and every known st2 hazard")
     finish(p, cmd_validate)
     p = sub.add_parser("show", help="actions, aliases, rules, policies and trigger types")
     finish(p, cmd_show)
     p = sub.add_parser("config", help="a pack's effective config (secrets masked)")
     p.add_argument("pack")
     finish(p, cmd_config)
+
+
+def problems(registry: Any) -> List[str]:
+    """What registration lets through but fails or hangs on StackStorm: workflows orquesta
+    cannot load (st2 registers them, every run fails) and the hazards of fleet_runtime.hazards."""
+    found = [f"{e} (st2 registers the action; every run of it fails with this)"
+             for _, e in sorted(registry.workflow_load_errors.items())]
+    found += [str(h) for h in hazards.inquiry_hazards(registry)]
+    return found
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -32,6 +43,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{ref}: {len(pack.actions)} actions, {len(pack.aliases)} aliases,"
               f" {len(pack.rules)} rules, {len(pack.policies)} policies,"
               f" {len(pack.trigger_types)} trigger types ({where})")
+    errors = problems(reg)
+    for error in errors:
+        print(f"ERROR: {error}", file=sys.stderr)
+    if errors:
+        print(f"{len(errors)} error(s)")
+        return 2
     print("OK")
     return 0
 
