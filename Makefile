@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+ST2CLI_VENV := .venv-st2client
+ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
@@ -16,7 +18,13 @@ $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.t
 	echo "$(CURDIR)/actions/lib" > "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
 	touch $@
 
-install: $(STAMP)
+# The st2 CLI (st2client) pins its own dependencies: a virtualenv of its own.
+$(ST2CLI_STAMP): requirements-st2client.txt
+	test -x $(ST2CLI_VENV)/bin/python || $(PYTHON) -m venv $(ST2CLI_VENV)
+	$(ST2CLI_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-st2client.txt
+	touch $@
+
+install: $(STAMP) $(ST2CLI_STAMP)
 
 probe: install
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi

@@ -9,6 +9,7 @@ context user as st2's action tokens do (st2actions/container/base.py _create_aut
     GET  /api/v1/inquiries/<id>       one pending inquiry
     PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
     GET  /api/v1/executions/<id>      an execution (secrets masked)
+    GET  /api/v1/actionalias/<ref>    an action alias (chatops.format_execution_result)
 """
 from __future__ import annotations
 
@@ -117,6 +118,14 @@ class LocalApi:
                     response = (body or {}).get("response")
                     result = self.runtime.respond(record["id"], response, requester=user)
                     return 200, {"id": result["id"], "response": result["response"]}
+            if len(parts) == 2 and parts[0] == "actionalias" and method == "GET":
+                for alias in self.runtime.registry.aliases:
+                    if parts[1] in (alias.ref, alias.name):
+                        from fleet_runtime.st2api import views
+
+                        return 200, views.alias(alias)
+                return 404, {"faultstring": f'Resource with a reference or id "{parts[1]}"'
+                                            " not found"}
             if len(parts) == 2 and parts[0] == "executions" and method == "GET":
                 from fleet_runtime import render
 

@@ -31,8 +31,11 @@ def event_name(route: str) -> str:
     return f"st2.announcement__{route}"
 
 
-def publish(home: Union[str, Path], payload: Dict[str, Any], route: str) -> Dict[str, Any]:
-    """Record one announcement; returns the entry (with `reaches_chat`)."""
+def publish(home: Union[str, Path], payload: Dict[str, Any], route: str,
+            transcript_only: bool = False) -> Dict[str, Any]:
+    """Record one announcement; returns the entry (with `reaches_chat`). `transcript_only`:
+    a line of the `chat` command's own conversation, not an announcement (the st2 stream
+    does not carry it)."""
     entry = {
         "ts": time.time(),
         "event": event_name(route),
@@ -44,6 +47,8 @@ def publish(home: Union[str, Path], payload: Dict[str, Any], route: str) -> Dict
         "extra": payload.get("extra") or {},
         "context": payload.get("context") or {},
     }
+    if transcript_only:
+        entry["transcript_only"] = True
     name = CHAT_FILE if route == CHAT_ROUTE else ANNOUNCEMENTS_FILE
     with _LOCK, open(Path(home) / name, "a") as fh:
         fh.write(json.dumps(entry, default=str) + "\n")

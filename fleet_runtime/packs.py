@@ -158,7 +158,7 @@ RUNNERS: Dict[str, Dict[str, Any]] = {
 RUNNER_ALIASES = {"orchestra": "orquesta", "run-python": "python-script",
                   "run-local": "local-shell-cmd", "run-local-script": "local-shell-script"}
 
-# The built-in packs (what `st2 pack list` shows as core and chatops), as metadata documents.
+# The built-in core pack (what `st2 pack list` shows as core), as metadata documents.
 BUILTIN_ACTIONS: Dict[str, List[Dict[str, Any]]] = {
     "core": [
         {"name": "noop", "runner_type": "noop", "description": "Action that does nothing",
@@ -193,22 +193,6 @@ BUILTIN_ACTIONS: Dict[str, List[Dict[str, Any]]] = {
              "payload": {"type": "object", "description": "Trigger payload."},
              "trace_tag": {"type": "string", "description": "Optional trace tag.",
                            "required": False}}},
-    ],
-    "chatops": [
-        {"name": "post_message", "runner_type": "announcement",
-         "description": "Post a message to stream for chatops",
-         "parameters": {
-             "experimental": {"immutable": True, "default": True},
-             "route": {"default": "chatops"},
-             "user": {"type": "string", "description": "Explicitly notify a user"},
-             "whisper": {"type": "boolean", "description": "Send a private message to user",
-                         "default": False},
-             "message": {"type": "string", "description": "Message to send.", "required": True},
-             "channel": {"type": "string", "description": "Channel to post to",
-                         "required": True},
-             "context": {"type": "object", "description": "Context for channel",
-                         "required": False},
-             "extra": {"type": "object", "description": "Extra adapter-specific parameters."}}},
     ],
 }
 
@@ -808,8 +792,13 @@ def _trigger_type(pack: Pack, doc: Any, shown: str, prefix: str) -> TriggerType:
     )
 
 
+# Built-in packs with files (workflows, python actions), loaded like any pack.
+BUILTIN_PACK_DIR = Path(__file__).resolve().parent / "builtin_packs"
+BUILTIN_FILE_PACKS = ("chatops",)
+
+
 def builtin_packs() -> List[Pack]:
-    packs = []
+    packs = [load_pack(str(BUILTIN_PACK_DIR / name)) for name in BUILTIN_FILE_PACKS]
     for ref, actions in BUILTIN_ACTIONS.items():
         pack = Pack(ref=ref, path=None, meta={"name": ref, "version": "3.9.0",
                                               "description": f"built-in {ref} pack"})

@@ -13,18 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from fleet_runtime import aliases, chatlog, client, params, render, st2ctx, templating
+from fleet_runtime import alias_execution, chatlog, client, render
 from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
-
-DEFAULT_RESULT_TEMPLATE = """Action {{ execution.action.ref }} completed.
-status : {{ execution.status }}
-execution: {{ execution.id }}
-{% if execution.result is mapping %}{% for key, value in execution.result.items() %}
-{% if key in ['result', 'stdout', 'stderr', 'exit_code', 'return_code', 'output', 'errors']
-   and value not in [none, ''] %}{{ key }} : {{ value | to_json_string if value is not string
-   else value }}
-{% endif %}{% endfor %}{% endif %}"""
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +36,7 @@ def register(subparsers: Any) -> None:
 
 def _post(home: Path, channel: str, user: str, message: str) -> None:
     chatlog.publish(home, {"channel": channel, "user": user, "message": message},
-                    chatlog.CHAT_ROUTE)
+                    chatlog.CHAT_ROUTE, transcript_only=True)
 
 
 def _print_transcript(home: Path) -> None:
@@ -90,60 +81,30 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
     chat_user = args.user or rt.user
     home = rt.home.path
     _post(home, args.channel, chat_user, command)
-    pattern = aliases.get_matching_alias(command, rt.registry.aliases)
-    alias = pattern["alias"]
-    extracted = aliases.extract_parameters(pattern["representation"], command,
-                                           match_multiple=pattern["match_multiple"])
-    runs = extracted if isinstance(extracted, list) else [extracted]
-    # st2api aliasexecution: the bot's st2 account runs it, for the chat user (api_user)
-    context = st2ctx.alias_context(alias.ref, alias.name, chat_user, rt.home.chatops_user,
+    planned = alias_execution.plan(rt.registry, command, chat_user, rt.home.chatops_user,
                                    args.channel)
-    if alias.immutable_parameters:
-        kv = {"st2kv": templating.kv_context(chat_user)}
-        kv.update(context)
-        rendered = templating.render_values(alias.immutable_parameters, kv) or {}
-        for run_params in runs:
-            overridden = [p for p in alias.immutable_parameters if p in run_params]
-            if overridden:
-                raise ParameterError("Immutable arguments cannot be overriden: "
-                                     + ",".join(overridden))
-            run_params.update(rendered)
-    action = rt.registry.action(alias.action_ref)
-    notify = {"on-complete": {"routes": [args.channel],
-                              "data": {"user": chat_user, "source_channel": args.channel}}}
+    alias = planned.alias
     status = 0
-    for run_params in runs:
-        run_params = {k: v for k, v in run_params.items() if v is not None}
-        run_params = params.cast_params(action, run_params,
-                                        overrides={"array": params.cast_array_from_alias})
-        response = session.submit("run", {"action": action.ref, "parameters": run_params,
-                                          "context": context, "notify": notify})
+    for run in planned.runs:
+        action = run.action
+        response = session.submit("run", {"action": action.ref, "parameters": run.parameters,
+                                          "context": run.context, "notify": run.notify})
         ex_id = response["id"]
         record = rt.store.get_execution(ex_id)
         view = {"execution": render.public(rt.registry, record), "actionalias": alias_view(alias)}
         if alias.ack.get("enabled", True):
-            if alias.ack.get("format"):
-                try:
-                    ack = templating.render(alias.ack["format"], view)
-                except Exception as e:
-                    ack = f'Cannot render "format" in field "ack" for alias. {e}'
-            else:
-                ack = f"Running {action.ref} (execution {ex_id})."
+            ack = (alias_execution.ack_message(alias, view)
+                   or f"Running {action.ref} (execution {ex_id}).")
             print(ack)
             _post(home, args.channel, "bot", ack)
         if args.no_wait:
             continue
         final = session.wait(ex_id)
-        if alias.result.get("enabled", True):
-            view = {"execution": render.public(rt.registry, final), "alias": alias_view(alias),
-                    "six": None}
-            template = alias.result.get("format") or DEFAULT_RESULT_TEMPLATE
-            try:
-                message = templating.render(template, view, allow_undefined=True).strip()
-            except Exception as e:
-                message = f"Cannot render result format of alias {alias.ref}: {e}"
-            print(message)
-            _post(home, args.channel, "bot", message)
+        formatted = alias_execution.result_message(alias_view(alias),
+                                                   render.public(rt.registry, final))
+        if formatted["enabled"]:
+            print(formatted["message"])
+            _post(home, args.channel, "bot", formatted["message"])
         if final["status"] not in ("succeeded", "paused", "pending"):
             status = 1
         time.sleep(0)

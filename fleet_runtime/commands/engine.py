@@ -7,8 +7,9 @@ exits when nothing is in flight; `--forever` keeps serving (Ctrl-C stops it).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from fleet_runtime import client
 from fleet_runtime.commands._common import fail, finish
@@ -21,7 +22,14 @@ def register(subparsers: Any) -> None:
     finish(parser, main, json_flag=False)
 
 
+def _interrupt(*_: Any) -> NoReturn:
+    raise KeyboardInterrupt
+
+
 def main(args: argparse.Namespace) -> int:
+    # SIGTERM (`fleet-rollout api serve` stopping its engine, systemd, kill) stops the engine
+    # as Ctrl-C does: the lock is released and a later engine recovers what was in flight.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         with client.Session(args) as session:
             if not session.engine:

@@ -1,0 +1,158 @@
+"""Inquiries (the `inquirer` runner): the respond API and its checks, starting an inquiry
+(pending, its trigger, its ttl timer), and persisting a response or a timeout together with
+the resume of the root workflow that delivers it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+from fleet_runtime import params as params_util
+from fleet_runtime.engine_model import (
+    FAILED,
+    PAUSED,
+    PAUSING,
+    PENDING,
+    SUCCEEDED,
+    TIMEOUT,
+    EngineState,
+    ExecInfo,
+    WorkflowRun,
+)
+from fleet_runtime.errors import ExecutionStateError, InquiryError, RuntimeErrorBase
+from fleet_runtime.packs import Action
+from fleet_runtime.schema import validate_instance
+
+
+class InquiriesMixin(EngineState):
+    """Inquiry API, inquiry start and ttl, persisted responses and timeouts."""
+
+    # ================================================================== inquiries (API)
+    def inquiry(self, ex_id: str) -> Dict[str, Any]:
+        record = self._execution(ex_id)
+        if record["runner"] != "inquirer":
+            raise InquiryError(f'Execution "{record["id"]}" is not an inquiry.')
+        return record
+
+    def respond(self, ex_id: str, response: Any, requester: Optional[str] = None) -> Dict[str, Any]:
+        record = self.inquiry(ex_id)
+        requester = requester or self.user
+        if record["status"] == TIMEOUT:
+            raise InquiryError(f'Inquiry "{record["id"]}" timed out and cannot be responded to.')
+        if record["status"] != PENDING:
+            raise InquiryError(f'Inquiry "{record["id"]}" has already been responded to'
+                               f' (status {record["status"]}).')
+        result = record["result"] or {}
+        roles = result.get("roles") or []
+        users = result.get("users") or []
+        roles_ok = not roles or any(r in self.roles for r in roles)
+        users_ok = not users or requester in users
+        if not (roles_ok and users_ok):
+            why = []
+            if not users_ok:
+                why.append(f"users allowed: {', '.join(users)}")
+            if not roles_ok:
+                why.append(f"roles allowed: {', '.join(roles)}; roles of {requester}:"
+                           f" {', '.join(self.roles) or 'none'}")
+            raise InquiryError(f'User "{requester}" is not authorized to respond to inquiry'
+                               f' "{record["id"]}" ({"; ".join(why)}).')
+        try:
+            response = validate_instance(response, result.get("schema") or {},
+                                         use_default=True, none_ok=True)
+        except Exception as e:  # st2: InvalidInquiryResponse, HTTP 400
+            raise InquiryError(f'Response for inquiry "{record["id"]}" did not pass schema'
+                               f" validation. {getattr(e, 'message', e)}") from e
+        parent = self.store.get_execution(record["parent_id"]) if record["parent_id"] else None
+        if parent is not None and parent["status"] == PAUSING:
+            # st2's respond resumes the parent first; request_resume refuses a workflow still
+            # pausing (other tasks running): the API answers 500 and the inquiry stays pending
+            raise ExecutionStateError(
+                f'Unable to resume liveaction "{parent["id"]}" because it is in "pausing"'
+                ' state and not in "paused" state.')
+        self.queue.put(("respond", record["id"], response, requester))
+        return {"id": record["id"], "response": response}
+
+    # ------------------------------------------------------------------ starting an inquiry
+    def _start_inquiry(self, info: ExecInfo, action: Action) -> None:
+        try:
+            runner_params, _ = params_util.render_final_params(
+                action, info.parameters, info.context, self.pack_config(action.pack))
+        except RuntimeErrorBase as e:
+            self.queue.put(("status", info.id, FAILED, {"error": str(e)}))
+            return
+        result = {
+            "schema": runner_params.get("schema"),
+            "roles": runner_params.get("roles") or [],
+            "users": runner_params.get("users") or [],
+            "route": runner_params.get("route") or "",
+            "ttl": runner_params.get("ttl"),
+        }
+        self.queue.put(("status", info.id, PENDING, result))
+        self._post.append(lambda: self.emit_trigger(
+            "core.st2.generic.inquiry", {"id": info.id, "route": result["route"]}))
+        self._arm_ttl(info.id, time.time(), result["ttl"])
+
+    def _arm_ttl(self, ex_id: str, start_ts: float, ttl: Any) -> None:
+        try:
+            ttl_minutes = float(ttl or 0)
+        except (TypeError, ValueError):
+            return
+        if ttl_minutes <= 0:
+            return
+        due = start_ts + ttl_minutes * 60.0 * self.time_factor
+        self._add_timer(due - time.time(), "ttl", ex_id, active_work=False)
+
+    # ------------------------------------------------------------------ responses, timeouts
+    def _persist_respond(self, ex_id: str, response: Any, requester: str) -> Any:
+        info = self.active.get(ex_id)
+        if info is None or info.status != PENDING:
+            return None
+        events_out: List[Dict[str, Any]] = []
+        # like st2's inquiry service: resume the ROOT workflow; its resume reaches every paused
+        # workflow below it (resuming only the direct parent leaves a paused grandparent that
+        # never hears its child finish)
+        # st2 (services/inquiry.py respond) resumes the inquiry's parent workflow as the
+        # requester, which records it there as resumed_by
+        parent = self.active.get(info.parent_id or "")
+        if parent is not None and parent.runner == "orquesta" and parent.status == PAUSED:
+            self._mark_requester(parent.id, "resume", requester)
+        root = self.workflows.get(info.root_id) or self.workflows.get(info.parent_id or "")
+        if root is not None and root.ex_id != info.id and (
+                root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
+            events_out.append(self._internal_resume(root))
+        result = dict(info.result or {})
+        result["response"] = response
+        info.context.setdefault("inquiry", {})["responder"] = requester
+        self.store.update_execution(info.id, context=info.context)
+        status_event = self._persist_status(ex_id, SUCCEEDED, result)
+        if status_event:
+            events_out.append(status_event)
+        return events_out
+
+    def _internal_resume(self, root: WorkflowRun) -> Dict[str, Any]:
+        """Resume the root workflow so that the resume reaches every paused workflow below it
+        (the runtime's way to deliver an answer or a timeout), recording no requester below."""
+        seq = self.store.append_event(root.wf_id, "request", {"op": "resume", "internal": True})
+        return {"kind": "control", "wf": root, "op": "resume", "seq": seq, "internal": True}
+
+    def _persist_ttl(self, ex_id: str) -> Any:
+        """An inquiry past its ttl: like st2's garbage collector, mark it timed out and ask
+        the root workflow to resume (the resume is recorded first: st2's GC updates the root
+        synchronously, the timeout reaches the conductor later through the message bus)."""
+        info = self.active.get(ex_id)
+        if info is None or info.status != PENDING:
+            return None
+        events_out: List[Dict[str, Any]] = []
+        root = self.workflows.get(info.root_id)
+        if root is not None and root.ex_id != info.id and (
+                root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
+            # st2's garbage collector (garbage_collection/inquiries.py) resumes the root as the
+            # system user
+            root_info = self.active.get(root.ex_id)
+            if root_info is not None and root_info.status == PAUSED:
+                self._mark_requester(root.ex_id, "resume", self.home.system_user)
+            events_out.append(self._internal_resume(root))
+        status_event = self._persist_status(ex_id, TIMEOUT, info.result)
+        if status_event:
+            events_out.append(status_event)
+        return events_out

@@ -1,0 +1,122 @@
+"""What is installed: actions, runner types, action aliases (and alias matching), and who the
+caller is (`/api/v1/user`)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from fleet_runtime import aliases as alias_match
+from fleet_runtime.errors import AliasError
+from fleet_runtime.packs import RUNNERS
+from fleet_runtime.st2api import views
+from fleet_runtime.st2api.http import HttpError, Request, Response, Router
+from fleet_runtime.st2api.service import ApiService
+
+ST2_VERSION = "3.9.0"  # the st2 API these endpoints follow
+
+
+class Catalog:
+    def __init__(self, service: ApiService) -> None:
+        self.svc = service
+        self.registry = service.rt.registry
+
+    def register(self, router: Router) -> None:
+        router.add("GET", "/api/v1", self.root)
+        router.add("GET", "/api/v1/actions", self.actions)
+        router.add("GET", "/api/v1/actions/{ref}", self.action)
+        router.add("GET", "/api/v1/runnertypes", self.runners)
+        router.add("GET", "/api/v1/runnertypes/{name}", self.runner)
+        router.add("GET", "/api/v1/actionalias", self.aliases)
+        router.add("POST", "/api/v1/actionalias/match", self.match)
+        router.add("GET", "/api/v1/actionalias/help", self.help)
+        router.add("GET", "/api/v1/actionalias/{ref}", self.alias)
+        router.add("GET", "/api/v1/user", self.user)
+
+    def root(self, req: Request) -> Dict[str, Any]:
+        """What st2api's root answers (chat bots call it to check an API key)."""
+        return {"version": ST2_VERSION, "server": "fleet-rollout embedded runtime"}
+
+    def actions(self, req: Request) -> Response:
+        items = [views.action(a) for a in sorted(self.registry.actions.values(),
+                                                 key=lambda a: a.ref)]
+        pack = req.query.get("pack")
+        if pack:
+            items = [a for a in items if a["pack"] == pack]
+        name = req.query.get("name")
+        if name:
+            items = [a for a in items if a["name"] == name]
+        return _page(req, items)
+
+    def action(self, req: Request, ref: str) -> Dict[str, Any]:
+        found = self.registry.actions.get(ref)
+        if found is None:
+            raise HttpError(404, f'Resource with a reference or id "{ref}" not found')
+        return views.action(found)
+
+    def runners(self, req: Request) -> Response:
+        names = sorted(RUNNERS)
+        if req.query.get("name"):
+            names = [n for n in names if n == req.query["name"]]
+        return _page(req, [views.runner(n) for n in names])
+
+    def runner(self, req: Request, name: str) -> Dict[str, Any]:
+        if name not in RUNNERS:
+            raise HttpError(404, f'Resource with a reference or id "{name}" not found')
+        return views.runner(name)
+
+    def aliases(self, req: Request) -> Response:
+        items = [views.alias(a) for a in self.registry.aliases]
+        pack = req.query.get("pack")
+        if pack:
+            items = [a for a in items if a["pack"] == pack]
+        return _page(req, items)
+
+    def alias(self, req: Request, ref: str) -> Dict[str, Any]:
+        for candidate in self.registry.aliases:
+            if ref in (candidate.ref, candidate.name):
+                return views.alias(candidate)
+        raise HttpError(404, f'Resource with a reference or id "{ref}" not found')
+
+    def match(self, req: Request) -> Dict[str, Any]:
+        command = req.json_body().get("command")
+        if not isinstance(command, str):
+            raise HttpError(400, '"command" is a required property')
+        try:
+            found = alias_match.get_matching_alias(command, self.registry.aliases)
+        except AliasError as e:
+            raise HttpError(400, str(e)) from None
+        return {"actionalias": views.alias(found["alias"]),
+                "display": found.get("display") or found["representation"],
+                "representation": found["representation"]}
+
+    def help(self, req: Request) -> Dict[str, Any]:
+        """Help strings of the enabled aliases (st2's actionalias_helpstring), filtered by pack
+        and by a case-insensitive substring (st2 takes a regular expression; a chat user's
+        text is not compiled here)."""
+        wanted = (req.query.get("filter") or "").lower()
+        pack = req.query.get("pack")
+        offset = req.int_param("offset", 0)
+        limit = req.int_param("limit", 0)
+        lines = []
+        for candidate in self.registry.aliases:
+            if not candidate.enabled or (pack and pack != candidate.pack):
+                continue
+            for format_ in candidate.formats:
+                display = alias_match.normalise_format(format_)[0]
+                if display and wanted in display.lower():
+                    lines.append({"pack": candidate.pack, "display": display,
+                                  "description": candidate.description or ""})
+        page = lines[offset:offset + limit] if limit > 0 else lines[offset:]
+        return {"available": len(lines), "helpstrings": page}
+
+    def user(self, req: Request) -> Dict[str, Any]:
+        admin = self.svc.is_admin(req.user)
+        return {"username": req.user, "authentication": dict(req.auth),
+                "rbac": {"enabled": False, "roles": ["admin"] if admin else [],
+                         "is_admin": admin}}
+
+
+def _page(req: Request, items: List[Dict[str, Any]]) -> Response:
+    offset = req.int_param("offset", 0)
+    limit = req.int_param("limit", 0)
+    page = items[offset:offset + limit] if limit > 0 else items[offset:]
+    return Response(200, page, {"X-Total-Count": str(len(items))})

@@ -1,0 +1,210 @@
+"""`/api/v1/executions`: list, get, children, output, result, run, re-run, pause/resume, cancel
+(st2api controllers/v1/actionexecutions.py)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from fleet_runtime.st2api import views
+from fleet_runtime.st2api.http import HttpError, Request, Response, Router
+from fleet_runtime.st2api.service import ApiService
+
+COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
+CANCELABLE = ("requested", "scheduled", "delayed", "running", "pending", "paused", "pausing",
+              "resuming")
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 100
+
+
+class Executions:
+    def __init__(self, service: ApiService) -> None:
+        self.svc = service
+        self.rt = service.rt
+
+    def register(self, router: Router) -> None:
+        base = "/api/v1/executions"
+        router.add("GET", base, self.list)
+        router.add("POST", base, self.create)
+        router.add("GET", base + "/{ex_id}", self.get)
+        router.add("PUT", base + "/{ex_id}", self.update)
+        router.add("DELETE", base + "/{ex_id}", self.cancel)
+        router.add("GET", base + "/{ex_id}/children", self.children)
+        router.add("GET", base + "/{ex_id}/output", self.output)
+        router.add("GET", base + "/{ex_id}/result", self.result)
+        router.add("GET", base + "/{ex_id}/attribute/{attribute}", self.attribute)
+        router.add("POST", base + "/{ex_id}/re_run", self.rerun)
+
+    # ------------------------------------------------------------------ reads
+    def _record(self, ex_id: str) -> Dict[str, Any]:
+        full = self.rt.store.resolve_execution_id(ex_id)
+        record = self.rt.store.get_execution(full) if full else None
+        if record is None:
+            raise HttpError(404, f'Resource with a reference or id "{ex_id}" not found')
+        return record
+
+    def _child_ids(self, ex_id: str) -> List[str]:
+        return [r["id"] for r in self.rt.store.find_executions("parent_id=?", (ex_id,))]
+
+    def _view(self, req: Request, record: Dict[str, Any], with_children: bool = True
+              ) -> Dict[str, Any]:
+        children = self._child_ids(record["id"]) if with_children else None
+        view = views.execution(self.rt.registry, record, children,
+                               show_secrets=self._show_secrets(req))
+        return view
+
+    def _show_secrets(self, req: Request) -> bool:
+        if req.flag("show_secrets"):
+            if not self.svc.is_admin(req.user):
+                raise HttpError(403, f'Administrator access required for user "{req.user}"'
+                                     " to use show_secrets")
+            return True
+        return False
+
+    def list(self, req: Request) -> Response:
+        where, args = ["1=1"], []  # type: List[str], List[Any]
+        for field, column in (("action", "action"), ("status", "status")):
+            if req.query.get(field):
+                where.append(f"{column}=?")
+                args.append(req.query[field])
+        parent = req.query.get("parent")
+        if parent == "null":
+            where.append("parent_id IS NULL")
+        elif parent:
+            where.append("parent_id=?")
+            args.append(parent)
+        limit = req.int_param("limit", DEFAULT_LIMIT)
+        offset = req.int_param("offset", 0)
+        if limit < 1 or limit > MAX_LIMIT:
+            if not (limit == -1 and self.svc.is_admin(req.user)):
+                raise HttpError(400, f'Limit "{limit}" specified, maximum value is'
+                                     f' "{MAX_LIMIT}"')
+        order = "created_ts, rowid" if req.flag("sort_asc") else "created_ts DESC, rowid DESC"
+        rows = self.rt.store.find_executions(" AND ".join(where), args, order=order)
+        user = req.query.get("user")
+        if user:
+            rows = [r for r in rows if (r.get("context") or {}).get("user") == user]
+        total = len(rows)
+        page = rows[offset:] if limit == -1 else rows[offset:offset + limit]
+        include, exclude = req.query.get("include_attributes"), req.query.get(
+            "exclude_attributes")
+        wants_children = not include or "children" in include.split(",")
+        body = [views.select(self._view(req, r, wants_children), include, exclude)
+                for r in page]
+        return Response(200, body, {"X-Total-Count": str(total), "X-Limit": str(limit)})
+
+    def get(self, req: Request, ex_id: str) -> Dict[str, Any]:
+        view = self._view(req, self._record(ex_id))
+        return views.select(view, req.query.get("include_attributes"),
+                            req.query.get("exclude_attributes"))
+
+    def children(self, req: Request, ex_id: str) -> List[Dict[str, Any]]:
+        """Descendants, depth first (st2: `depth=-1` for all levels)."""
+        record = self._record(ex_id)
+        depth = req.int_param("depth", 1)
+        out: List[Dict[str, Any]] = []
+
+        def walk(parent_id: str, level: int) -> None:
+            for child in self.rt.store.find_executions("parent_id=?", (parent_id,)):
+                out.append(self._view(req, child))
+                if depth < 0 or level < depth:
+                    walk(child["id"], level + 1)
+
+        walk(record["id"], 1)
+        return out
+
+    def result(self, req: Request, ex_id: str) -> Dict[str, Any]:
+        record = self._record(ex_id)
+        return {"id": record["id"], "result": record.get("result") or {}}
+
+    def attribute(self, req: Request, ex_id: str, attribute: str) -> Any:
+        view = self._view(req, self._record(ex_id))
+        if attribute not in view:
+            raise HttpError(400, f'Invalid attribute "{attribute}" specified.')
+        return view[attribute]
+
+    def output(self, req: Request, ex_id: str) -> Response:
+        """stdout/stderr of the execution (st2 streams them as they come; here: the final)."""
+        record = self._record(ex_id)
+        result = record.get("result")
+        wanted = req.query.get("output_type")
+        lines: List[str] = []
+        if isinstance(result, dict):
+            for key in ("stdout", "stderr"):
+                if wanted and wanted != key:
+                    continue
+                value = result.get(key)
+                if isinstance(value, str) and value:
+                    lines.append(value if value.endswith("\n") else value + "\n")
+        return Response(200, text="".join(lines))
+
+    # ------------------------------------------------------------------ changes
+    def create(self, req: Request) -> Response:
+        body = req.json_body()
+        ref = body.get("action")
+        if not isinstance(ref, str) or not ref:
+            raise HttpError(400, '"action" is a required property')
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise HttpError(400, '"parameters" must be an object')
+        user = self._as_user(req, body.get("user"))
+        context = {"user": user}
+        return self._run(req, ref, parameters, context)
+
+    def rerun(self, req: Request, ex_id: str) -> Response:
+        body = req.body if isinstance(req.body, dict) else {}
+        if body.get("tasks") or body.get("reset"):
+            raise HttpError(400, "re-running tasks of a workflow is not supported by the"
+                                 " embedded runtime; re-run the whole execution")
+        overrides = body.get("parameters") or {}
+        if not isinstance(overrides, dict):
+            raise HttpError(400, "The parameters needs to be a dictionary.")
+        existing = self._record(ex_id)
+        parameters: Dict[str, Any] = {}
+        if not req.flag("no_merge"):
+            parameters.update(existing.get("parameters") or {})
+        parameters.update(overrides)
+        user = self._as_user(req, body.get("user"))
+        context = {"user": user, "re-run": {"ref": existing["id"]}}
+        return self._run(req, existing["action"], parameters, context)
+
+    def _as_user(self, req: Request, wanted: Optional[str]) -> str:
+        """st2: only an administrator may run as another user."""
+        if wanted and wanted != req.user:
+            if not self.svc.is_admin(req.user):
+                raise HttpError(403, f'Administrator access required for user "{req.user}"'
+                                     ' to run as another user')
+            return wanted
+        assert req.user is not None
+        return req.user
+
+    def _run(self, req: Request, ref: str, parameters: Dict[str, Any],
+             context: Dict[str, Any]) -> Response:
+        if ref not in self.rt.registry.actions:
+            raise HttpError(404, f'Action "{ref}" cannot be found.')
+        response = self.svc.call("run", {"action": ref, "parameters": parameters,
+                                         "context": context})
+        record = self._record(response["id"])
+        return Response(201, self._view(req, record))
+
+    def update(self, req: Request, ex_id: str) -> Dict[str, Any]:
+        body = req.json_body()
+        record = self._record(ex_id)
+        status = body.get("status")
+        if record["status"] in COMPLETED:
+            raise HttpError(400, "Execution is already in completed state.")
+        op = {"pausing": "pause", "paused": "pause", "resuming": "resume",
+              "canceling": "cancel", "canceled": "cancel"}.get(str(status))
+        if op is None:
+            raise HttpError(400, f'Failed updating execution. Status "{status}" cannot be'
+                                 " requested (pausing, resuming, canceling)")
+        self.svc.call(op, {"id": record["id"], "requester": req.user})
+        return self._view(req, self._record(record["id"]))
+
+    def cancel(self, req: Request, ex_id: str) -> Any:
+        record = self._record(ex_id)
+        if record["status"] == "canceled":
+            return self._view(req, record)
+        if record["status"] not in CANCELABLE:
+            return {"faultstring": f"Action cannot be canceled. State = {record['status']}."}
+        self.svc.call("cancel", {"id": record["id"], "requester": req.user})
+        return self._view(req, self._record(record["id"]))
+

@@ -1,0 +1,79 @@
+"""The API bound to one runtime home: who is asking, and how changes reach the engine.
+
+Reads come straight from the runtime database. Changes (run, pause, resume, cancel, respond)
+are requests to the engine process through the database, as the other `fleet-rollout` commands
+hand theirs to a running engine (st2api hands them to st2actionrunner through the message
+bus): the API process never runs workflow code.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from fleet_runtime import errors
+from fleet_runtime.st2api import users as users_file
+from fleet_runtime.st2api.credentials import Credentials
+from fleet_runtime.st2api.http import HttpError, Request
+
+# RuntimeErrorBase subclasses and the status st2 answers with.
+_STATUS = {
+    "NotFoundError": 404,
+    "ParameterError": 400,
+    "AliasError": 400,
+    "ExecutionStateError": 400,
+    "InquiryError": 400,
+    "SchemaError": 400,
+}
+
+
+class ApiService:
+    def __init__(self, runtime: Any, users_path: Path, admins: Optional[List[str]] = None
+                 ) -> None:
+        self.rt = runtime
+        self.users_path = Path(users_path)
+        self.users = users_file.load(self.users_path)
+        self.admins = set(admins or [])
+        self.credentials = Credentials(str(runtime.home.db_path))
+
+    # ------------------------------------------------------------------ who
+    def authenticate(self, req: Request) -> Optional[str]:
+        token = req.headers.get("X-Auth-Token") or req.query.get("x-auth-token")
+        if token:
+            found = self.credentials.token(token)
+            if found is None:
+                return None
+            req.auth = {"method": "authentication token", "token_expire": found["expiry"]}
+            return str(found["user"])
+        key = req.headers.get("St2-Api-Key") or req.query.get("st2-api-key")
+        if key:
+            req.auth = {"method": "api key"}
+            return self.credentials.user_for_api_key(key)
+        return None
+
+    def login(self, name: str, password: str) -> bool:
+        self.users = users_file.load(self.users_path)  # users added while serving count
+        return users_file.verify(self.users, name, password)
+
+    def is_admin(self, user: Optional[str]) -> bool:
+        return user in self.admins
+
+    # ------------------------------------------------------------------ changes
+    def call(self, op: str, payload: Dict[str, Any]) -> Any:
+        """Hand a change to the engine process and wait for its answer."""
+        if not self.rt.engine_alive():
+            raise HttpError(503, "the runtime's engine is not running (`fleet-rollout api`"
+                                 " starts one; or run `fleet-rollout engine --forever`)")
+        try:
+            return self.rt.submit(op, payload)
+        except errors.RuntimeErrorBase as e:
+            if type(e) is errors.RuntimeErrorBase and "went away" in str(e):
+                raise HttpError(503, str(e)) from None
+            raise http_error(e) from None
+
+
+def http_error(e: errors.RuntimeErrorBase) -> HttpError:
+    name = type(e).__name__
+    status = _STATUS.get(name, 400)
+    if name == "InquiryError" and "not authorized" in str(e):
+        status = 403
+    return HttpError(status, str(e))
