@@ -45,7 +45,8 @@ class InquiriesMixin(EngineState):
         result = record["result"] or {}
         roles = result.get("roles") or []
         users = result.get("users") or []
-        roles_ok = not roles or any(r in self.roles for r in roles)
+        requester_roles = self.home.roles_of(requester)
+        roles_ok = not roles or any(r in requester_roles for r in roles)
         users_ok = not users or requester in users
         if not (roles_ok and users_ok):
             why = []
@@ -53,7 +54,7 @@ class InquiriesMixin(EngineState):
                 why.append(f"users allowed: {', '.join(users)}")
             if not roles_ok:
                 why.append(f"roles allowed: {', '.join(roles)}; roles of {requester}:"
-                           f" {', '.join(self.roles) or 'none'}")
+                           f" {', '.join(requester_roles) or 'none'}")
             raise InquiryError(f'User "{requester}" is not authorized to respond to inquiry'
                                f' "{record["id"]}" ({"; ".join(why)}).')
         try:

@@ -4,7 +4,7 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
 
     runtime.db            SQLite: executions, workflow state, events, datastore, inquiries
     runtime.lock          held (flock) by the process that runs the engine
-    config.yaml           runtime settings: user, roles, system_user, chatops_user,
+    config.yaml           runtime settings: user, roles, user_roles, system_user, chatops_user,
                           chat_webhook_url, workers, packs, time_factor
     configs/<pack>.yaml   pack configs (like /opt/stackstorm/configs/<pack>.yaml)
     chat.jsonl            what reached chat (route chatops: post_message, alias replies)
@@ -39,6 +39,7 @@ _SETTINGS_KEYS = {
     "time_factor": (int, float),
     "system_user": str,
     "chatops_user": str,
+    "user_roles": dict,
 }
 
 
@@ -114,6 +115,14 @@ class RuntimeHome:
         if env is not None:
             return [r.strip() for r in env.split(",") if r.strip()]
         return [str(r) for r in self.settings.get("roles", [])]
+
+    def roles_of(self, user: str) -> List[str]:
+        """RBAC roles of a user (st2: role assignments): the runtime user's `roles`, any
+        user's from the `user_roles` setting ({name: [role, ...]})."""
+        found = [str(r) for r in (self.settings.get("user_roles") or {}).get(user) or []]
+        if user == self.user:
+            found += [r for r in self.roles if r not in found]
+        return found
 
     @property
     def time_factor(self) -> float:

@@ -86,3 +86,17 @@ def test_response_names_the_chat_user_only_for_chat_answers():
         "approved": False, "rollout_id": "r1"}
     with pytest.raises(ConfigError, match="cannot answer"):
         inquiries.build_response("r1", "extend", props, api)
+
+
+def test_an_irc_mask_from_err_stackstorm_is_checked_by_its_nick():
+    cfg = _config(approvers=["sre-alice"], chatops_users=["chatops_bot"])
+    who = approvals.caller({"context": {"user": "chatops_bot",
+                                        "api_user": "sre-alice!~sre-alice@127.0.0.1"}})
+    assert (who.name, who.via) == ("sre-alice", "chat")
+    approvals.check_may_answer(who, cfg)
+    other = approvals.caller({"context": {"user": "chatops_bot",
+                                          "api_user": "mallory!~sre-alice@127.0.0.1"}})
+    with pytest.raises(approvals.ApprovalRefused, match="mallory is not an approver"):
+        approvals.check_may_answer(other, cfg)
+    assert approvals.chat_name("U024BE7LH") == "U024BE7LH"  # Slack ids stay as they are
+    assert approvals.chat_name("a!b") == "a!b"  # not a mask: kept whole

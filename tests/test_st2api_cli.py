@@ -199,3 +199,28 @@ def test_api_keys_authenticate_and_are_shown_once(api: St2Api) -> None:
     r = requests.get(api.base + "/api/v1/executions", headers={"St2-Api-Key": key},
                      timeout=10)
     assert r.status_code == 401
+
+
+def test_inquiry_roles_are_the_requesters_own(tmp_path: Path) -> None:
+    server = St2Api(tmp_path, [RUNTIME_PACK],
+                    home_settings={"user_roles": {"sre-alice": ["approver"]}}).start()
+    try:
+        wf_id = server.run_async(["rt_test.ask_flow", 'roles=["approver"]'], user="sre-bob")
+        inquiry = None
+        for _ in range(100):
+            pending = server.http("GET", "/api/v1/inquiries").json()
+            if pending:
+                inquiry = pending[0]
+                break
+            time.sleep(0.3)
+        assert inquiry is not None and inquiry["roles"] == ["approver"]
+        body = {"id": inquiry["id"], "response": {"approved": True}}
+        refused = server.http("PUT", f"/api/v1/inquiries/{inquiry['id']}", user="sre-bob",
+                              json=body)
+        assert refused.status_code == 403
+        assert "roles of sre-bob: none" in refused.json()["faultstring"]
+        ok = server.http("PUT", f"/api/v1/inquiries/{inquiry['id']}", json=body)
+        assert ok.status_code == 200, ok.text
+        assert server.wait_status(wf_id, ("succeeded",))["context"]["resumed_by"] == "sre-alice"
+    finally:
+        server.stop()

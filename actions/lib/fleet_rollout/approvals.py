@@ -12,6 +12,7 @@ requester is one of the configured chat bot accounts (as st2 trusts a bot's api_
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Tuple
 
@@ -19,6 +20,7 @@ from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
 
 CHAT_USER_FIELD = "chat_user"
+IRC_MASK = re.compile(r"^([^!@\s]+)![^@\s]+@\S+$")
 
 
 class ApprovalRefused(ConfigError):
@@ -54,13 +56,20 @@ def require_approvers(config: PackConfig, profile_name: str) -> None:
                           "approvers and no approver_roles: set one of them")
 
 
+def chat_name(api_user: str) -> str:
+    """The chat user's name as approvers are listed: err-stackstorm on IRC sends the whole
+    mask `nick!ident@host`; the nick is the name (other chat backends send the name)."""
+    match = IRC_MASK.match(api_user)
+    return match.group(1) if match else api_user
+
+
 def caller(execution: Mapping[str, Any]) -> Identity:
     """Who started an execution, from its record (context set by StackStorm)."""
     ctx = execution.get("context") or {}
     account = str(ctx.get("user") or "")
     chat = ctx.get("api_user")
     if chat:
-        return Identity(str(chat), account, "chat")
+        return Identity(chat_name(str(chat)), account, "chat")
     return Identity(account, account, "api")
 
 
