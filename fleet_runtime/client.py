@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -64,6 +65,20 @@ def pack_paths(args: argparse.Namespace, home: RuntimeHome) -> List[str]:
         if resolved not in paths:
             paths.append(resolved)
     return paths
+
+
+def engine_argv(args: argparse.Namespace, forever: bool = False) -> List[str]:
+    """The `fleet-rollout engine` command for the same home and packs as `args`."""
+    argv = [sys.executable, "-m", "fleet_runtime.cli", "engine"]
+    if forever:
+        argv.append("--forever")
+    if getattr(args, "home", None):
+        argv += ["--home", args.home]
+    for pack in getattr(args, "packs", None) or []:
+        argv += ["--pack", pack]
+    if getattr(args, "no_default_pack", False):
+        argv.append("--no-default-pack")
+    return argv
 
 
 def open_runtime(args: argparse.Namespace) -> Runtime:

@@ -10,41 +10,32 @@ import stat
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
 
-from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
+from tests.st2api_support import RUNTIME_PACK, St2Api
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[St2Api]:
-    server = St2Api(tmp_path, [RUNTIME_PACK, ST2API_PACK]).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
-
-def test_every_endpoint_but_login_needs_a_token_or_api_key(api: St2Api) -> None:
+def test_every_endpoint_but_login_needs_a_token_or_api_key(st2_api: St2Api) -> None:
     for method, path in (("GET", "/api/v1/executions"), ("GET", "/api/v1/actions"),
                          ("GET", "/api/v1/keys"), ("GET", "/stream/v1/stream"),
                          ("POST", "/api/v1/executions"), ("PUT", "/api/v1/inquiries/x")):
-        r = requests.request(method, api.base + path, timeout=10)
+        r = requests.request(method, st2_api.base + path, timeout=10)
         assert r.status_code == 401, (method, path, r.status_code)
         assert "Token or API key required" in r.json()["faultstring"]
-    r = requests.get(api.base + "/api/v1/executions", timeout=10,
+    r = requests.get(st2_api.base + "/api/v1/executions", timeout=10,
                      headers={"X-Auth-Token": "0123456789abcdef"})
     assert r.status_code == 401 and "invalid or expired" in r.json()["faultstring"]
-    bad = requests.post(api.base + "/auth/v1/tokens", auth=("sre-alice", "wrong"), timeout=10)
+    bad = requests.post(st2_api.base + "/auth/v1/tokens", auth=("sre-alice", "wrong"), timeout=10)
     assert bad.status_code == 401
     assert "wrong" not in bad.text
-    listening = api.state["host"]
+    listening = st2_api.state["host"]
     assert listening == "127.0.0.1"
-    users = api.home / "st2api-users"
+    users = st2_api.home / "st2api-users"
     assert stat.S_IMODE(users.stat().st_mode) == 0o600
     assert "alice-pw-1" not in users.read_text()
 
@@ -57,137 +48,137 @@ def test_api_refuses_a_users_file_others_can_read(tmp_path: Path) -> None:
     server.stop()
 
 
-def test_st2_run_and_execution_list_get(api: St2Api) -> None:
-    run = api.st2_json(["run", "rt_test.greet", "name=ops"])
+def test_st2_run_and_execution_list_get(st2_api: St2Api) -> None:
+    run = st2_api.st2_json(["run", "rt_test.greet", "name=ops"])
     assert run["status"] == "succeeded"
     assert run["context"]["user"] == "sre-alice"
     assert run["result"]["result"]["text"] == "hello ops"
-    listed = api.st2_json(["execution", "list", "-n", "10"])
+    listed = st2_api.st2_json(["execution", "list", "-n", "10"])
     assert run["id"] in [e["id"] for e in listed]
-    got = api.st2_json(["execution", "get", run["id"]], user="sre-bob")
+    got = st2_api.st2_json(["execution", "get", run["id"]], user="sre-bob")
     assert got["parameters"] == {"name": "ops"}
-    table = api.st2(["execution", "list"]).stdout
+    table = st2_api.st2(["execution", "list"]).stdout
     assert "rt_test.greet" in table and "sre-alice" in table
 
 
-def test_secret_parameters_are_masked_in_every_view(api: St2Api) -> None:
-    run = api.st2_json(["run", "rt_test.secret_echo", "password=hunter2-secret"])
+def test_secret_parameters_are_masked_in_every_view(st2_api: St2Api) -> None:
+    run = st2_api.st2_json(["run", "rt_test.secret_echo", "password=hunter2-secret"])
     assert run["parameters"]["password"] == "********"
     for args in (["execution", "get", run["id"], "-j"], ["execution", "list", "-j"]):
-        out = api.st2(args).stdout
+        out = st2_api.st2(args).stdout
         assert "hunter2-secret" not in out
-    raw = api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true")
+    raw = st2_api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true")
     assert raw.status_code == 403  # st2: administrators only
-    admin = api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true",
+    admin = st2_api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true",
                      user="st2admin")
     assert admin.json()["parameters"]["password"] == "hunter2-secret"
 
 
-def test_workflow_inquiry_respond_refused_then_allowed(api: St2Api) -> None:
-    wf_id = api.run_async(["rt_test.ask_flow", 'users=["sre-alice"]'])
+def test_workflow_inquiry_respond_refused_then_allowed(st2_api: St2Api) -> None:
+    wf_id = st2_api.run_async(["rt_test.ask_flow", 'users=["sre-alice"]'])
     inquiry = None
     for _ in range(100):
-        pending = api.st2_json(["inquiry", "list"])
+        pending = st2_api.st2_json(["inquiry", "list"])
         if pending:
             inquiry = pending[0]
             break
         time.sleep(0.3)
     assert inquiry is not None and inquiry["users"] == ["sre-alice"]
-    refused = api.st2(["inquiry", "respond", "-r", '{"approved": true}', inquiry["id"]],
+    refused = st2_api.st2(["inquiry", "respond", "-r", '{"approved": true}', inquiry["id"]],
                       user="sre-bob", check=False)
     assert refused.returncode != 0
     assert 'User "sre-bob" is not authorized' in refused.stdout + refused.stderr
-    bad = api.st2(["inquiry", "respond", "-r", '{"approved": "yes"}', inquiry["id"]],
+    bad = st2_api.st2(["inquiry", "respond", "-r", '{"approved": "yes"}', inquiry["id"]],
                   check=False)
     assert bad.returncode != 0 and "did not pass schema validation" in bad.stdout + bad.stderr
-    ok = api.st2(["inquiry", "respond", "-r", '{"approved": true, "comment": "go"}',
+    ok = st2_api.st2(["inquiry", "respond", "-r", '{"approved": true, "comment": "go"}',
                   inquiry["id"]])
     assert "Response accepted" in ok.stdout
-    final = api.wait_status(wf_id, ("succeeded", "failed"))
+    final = st2_api.wait_status(wf_id, ("succeeded", "failed"))
     assert final["status"] == "succeeded"
     assert final["result"]["output"]["decision"] == "approved"
     assert final["context"]["resumed_by"] == "sre-alice"
-    shown = api.st2(["execution", "get", wf_id]).stdout
+    shown = st2_api.st2(["execution", "get", wf_id]).stdout
     assert "approve" in shown and "core.ask" in shown  # the child task table
 
 
-def test_pause_resume_cancel_and_rerun(api: St2Api) -> None:
-    wf_id = api.run_async(["st2api_test.slow_steps", "seconds=5"])
-    api.wait_status(wf_id, ("running",))
-    paused = api.st2(["execution", "pause", wf_id], user="sre-bob")
+def test_pause_resume_cancel_and_rerun(st2_api: St2Api) -> None:
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=5"])
+    st2_api.wait_status(wf_id, ("running",))
+    paused = st2_api.st2(["execution", "pause", wf_id], user="sre-bob")
     assert "pausing" in paused.stdout or "paused" in paused.stdout
-    record = api.wait_status(wf_id, ("paused",))
+    record = st2_api.wait_status(wf_id, ("paused",))
     assert record["context"]["paused_by"] == "sre-bob"
-    api.st2(["execution", "resume", wf_id])
-    record = api.wait_status(wf_id, ("running", "succeeded"))
+    st2_api.st2(["execution", "resume", wf_id])
+    record = st2_api.wait_status(wf_id, ("running", "succeeded"))
     assert record["context"]["resumed_by"] == "sre-alice"
-    canceled = api.st2(["execution", "cancel", wf_id])
+    canceled = st2_api.st2(["execution", "cancel", wf_id])
     assert "canceling" in canceled.stdout.lower() or "canceled" in canceled.stdout.lower()
-    record = api.wait_status(wf_id, ("canceled",), timeout=60)
+    record = st2_api.wait_status(wf_id, ("canceled",), timeout=60)
     assert record["context"]["cancelled_by"] == "sre-alice"
-    done = api.st2(["execution", "cancel", wf_id], check=False)
+    done = st2_api.st2(["execution", "cancel", wf_id], check=False)
     assert "canceled" in (done.stdout + done.stderr).lower()
-    rerun = api.st2_json(["execution", "re-run", wf_id, "seconds=0"])
+    rerun = st2_api.st2_json(["execution", "re-run", wf_id, "seconds=0"])
     assert rerun["id"] != wf_id
     assert rerun["parameters"] == {"seconds": 0}
-    final = api.wait_status(rerun["id"], ("succeeded", "failed"))
+    final = st2_api.wait_status(rerun["id"], ("succeeded", "failed"))
     assert final["status"] == "succeeded"
     assert final["context"]["re-run"] == {"ref": wf_id}
 
 
-def test_execution_tail_follows_a_workflow_to_its_end(api: St2Api) -> None:
-    wf_id = api.run_async(["st2api_test.slow_steps", "seconds=1"])
-    tail = api.st2(["execution", "tail", wf_id], timeout=90)
+def test_execution_tail_follows_a_workflow_to_its_end(st2_api: St2Api) -> None:
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=1"])
+    tail = st2_api.st2(["execution", "tail", wf_id], timeout=90)
     out = tail.stdout
     assert "Child execution (task=first)" in out and "has finished (status=succeeded)" in out
     assert f"Execution {wf_id} has completed (status=succeeded)." in out
 
 
-def test_key_list_masks_secrets_and_decrypt_is_for_admins(api: St2Api) -> None:
-    api.st2(["key", "set", "bmc_password", "s3cret-bmc", "-e"], user="st2admin")
-    api.st2(["key", "set", "site", "ams"], user="st2admin")
-    refused = api.st2(["key", "set", "x", "y"], check=False)  # system scope: admins
+def test_key_list_masks_secrets_and_decrypt_is_for_admins(st2_api: St2Api) -> None:
+    st2_api.st2(["key", "set", "bmc_password", "s3cret-bmc", "-e"], user="st2admin")
+    st2_api.st2(["key", "set", "site", "ams"], user="st2admin")
+    refused = st2_api.st2(["key", "set", "x", "y"], check=False)  # system scope: admins
     assert refused.returncode != 0
-    keys = {k["name"]: k for k in api.st2_json(["key", "list"])}
+    keys = {k["name"]: k for k in st2_api.st2_json(["key", "list"])}
     assert keys["site"]["value"] == "ams"
     assert keys["bmc_password"]["value"] == "********" and keys["bmc_password"]["secret"]
-    listed = api.st2(["key", "list"]).stdout
+    listed = st2_api.st2(["key", "list"]).stdout
     assert "s3cret-bmc" not in listed
-    denied = api.st2(["key", "list", "--decrypt"], check=False)
+    denied = st2_api.st2(["key", "list", "--decrypt"], check=False)
     assert denied.returncode != 0
     assert "administrator access" in denied.stdout + denied.stderr
-    decrypted = {k["name"]: k for k in api.st2_json(["key", "list", "--decrypt"],
+    decrypted = {k["name"]: k for k in st2_api.st2_json(["key", "list", "--decrypt"],
                                                     user="st2admin")}
     assert decrypted["bmc_password"]["value"] == "s3cret-bmc"
 
 
-def test_action_alias_execute_runs_as_the_authenticated_user(api: St2Api) -> None:
-    out = api.st2(["action-alias", "execute", "greet world"], user="sre-bob").stdout
+def test_action_alias_execute_runs_as_the_authenticated_user(st2_api: St2Api) -> None:
+    out = st2_api.st2(["action-alias", "execute", "greet world"], user="sre-bob").stdout
     assert "Matching Action-alias: 'rt_test.greet'" in out
     ex_id = out.split("st2 execution get")[1].split()[0]
-    final = api.wait_status(ex_id, ("succeeded", "failed"))
+    final = st2_api.wait_status(ex_id, ("succeeded", "failed"))
     assert final["status"] == "succeeded"
     assert final["parameters"] == {"name": "world"}
     assert final["context"]["user"] == "sre-bob"
     assert final["context"]["action_alias_ref"]["name"] == "greet"
     assert not final["context"].get("api_user")  # the CLI speaks for nobody else
-    nomatch = api.st2(["action-alias", "execute", "make coffee"], check=False)
+    nomatch = st2_api.st2(["action-alias", "execute", "make coffee"], check=False)
     assert nomatch.returncode != 0 and "matched no patterns" in nomatch.stdout + nomatch.stderr
 
 
-def test_api_keys_authenticate_and_are_shown_once(api: St2Api) -> None:
-    created = api.st2_json(["apikey", "create", "-m", '{"used_by": "errbot"}'],
+def test_api_keys_authenticate_and_are_shown_once(st2_api: St2Api) -> None:
+    created = st2_api.st2_json(["apikey", "create", "-m", '{"used_by": "errbot"}'],
                            user="chatops_bot")
     key = created["key"]
-    listed = api.st2(["apikey", "list", "-j"], user="chatops_bot").stdout
+    listed = st2_api.st2(["apikey", "list", "-j"], user="chatops_bot").stdout
     assert key not in listed and created["id"] in listed
-    r = requests.get(api.base + "/api/v1/executions", headers={"St2-Api-Key": key},
+    r = requests.get(st2_api.base + "/api/v1/executions", headers={"St2-Api-Key": key},
                      timeout=10)
     assert r.status_code == 200
-    env = api.cli_env("sre-alice")
+    env = st2_api.cli_env("sre-alice")
     env["ST2_API_KEY"] = key
-    env["ST2_CONFIG_FILE"] = str(api.tmp / "empty.conf")
-    (api.tmp / "empty.conf").write_text("")
+    env["ST2_CONFIG_FILE"] = str(st2_api.tmp / "empty.conf")
+    (st2_api.tmp / "empty.conf").write_text("")
     from tests.st2api_support import st2_cli
 
     who = subprocess.run([str(st2_cli()), "run", "rt_test.greet", "name=k", "-j"], env=env,
@@ -195,8 +186,8 @@ def test_api_keys_authenticate_and_are_shown_once(api: St2Api) -> None:
     assert who.returncode == 0, who.stderr
     body = json.loads(who.stdout[who.stdout.index("{"):])
     assert body["context"]["user"] == "chatops_bot"
-    api.st2(["apikey", "delete", created["id"]], user="chatops_bot")
-    r = requests.get(api.base + "/api/v1/executions", headers={"St2-Api-Key": key},
+    st2_api.st2(["apikey", "delete", created["id"]], user="chatops_bot")
+    r = requests.get(st2_api.base + "/api/v1/executions", headers={"St2-Api-Key": key},
                      timeout=10)
     assert r.status_code == 401
 

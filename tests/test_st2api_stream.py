@@ -5,24 +5,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 import requests
 
-from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
+from tests.st2api_support import St2Api
 
 pytestmark = pytest.mark.timeout(300)
 
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[St2Api]:
-    server = St2Api(tmp_path, [RUNTIME_PACK, ST2API_PACK]).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Listener:
@@ -64,10 +55,10 @@ class Listener:
         self.resp.close()
 
 
-def test_stream_carries_execution_events_with_secrets_masked(api: St2Api) -> None:
-    listener = Listener(api)
+def test_stream_carries_execution_events_with_secrets_masked(st2_api: St2Api) -> None:
+    listener = Listener(st2_api)
     try:
-        run = api.st2_json(["run", "rt_test.secret_echo", "password=hunter2-secret"])
+        run = st2_api.st2_json(["run", "rt_test.secret_echo", "password=hunter2-secret"])
         created = listener.wait("st2.execution__create", lambda d: d["id"] == run["id"])
         assert created["parameters"]["password"] == "********"
         listener.wait("st2.execution__update",
@@ -77,9 +68,9 @@ def test_stream_carries_execution_events_with_secrets_masked(api: St2Api) -> Non
         listener.close()
 
 
-def test_stream_filters_events_and_ends_with_the_execution(api: St2Api) -> None:
-    wf_id = api.run_async(["st2api_test.slow_steps", "seconds=1"])
-    listener = Listener(api, f"?events=st2.execution__update&end_event=st2.execution__update"
+def test_stream_filters_events_and_ends_with_the_execution(st2_api: St2Api) -> None:
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=1"])
+    listener = Listener(st2_api, f"?events=st2.execution__update&end_event=st2.execution__update"
                              f"&end_execution_id={wf_id}")
     listener.thread.join(90)
     assert not listener.thread.is_alive(), "the stream did not end with the execution"
@@ -89,13 +80,13 @@ def test_stream_filters_events_and_ends_with_the_execution(api: St2Api) -> None:
     assert last["id"] == wf_id and last["status"] == "succeeded"
 
 
-def test_post_result_announces_the_alias_result_on_its_route(api: St2Api) -> None:
-    listener = Listener(api, "?events=st2.announcement__*")
+def test_post_result_announces_the_alias_result_on_its_route(st2_api: St2Api) -> None:
+    listener = Listener(st2_api, "?events=st2.announcement__*")
     try:
-        out = api.st2(["action-alias", "execute", "greet world"]).stdout
+        out = st2_api.st2(["action-alias", "execute", "greet world"]).stdout
         ex_id = out.split("st2 execution get")[1].split()[0]
-        api.wait_status(ex_id, ("succeeded",))
-        api.st2(["run", "chatops.post_result", f"execution_id={ex_id}",
+        st2_api.wait_status(ex_id, ("succeeded",))
+        st2_api.st2(["run", "chatops.post_result", f"execution_id={ex_id}",
                  "channel=#fleet-rollout", "route=errbot", "user=sre-alice"])
         data = listener.wait("st2.announcement__errbot")
         assert data["trace_context"] is None

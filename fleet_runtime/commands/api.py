@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from fleet_runtime import client
 from fleet_runtime.commands._common import command_group, fail, finish
@@ -86,21 +86,10 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine_command(args: argparse.Namespace) -> List[str]:
-    cmd = [sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"]
-    if args.home:
-        cmd += ["--home", args.home]
-    for pack in args.packs:
-        cmd += ["--pack", pack]
-    if args.no_default_pack:
-        cmd.append("--no-default-pack")
-    return cmd
-
-
 def _start_engine(args: argparse.Namespace, rt: Any) -> Optional[subprocess.Popen]:
     if args.no_engine or rt.engine_alive():
         return None
-    proc = subprocess.Popen(_engine_command(args), start_new_session=False)
+    proc = subprocess.Popen(client.engine_argv(args, forever=True))
     deadline = time.time() + 60
     while not rt.engine_alive():
         if proc.poll() is not None:

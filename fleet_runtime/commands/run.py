@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from typing import Any, List
 
 from fleet_runtime import client, render
@@ -33,13 +32,7 @@ def register(subparsers: Any) -> None:
 
 def spawn_background_engine(args: argparse.Namespace) -> int:
     """Start `fleet-rollout engine` detached (used by --async)."""
-    argv = [sys.executable, "-m", "fleet_runtime.cli", "engine"]
-    if args.home:
-        argv += ["--home", args.home]
-    for pack in args.packs:
-        argv += ["--pack", pack]
-    if args.no_default_pack:
-        argv.append("--no-default-pack")
+    argv = client.engine_argv(args)
     home = client.RuntimeHome(args.home)
     log = open(home.path / "engine.log", "a")
     proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
