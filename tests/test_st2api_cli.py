@@ -59,6 +59,13 @@ def test_st2_run_and_execution_list_get(st2_api: St2Api) -> None:
     assert got["parameters"] == {"name": "ops"}
     table = st2_api.st2(["execution", "list"]).stdout
     assert "rt_test.greet" in table and "sre-alice" in table
+    st2_api.st2(["run", "rt_test.greet", "name=bob"], user="sre-bob")
+    mine = st2_api.http("GET", "/api/v1/executions?user=sre-bob&limit=1&parent=null")
+    assert mine.headers["X-Total-Count"] == "1"
+    assert [e["context"]["user"] for e in mine.json()] == ["sre-bob"]
+    both = st2_api.http("GET", "/api/v1/executions?action=rt_test.greet&limit=1&offset=1")
+    assert both.headers["X-Total-Count"] == "2" and both.json()[0]["id"] == run["id"]
+    assert st2_api.http("GET", "/api/v1/executions?limit=500").status_code == 400
 
 
 def test_secret_parameters_are_masked_in_every_view(st2_api: St2Api) -> None:

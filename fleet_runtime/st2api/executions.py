@@ -77,13 +77,18 @@ class Executions:
             if not (limit == -1 and self.svc.is_admin(req.user)):
                 raise HttpError(400, f'Limit "{limit}" specified, maximum value is'
                                      f' "{MAX_LIMIT}"')
-        order = "created_ts, rowid" if req.flag("sort_asc") else "created_ts DESC, rowid DESC"
-        rows = self.rt.store.find_executions(" AND ".join(where), args, order=order)
         user = req.query.get("user")
         if user:
-            rows = [r for r in rows if (r.get("context") or {}).get("user") == user]
-        total = len(rows)
-        page = rows[offset:] if limit == -1 else rows[offset:offset + limit]
+            where.append("json_extract(context, '$.user')=?")
+            args.append(user)
+        if offset < 0:
+            raise HttpError(400, "offset must be >= 0")
+        clause = " AND ".join(where)
+        total = self.rt.store.conn.execute(f"SELECT COUNT(*) FROM executions WHERE {clause}",
+                                           args).fetchone()[0]
+        order = "created_ts, rowid" if req.flag("sort_asc") else "created_ts DESC, rowid DESC"
+        page_sql = f" LIMIT {-1 if limit == -1 else int(limit)} OFFSET {int(offset)}"
+        page = self.rt.store.find_executions(clause, args, order=order + page_sql)
         include, exclude = req.query.get("include_attributes"), req.query.get(
             "exclude_attributes")
         wants_children = not include or "children" in include.split(",")
