@@ -24,7 +24,12 @@ $(ST2CLI_STAMP): requirements-st2client.txt
 	$(ST2CLI_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-st2client.txt
 	touch $@
 
-install: $(STAMP) $(ST2CLI_STAMP)
+# errbot + err-stackstorm for the lab's ChatOps (fleet_lab/chatops), also a virtualenv of its own.
+CHATOPS_STAMP := .cache/chatops-venv/.fleet-chatops-stamp
+$(CHATOPS_STAMP): requirements-chatops.txt $(STAMP)
+	$(VPY) -c 'from fleet_lab.chatops import bot; bot.ensure_venv()' && touch $@
+
+install: $(STAMP) $(ST2CLI_STAMP) $(CHATOPS_STAMP)
 
 probe: install
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi

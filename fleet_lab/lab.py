@@ -2,8 +2,10 @@
 
 `fleet-rollout lab up` writes the lab's config into its state directory, starts the daemon
 (`python -m fleet_lab.daemon`), shows its progress, and writes the Ansible inventory and the pack
-config the lab needs. `lab down` stops the daemon, which stops every VM; a cleanup pass then
-kills anything a crashed daemon left behind.
+config the lab needs. With `chatops` it also starts the ChatOps stack (fleet_lab.chatops.stack:
+st2 users, the runtime's st2 API with its engine, ngircd, errbot + err-stackstorm) and points
+the pack's chat messages at it. `lab down` stops the daemon, which stops every VM, and the
+ChatOps processes by PID; a cleanup pass then kills anything a crashed daemon left behind.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import yaml
+
+from fleet_lab.chatops import stack
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_STATE_DIR = os.path.join(REPO, ".lab")
@@ -44,6 +48,7 @@ class LabConfig:
         "snoop_mode": "early", "node_interleaving": "disabled"})
     approvers: List[str] = field(default_factory=list)  # empty: the runtime's user
     chatops_users: List[str] = field(default_factory=lambda: ["chatops_bot"])
+    chatops: bool = False  # also IRC + errbot + the st2 API (fleet_lab.chatops.stack)
 
     def host_names(self) -> List[str]:
         return [f"lab-{i + 1:03d}" for i in range(self.hosts)]
@@ -118,6 +123,10 @@ def up(config: LabConfig, state_dir: str = DEFAULT_STATE_DIR,
     """Start the lab and wait until every server is up; returns the manifest."""
     if daemon_pid(state_dir):
         raise RuntimeError(f"a lab is already running from {state_dir}; run `lab down` first")
+    leftovers = [f"{name} {pid}" for name, pid in stack.running(state_dir).items() if pid]
+    if leftovers:
+        raise RuntimeError(f"ChatOps processes of an earlier lab still run from {state_dir} "
+                           f"({', '.join(leftovers)}); run `lab down` first")
     if not config.password:
         config.password = secrets.token_urlsafe(18)
     p = paths(state_dir)
@@ -156,7 +165,24 @@ def up(config: LabConfig, state_dir: str = DEFAULT_STATE_DIR,
         raise
     write_inventory(manifest, config, inventory)
     write_pack_config(manifest, config, state_dir, inventory)
+    if config.chatops:
+        try:
+            start_chatops(config, state_dir, progress)
+        except BaseException:
+            down(state_dir, progress=lambda _m: None)
+            raise
     return manifest
+
+
+def start_chatops(config: LabConfig, state_dir: str, progress: Callable[[str], None]) -> None:
+    """st2 users (the bot, each approver), the st2 API for the runtime home, IRC and errbot."""
+    from fleet_runtime.home import RuntimeHome
+
+    if not config.chatops_users:
+        raise RuntimeError("lab up --chatops: the lab config names no chatops_users (the bot's "
+                           "st2 account)")
+    stack.start(state_dir, str(RuntimeHome().path), users=_approvers(config),
+                bot_user=config.chatops_users[0], progress=progress)
 
 
 def _progress_lines(path: str) -> List[str]:
@@ -177,7 +203,9 @@ def _tail(path: str, lines: int = 25) -> str:
 
 def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = print,
          timeout: float = 60.0) -> bool:
-    """Stop the daemon (which stops the servers); then clean up strays. True if one ran."""
+    """Stop the ChatOps processes and the daemon (which stops the servers); then clean up
+    strays. True if something ran."""
+    chat = stack.stop(state_dir, progress)
     pid = daemon_pid(state_dir)
     if pid:
         progress(f"stopping lab daemon {pid}")
@@ -199,7 +227,7 @@ def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = p
     manifest = paths(state_dir)["manifest"]
     if os.path.exists(manifest):
         os.remove(manifest)
-    return bool(pid)
+    return bool(pid) or bool(chat)
 
 
 def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> None:
@@ -245,6 +273,10 @@ def _runtime_user() -> str:
         return getpass.getuser()
 
 
+def _approvers(config: LabConfig) -> List[str]:
+    return list(config.approvers) or [_runtime_user()]
+
+
 def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
                       inventory: str) -> str:
     """The pack config for this lab (credentials are secret: file mode 0600)."""
@@ -254,9 +286,9 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "allow_insecure_http": False,
         "inventory": inventory,
         "state_dir": os.path.join(state_dir, "rollouts"),
-        "chat_route": "chatops",
-        "chat_channel": "fleet-rollout",
-        "approvers": list(config.approvers) or [_runtime_user()],
+        "chat_route": stack.ROUTE if config.chatops else "chatops",
+        "chat_channel": stack.CHANNEL if config.chatops else "fleet-rollout",
+        "approvers": _approvers(config),
         "chatops_users": list(config.chatops_users),
         "ansible_private_key": manifest.get("ssh_key") or "",
     }

@@ -66,7 +66,8 @@ def plan(registry: Registry, command: str, chat_user: Optional[str], bot_user: s
             run_params.update(rendered)
     action = registry.action(alias.action_ref)
     notify = {"on-complete": {"routes": [notification_route or source_channel],
-                              "data": {"user": chat_user, "source_channel": source_channel}}}
+                              "data": {"user": chat_user, "source_channel": source_channel,
+                                       "source_context": None}}}
     runs = []
     for run_params in runs_params:
         clean = {k: v for k, v in run_params.items() if v is not None}

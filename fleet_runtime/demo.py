@@ -1,5 +1,6 @@
-"""`make demo`: the lab (6 VM servers in 2 sites) and two staged rollouts through the embedded
-runtime, answering the approvals the way an SRE would in chat.
+"""`make demo`: the lab (6 VM servers in 2 sites) with ChatOps (ngircd, errbot + err-stackstorm,
+the runtime's st2 API and engine) and two staged rollouts, started with the real st2 CLI as
+sre-alice, whose approvals she answers in IRC (`!st2 rollout approve <id>` in #fleet-rollout).
 
 1. home-snoop (lab windows) in 3 batches: approvals asked and answered, verification per host,
    canary verdicts (with 6 servers the judge has too few hosts for statistics: it says
@@ -9,13 +10,16 @@ runtime, answering the approvals the way an SRE would in chat.
 3. The HTML reports and the audit trail.
 
 Environment: DEMO_HOSTS (6), DEMO_BACKEND (vm; sim for a quick run), DEMO_KEEP_LAB=1 keeps the lab
-running afterwards, FLEET_ROLLOUT_HOME (default .lab/demo/runtime: like the lab, a fresh one each
-run, so an engine never resumes a rollout of an earlier demo on the new servers).
+and its chat running afterwards (`fleet-rollout lab status --state-dir .lab/demo` shows the IRC
+server, the st2 API and the st2 CLI config files), FLEET_ROLLOUT_HOME (default .lab/demo/runtime:
+like the lab, a fresh one each run, so an engine never resumes a rollout of an earlier demo on the
+new servers).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +27,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_lab import lab
+from fleet_lab.chatops import stack
+from fleet_lab.chatops.irc_client import IrcClient, IrcLine
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.store import Store
@@ -30,6 +36,7 @@ from fleet_runtime.store import Store
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.path.join(REPO, ".lab", "demo")
 HOME = os.environ.get("FLEET_ROLLOUT_HOME") or os.path.join(STATE, "runtime")
+SRE = "sre-alice"  # the approver: an st2 user (the st2 CLI) and an IRC nick
 
 
 def say(text: str) -> None:
@@ -37,7 +44,7 @@ def say(text: str) -> None:
 
 
 def cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, FLEET_ROLLOUT_HOME=HOME, FLEET_ROLLOUT_USER="sre-alice")
+    env = dict(os.environ, FLEET_ROLLOUT_HOME=HOME, FLEET_ROLLOUT_USER=SRE)
     return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
@@ -49,26 +56,64 @@ def run_json(*args: str) -> Dict[str, Any]:
     return json.loads(out.stdout)
 
 
+class Channel:
+    """#fleet-rollout as the SRE sees it: a real IRC client (nick sre-alice) in the lab's
+    channel, where errbot (err-stackstorm) posts what the runtime announces on route errbot."""
+
+    def __init__(self, info: stack.ChatopsInfo, nick: str = SRE) -> None:
+        self.info = info
+        self.client = IrcClient(info.irc_host, info.irc_port, nick).connect()
+        self.client.join(info.channel)
+        self.shown = self.client.mark()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _is_message(self, line: IrcLine) -> bool:
+        return (line.command in ("PRIVMSG", "NOTICE")
+                and line.target.lower() in (self.info.channel.lower(), self.client.nick.lower()))
+
+    def show(self) -> None:
+        """Print the channel's lines that arrived since the last call."""
+        lines = self.client.lines[self.shown:]
+        self.shown += len(lines)
+        for line in lines:
+            if self._is_message(line):
+                print(f"  [chat {line.target}] <{line.nick or self.client.nick}> {line.plain}",
+                      flush=True)
+
+    def wait_bot(self, pattern: str, timeout: float, since: int) -> IrcLine:
+        try:
+            return self.client.wait_for_message(self.info.channel, from_nick=self.info.bot_nick,
+                                                pattern=pattern, timeout=timeout, since=since)
+        except TimeoutError as e:
+            raise SystemExit(f"demo: {self.info.bot_nick} did not post /{pattern}/ in "
+                             f"{self.info.channel} within {timeout:.0f} s:\n{e}") from None
+
+    def answer(self, inquiry_id: str, command: str) -> None:
+        """Wait for the bot's question about `inquiry_id`, say `command`, wait for the result."""
+        self.wait_bot(re.escape(f"inquiry {inquiry_id}"), 120, since=0)
+        self.show()
+        mark = self.client.say(self.info.channel, f"!st2 {command}")
+        reply = self.wait_bot(r"answered|Refused|not waiting|not found", 120, since=mark)
+        self.show()
+        if "answered" not in reply.plain:
+            raise SystemExit(f"demo: the chat answer failed: {reply.plain}")
+
+
 class Watch:
     """Follows the rollouts from the runtime's database, in this process (a CLI process per
-    poll would cost the lab's CPUs more than the rollout does): the chat transcript as it grows,
-    every host step as it finishes, the question waiting for an answer."""
+    poll would cost the lab's CPUs more than the rollout does): every host step as it finishes,
+    the question waiting for an answer; and the chat channel as it grows."""
 
-    def __init__(self) -> None:
+    def __init__(self, channel: Channel) -> None:
         home = RuntimeHome(HOME)
+        self.channel = channel
         self.store = Store(str(home.db_path))
         self.kv = Datastore(str(home.db_path), home.key_path)
-        self.chat_path = os.path.join(HOME, "chat.jsonl")
-        self.chat_seen = len(self._chat_lines())
         self.steps_seen = set(self._steps())
         self.tasks_seen: set = set()
-
-    def _chat_lines(self) -> List[str]:
-        try:
-            with open(self.chat_path) as handle:
-                return handle.readlines()
-        except OSError:
-            return []
+        self.answered: set = set()
 
     def _steps(self) -> Dict[Tuple[str, str, str, float], Dict[str, Any]]:
         found = {}
@@ -81,12 +126,7 @@ class Watch:
         return found
 
     def show(self) -> None:
-        lines = self._chat_lines()
-        for line in lines[self.chat_seen:]:
-            msg = json.loads(line)
-            text = str(msg.get("message", "")).strip().replace("\n", "\n        ")
-            print(f"  [chat #{msg.get('channel')}] {text}", flush=True)
-        self.chat_seen = len(lines)
+        self.channel.show()
         steps = self._steps()
         for key in sorted(set(steps) - self.steps_seen, key=lambda k: k[3]):
             done = steps[key]
@@ -120,31 +160,27 @@ class Watch:
 
     def pending_inquiry(self) -> Optional[Dict[str, Any]]:
         rows = self.store.find_executions("runner='inquirer' AND status='pending'")
+        rows = [row for row in rows if row["id"] not in self.answered]
         return rows[0] if rows else None
 
 
 def drive(execution_id: str, watch: Watch, answer: Any) -> Dict[str, Any]:
-    """Show progress and answer each question of the rollout until its workflow ends."""
+    """Show progress and answer each question of the rollout in chat until its workflow ends."""
     while True:
         watch.show()
         watch.show_tasks(execution_id)
         if watch.status(execution_id)["status"] not in (
                 "paused", "pausing", "running", "requested", "scheduled", "resuming"):
+            time.sleep(2)  # the rollout's last chat message follows its end
             watch.show()
             return run_json("execution", "get", execution_id)
         inquiry = watch.pending_inquiry()
         if inquiry is None:
-            time.sleep(2)
+            time.sleep(1)
             continue
-        time.sleep(1)  # the question's chat message is posted right after the inquiry
-        watch.show()
         schema = (inquiry.get("result") or {}).get("schema") or {}
-        message = answer(schema)
-        print(f"  [chat #fleet-rollout] sre-alice: {message}", flush=True)
-        out = cli("chat", "--user", "sre-alice", "--channel", "fleet-rollout", message)
-        if out.returncode != 0 or "Refused" in out.stdout:
-            raise SystemExit(f"demo: the chat answer failed:\n{out.stdout[-2000:]}"
-                             f"{out.stderr[-2000:]}")
+        watch.channel.answer(inquiry["id"], answer(schema))
+        watch.answered.add(inquiry["id"])
 
 
 def sre(schema: Dict[str, Any]) -> str:
@@ -161,12 +197,83 @@ def status_table(rollout_id: str) -> str:
     return str(inner.get("table", ""))
 
 
+def st2(info: stack.ChatopsInfo, *args: str) -> subprocess.CompletedProcess:
+    """The real st2 CLI (PyPI st2client) as the SRE, against the lab's st2 API."""
+    if not stack.ST2_CLI.exists():
+        raise SystemExit(f"demo: {stack.ST2_CLI} is missing: `make install` creates it")
+    return subprocess.run([str(stack.ST2_CLI), *args], env=info.st2_env(SRE),
+                          capture_output=True, text=True, timeout=300)
+
+
 def start(profile: str, watch: Watch) -> Dict[str, Any]:
-    out = cli("run", "-a", "fleet_rollout.rollout", f"profile={profile}", "--json")
-    if not out.stdout.strip().startswith("{"):
-        raise SystemExit(f"demo: rollout did not start:\n{out.stderr[-3000:]}")
-    doc = json.loads(out.stdout)
-    return drive(doc["id"], watch, sre)
+    info = watch.channel.info
+    print(f"  $ st2 run fleet_rollout.rollout profile={profile} -a    (as {SRE})", flush=True)
+    out = st2(info, "run", "fleet_rollout.rollout", f"profile={profile}", "-a")
+    found = re.search(r"st2 execution get (\S+)", out.stdout)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"demo: st2 run did not start the rollout:\n{out.stdout[-3000:]}"
+                         f"{out.stderr[-3000:]}")
+    print("  " + out.stdout.strip().replace("\n", "\n  "), flush=True)
+    return drive(found.group(1), watch, sre)
+
+
+def rollout_good(watch: Watch) -> str:
+    say("rollout 1: home-snoop (Early Snoop -> Home Snoop), approvals in chat (IRC)")
+    doc = start("lab-home-snoop", watch)
+    result = (doc.get("result") or {}).get("output") or {}
+    rollout_id = result.get("rollout_id", "?")
+    print(f"\n  workflow {doc['status']}; rollout {rollout_id}: {result.get('status')}")
+    print("\n" + status_table(rollout_id))
+    return rollout_id
+
+
+def rollout_bad(watch: Watch) -> Tuple[str, bool]:
+    say("rollout 2: lab-bad (a change that slows packet processing): the canary must FAIL "
+        "and roll back by itself")
+    doc = start("lab-bad", watch)
+    result = (doc.get("result") or {}).get("output") or {}
+    bad_id = result.get("rollout_id", "?")
+    print(f"\n  workflow {doc['status']}; rollout {bad_id}: {result.get('status')} "
+          f"(last verdict {result.get('last_verdict')})")
+    print("\n" + status_table(bad_id))
+    watch.show()
+    return bad_id, result.get("status") == "rolled_back"
+
+
+def summary(rollout_ids: List[str]) -> None:
+    say("after both rollouts")
+    print(cli("lab", "status", "--state-dir", STATE).stdout)
+    for rollout_id in rollout_ids:
+        path = os.path.join(STATE, "rollouts", rollout_id, "report.html")
+        print(f"  report: {path}")
+        audit = os.path.join(os.path.dirname(path), "audit.jsonl")
+        if os.path.exists(audit):
+            with open(audit) as handle:
+                print(f"  audit:  {audit} ({sum(1 for _ in handle)} entries)")
+    print(f"  runtime: FLEET_ROLLOUT_HOME={HOME} .venv/bin/fleet-rollout execution list")
+    print(f"  st2 CLI: ST2_CONFIG_FILE={os.path.join(STATE, 'st2', SRE + '.conf')} "
+          f"{stack.ST2_CLI} execution list")
+
+
+def lab_up(hosts: int, backend: str) -> stack.ChatopsInfo:
+    """A fresh lab with ChatOps: IRC, errbot, the st2 API and its engine (like st2's
+    services, it runs every request: st2 run, the bot's alias executions, inquiry answers)."""
+    lab.down(STATE, progress=lambda _m: None)
+    shutil.rmtree(STATE, ignore_errors=True)  # a fresh lab: BIOS defaults, empty disks
+    os.makedirs(HOME, exist_ok=True)
+    say(f"lab up: {hosts} {backend} servers in 2 sites, one simulated Dell iDRAC 8 BMC each; "
+        "IRC + errbot + the st2 API")
+    # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
+    # (TCG guests pay for every packet)
+    config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
+                           hosts_per_rack=1, rate_scale=0.15, approvers=[SRE], chatops=True)
+    inventory = os.path.join(REPO, "inventory", "lab.yml")
+    lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))
+    print(cli("lab", "status", "--state-dir", STATE).stdout)
+    info = stack.read_info(STATE)
+    if info is None:
+        raise SystemExit(f"demo: lab up --chatops wrote no {stack.INFO_NAME} in {STATE}")
+    return info
 
 
 def main() -> int:
@@ -174,63 +281,20 @@ def main() -> int:
     backend = os.environ.get("DEMO_BACKEND", "vm")
     started = time.monotonic()
     os.environ["FLEET_ROLLOUT_HOME"] = HOME
-    lab.down(STATE, progress=lambda _m: None)
-    shutil.rmtree(STATE, ignore_errors=True)  # a fresh lab: BIOS defaults, empty disks
-    os.makedirs(HOME, exist_ok=True)
-    say(f"lab up: {hosts} {backend} servers in 2 sites, one simulated Dell iDRAC 8 BMC each")
-    # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
-    # (TCG guests pay for every packet)
-    config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
-                           hosts_per_rack=1, rate_scale=0.15, approvers=["sre-alice"])
-    inventory = os.path.join(REPO, "inventory", "lab.yml")
+    channel: Optional[Channel] = None
     try:
-        lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))
-        print(cli("lab", "status", "--state-dir", STATE).stdout)
-        # the runtime's engine runs in the background like st2's services; the CLI hands it
-        # every request (run, inquiry respond)
-        engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine",
-                                   "--forever"], cwd=REPO, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL,
-                                  env=dict(os.environ, FLEET_ROLLOUT_HOME=HOME,
-                                           FLEET_ROLLOUT_USER="sre-alice"))
-        time.sleep(3)
-        watch = Watch()
-        reports: List[str] = []
-
-        say("rollout 1: home-snoop (Early Snoop -> Home Snoop), approvals in chat")
-        doc = start("lab-home-snoop", watch)
-        result = (doc.get("result") or {}).get("output") or {}
-        rollout_id = result.get("rollout_id", "?")
-        print(f"\n  workflow {doc['status']}; rollout {rollout_id}: {result.get('status')}")
-        print("\n" + status_table(rollout_id))
-        reports.append(os.path.join(STATE, "rollouts", rollout_id, "report.html"))
-
-        say("rollout 2: lab-bad (a change that slows packet processing): the canary must FAIL "
-            "and roll back by itself")
-        doc = start("lab-bad", watch)
-        result = (doc.get("result") or {}).get("output") or {}
-        bad_id = result.get("rollout_id", "?")
-        print(f"\n  workflow {doc['status']}; rollout {bad_id}: {result.get('status')} "
-              f"(last verdict {result.get('last_verdict')})")
-        print("\n" + status_table(bad_id))
-        watch.show()
-        reports.append(os.path.join(STATE, "rollouts", bad_id, "report.html"))
-
-        say("after both rollouts")
-        print(cli("lab", "status", "--state-dir", STATE).stdout)
-        for path in reports:
-            print(f"  report: {path}")
-            audit = os.path.join(os.path.dirname(path), "audit.jsonl")
-            if os.path.exists(audit):
-                with open(audit) as handle:
-                    print(f"  audit:  {audit} ({sum(1 for _ in handle)} entries)")
-        print(f"  runtime: FLEET_ROLLOUT_HOME={HOME} .venv/bin/fleet-rollout execution list")
+        info = lab_up(hosts, backend)
+        channel = Channel(info)
+        print(f"  {SRE} joined {info.channel} on {info.irc_host}:{info.irc_port}", flush=True)
+        watch = Watch(channel)
+        good = rollout_good(watch)
+        bad, ok = rollout_bad(watch)
+        summary([good, bad])
         print(f"\n  demo took {time.monotonic() - started:.0f} s")
-        ok = result.get("status") == "rolled_back"
-        engine.terminate()
-        engine.wait(30)
         return 0 if ok else 1
     finally:
+        if channel is not None:
+            channel.close()
         if os.environ.get("DEMO_KEEP_LAB") != "1":
             say("lab down")
             lab.down(STATE)

@@ -1,7 +1,9 @@
 """`make demo` end to end, as a user runs it: 6 servers in 2 sites, one simulated Dell iDRAC 8
-BMC each over HTTPS, the embedded runtime running the pack's workflows with a background engine,
-real Ansible; a good rollout in 3 batches with the approvals answered, then a bad one whose
-canary FAILs on the drop ceiling and is rolled back automatically.
+BMC each over HTTPS, the lab's ChatOps (ngircd, errbot + err-stackstorm, the runtime's st2 API
+and its engine) running the pack's workflows, real Ansible; rollouts started with the real st2
+CLI as sre-alice; a good rollout in 3 batches with the approvals answered in IRC
+(`!st2 rollout approve <id>` in #fleet-rollout), then a bad one whose canary FAILs on the drop
+ceiling and is rolled back automatically.
 
 - vm: what `make demo` runs: QEMU guests with real kernels (NUMA from the BIOS settings), Ansible
   over SSH, the probe in the guests, UDP traffic and the guest kernels' own drop counters.
@@ -29,11 +31,16 @@ def test_make_demo_end_to_end(tmp_path, backend):
     assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]
     assert "servers up: 6/6" in out
     first, second = out.split("=== rollout 2", 1)
-    # approvals asked in chat and answered there by an approver, recorded as that chat user
-    assert "sre-alice: rollout approve" in first
-    assert "sre-alice answered approve for rollout" in first
+    # started with the st2 CLI; approvals asked in IRC by the bot and answered there by an
+    # approver, recorded as that nick
+    assert "$ st2 run fleet_rollout.rollout profile=lab-home-snoop -a" in first
+    assert "st2 execution get " in first
+    assert "[chat #fleet-rollout] <sre-alice> !st2 rollout approve" in first
+    assert "[chat #fleet-rollout] <fleetbot> Approval needed for rollout" in first
+    assert "<fleetbot> sre-alice answered approve for rollout" in first
     assert "rollout lab-home-snoop" in first and ": completed" in first
-    assert first.count("[chat #fleet-rollout] Rollout") >= 3  # one message per batch + plan
+    # one message per batch + plan
+    assert first.count("[chat #fleet-rollout] <fleetbot> Rollout") >= 3
     assert "INCONCLUSIVE" in first or "PASS" in first
     # progress: every host's steps as they finish, all six hosts verified and back in service
     for host in [f"lab-00{i}" for i in range(1, 7)]:
@@ -46,3 +53,8 @@ def test_make_demo_end_to_end(tmp_path, backend):
     assert "lab stopped" in out or "lab down" in out
     pids = subprocess.run(["pgrep", "-f", "qemu-system-x86_64"], capture_output=True, text=True)
     assert pids.stdout.strip() == "", "QEMU processes left behind"
+    state = os.path.join(ROOT, ".lab", "demo")
+    home = env["FLEET_ROLLOUT_HOME"]
+    for pattern in (f"errbot -c {state}/", f"ngircd .*{state}/", f"api serve .*{home}"):
+        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        assert found.stdout.strip() == "", f"{pattern}: left behind: {found.stdout}"

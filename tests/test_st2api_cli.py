@@ -66,6 +66,8 @@ def test_st2_run_and_execution_list_get(st2_api: St2Api) -> None:
     both = st2_api.http("GET", "/api/v1/executions?action=rt_test.greet&limit=1&offset=1")
     assert both.headers["X-Total-Count"] == "2" and both.json()[0]["id"] == run["id"]
     assert st2_api.http("GET", "/api/v1/executions?limit=500").status_code == 400
+    rules = st2_api.st2_json(["rule", "list", "-p", "rt_test"])
+    assert rules and all(r["pack"] == "rt_test" for r in rules)
 
 
 def test_secret_parameters_are_masked_in_every_view(st2_api: St2Api) -> None:

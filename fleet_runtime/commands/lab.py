@@ -1,15 +1,18 @@
-"""`fleet-rollout lab up|status|down|traffic`: the virtual lab of BMCs and servers."""
+"""`fleet-rollout lab up|status|down|traffic`: the virtual lab of BMCs and servers (and, with
+`up --chatops`, IRC + errbot + the st2 API)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import Any, Dict, List
 
 import requests
 
 from fleet_lab import lab
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS
+from fleet_lab.chatops import stack
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +29,11 @@ def register(subparsers: Any) -> None:
     up.add_argument("--pps", type=int, default=0, help="UDP packets/s per server")
     up.add_argument("--rate-scale", type=float, default=1.0,
                     help="scale receive rates and default traffic (0-1; saves CPU)")
+    up.add_argument("--chatops", action="store_true",
+                    help="also IRC (ngircd), errbot + err-stackstorm and the st2 API for the "
+                    "runtime home, with st2 users for the bot and each approver")
+    up.add_argument("--approver", action="append", default=[],
+                    help="who may approve (repeat; default: the runtime's user)")
     up.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
     up.add_argument("--inventory", default=lab.DEFAULT_INVENTORY)
     up.add_argument("--timeout", type=float, default=900.0)
@@ -58,7 +66,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = lab.LabConfig(hosts=args.hosts, backend=args.backend,
                            vendors=_vendors(args.vendor), sites=args.sites,
                            reboot_seconds=args.reboot_seconds, pps=args.pps,
-                           rate_scale=args.rate_scale)
+                           rate_scale=args.rate_scale, chatops=args.chatops,
+                           approvers=list(args.approver))
     if config.hosts < 1:
         print("lab up: --hosts must be at least 1", file=sys.stderr)
         return 2
@@ -67,13 +76,32 @@ def cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted: lab stopped", file=sys.stderr)
         return 130
-    except RuntimeError as err:
+    except (RuntimeError, OSError) as err:  # OSError: ngircd missing, a timeout, ...
         print(f"lab up: {err}", file=sys.stderr)
         return 1
     print(f"inventory:   {args.inventory}")
     print(f"pack config: {lab.paths(args.state_dir)['pack_config']}")
     print(f"CA:          {manifest['ca']}")
+    for line in chat_lines(args.state_dir):
+        print(line)
     return 0
+
+
+def chat_lines(state_dir: str) -> List[str]:
+    """The ChatOps part of the lab for people: where to chat, the API, the st2 CLI configs."""
+    info = stack.read_info(state_dir)
+    if info is None:
+        return []
+    running = stack.running(state_dir)
+    state = ", ".join(f"{name} {pid or 'not running'}" for name, pid in running.items())
+    lines = [f"chat:        IRC {info.irc_host}:{info.irc_port}, channel {info.channel} "
+             f"(bot {info.bot_nick}, st2 route {info.route})",
+             f"st2 API:     {info.api_url} (home {info.home})",
+             f"processes:   {state}"]
+    for user in info.users:
+        lines.append(f"st2 as {user}: ST2_CONFIG_FILE={info.st2_config(user)} "
+                     f"{stack.ST2_CLI} ...")
+    return lines
 
 
 def host_rows(state_dir: str) -> List[Dict[str, Any]]:
@@ -103,8 +131,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     manifest = lab.read_manifest(args.state_dir)
     rows = host_rows(args.state_dir) if pid else []
     if args.json:
+        info = stack.read_info(args.state_dir)
+        chat = dict(asdict(info), running=stack.running(args.state_dir)) if info else None
         print(json.dumps({"running": bool(pid), "pid": pid,
-                          "backend": manifest and manifest.get("backend"), "hosts": rows}))
+                          "backend": manifest and manifest.get("backend"), "hosts": rows,
+                          "chatops": chat}))
         return 0 if pid else 1
     if not pid:
         print(f"no lab running (state dir {args.state_dir})")
@@ -117,6 +148,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("  ".join(c.upper().ljust(widths[c]) for c in cols))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in cols))
+    for line in chat_lines(args.state_dir):
+        print(line)
     return 0
 
 

@@ -29,6 +29,8 @@ class Catalog:
         router.add("POST", "/api/v1/actionalias/match", self.match)
         router.add("GET", "/api/v1/actionalias/help", self.help)
         router.add("GET", "/api/v1/actionalias/{ref}", self.alias)
+        router.add("GET", "/api/v1/rules", self.rules)
+        router.add("GET", "/api/v1/rules/{ref}", self.rule)
         router.add("GET", "/api/v1/user", self.user)
 
     def root(self, req: Request) -> Dict[str, Any]:
@@ -64,17 +66,10 @@ class Catalog:
         return views.runner(name)
 
     def aliases(self, req: Request) -> Response:
-        items = [views.alias(a) for a in self.registry.aliases]
-        pack = req.query.get("pack")
-        if pack:
-            items = [a for a in items if a["pack"] == pack]
-        return _page(req, items)
+        return _page(req, _of_pack(req, [views.alias(a) for a in self.registry.aliases]))
 
     def alias(self, req: Request, ref: str) -> Dict[str, Any]:
-        for candidate in self.registry.aliases:
-            if ref in (candidate.ref, candidate.name):
-                return views.alias(candidate)
-        raise HttpError(404, f'Resource with a reference or id "{ref}" not found')
+        return views.alias(_by_ref(self.registry.aliases, ref))
 
     def match(self, req: Request) -> Dict[str, Any]:
         command = req.json_body().get("command")
@@ -87,6 +82,12 @@ class Catalog:
         return {"actionalias": views.alias(found["alias"]),
                 "display": found.get("display") or found["representation"],
                 "representation": found["representation"]}
+
+    def rules(self, req: Request) -> Response:
+        return _page(req, _of_pack(req, [views.rule(r) for r in self.registry.rules]))
+
+    def rule(self, req: Request, ref: str) -> Dict[str, Any]:
+        return views.rule(_by_ref(self.registry.rules, ref))
 
     def help(self, req: Request) -> Dict[str, Any]:
         """Help strings of the enabled aliases (st2's actionalias_helpstring), filtered by pack
@@ -113,6 +114,18 @@ class Catalog:
         return {"username": req.user, "authentication": dict(req.auth),
                 "rbac": {"enabled": False, "roles": ["admin"] if admin else [],
                          "is_admin": admin}}
+
+
+def _of_pack(req: Request, items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    pack = req.query.get("pack")
+    return [i for i in items if i["pack"] == pack] if pack else items
+
+
+def _by_ref(candidates: List[Any], ref: str) -> Any:
+    for candidate in candidates:
+        if ref in (candidate.ref, candidate.name):
+            return candidate
+    raise HttpError(404, f'Resource with a reference or id "{ref}" not found')
 
 
 def _page(req: Request, items: List[Dict[str, Any]]) -> Response:

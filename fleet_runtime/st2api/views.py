@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from fleet_runtime import params as params_util
 from fleet_runtime import render
-from fleet_runtime.packs import RUNNERS, Action, Alias, Registry
+from fleet_runtime.packs import RUNNERS, Action, Alias, Registry, Rule
 
 
 def action(a: Action) -> Dict[str, Any]:
@@ -33,6 +33,18 @@ def alias(a: Alias) -> Dict[str, Any]:
         "action_ref": a.action_ref, "formats": a.formats, "ack": a.ack, "result": a.result,
         "extra": a.extra, "immutable_parameters": a.immutable_parameters,
         "metadata_file": a.metadata_file,
+    }
+
+
+def rule(r: Rule) -> Dict[str, Any]:
+    return {
+        "id": r.ref, "uid": f"rule:{r.pack}:{r.name}", "ref": r.ref, "pack": r.pack,
+        "name": r.name, "description": r.description, "enabled": r.enabled,
+        "trigger": {"type": r.trigger_type, "parameters": r.trigger_parameters,
+                    "ref": r.trigger_type},
+        "criteria": r.criteria,
+        "action": {"ref": r.action_ref, "parameters": r.action_parameters},
+        "metadata_file": r.metadata_file,
     }
 
 
