@@ -9,7 +9,7 @@ ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
-        bench-lab bench-rollout clean
+        bench-lab bench-rollout bench-st2api clean
 
 $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.txt
 	./scripts/install-system-packages.sh system-packages.txt
@@ -44,7 +44,7 @@ test: install probe lint
 demo: install probe
 	$(VPY) -m fleet_runtime.demo
 
-bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout
+bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api
 
 bench-redfish: install
 	$(VPY) bench/bench_redfish.py
@@ -63,6 +63,9 @@ bench-lab: install probe
 
 bench-rollout: install probe
 	$(VPY) bench/bench_rollout.py
+
+bench-st2api: install
+	$(VPY) bench/bench_st2api.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
