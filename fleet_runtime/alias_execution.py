@@ -51,11 +51,15 @@ def plan(registry: Registry, command: str, chat_user: Optional[str], bot_user: s
     else:
         alias = find_alias(registry, alias_name)
         representation, multiple = format_str or "", False
+        own = [rep for f in alias.formats for rep in aliases.normalise_format(f)[1]]
+        if representation not in own:  # st2: never a pattern the caller brings
+            raise AliasError(f'Format string "{representation}" is not available on the alias'
+                             f' "{alias.name}"')
     extracted = aliases.extract_parameters(representation, command, match_multiple=multiple)
     runs_params = extracted if isinstance(extracted, list) else [extracted]
     context = st2ctx.alias_context(alias.ref, alias.name, chat_user, bot_user, source_channel)
     if alias.immutable_parameters:
-        kv = {"st2kv": templating.kv_context(chat_user or bot_user)}
+        kv = {"st2kv": templating.kv_context(bot_user)}  # st2: the requester's keys
         kv.update(context)
         rendered = templating.render_values(alias.immutable_parameters, kv) or {}
         for run_params in runs_params:

@@ -77,7 +77,9 @@ def test_secret_parameters_are_masked_in_every_view(st2_api: St2Api) -> None:
         out = st2_api.st2(args).stdout
         assert "hunter2-secret" not in out
     raw = st2_api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true")
-    assert raw.status_code == 403  # st2: administrators only
+    assert raw.json()["parameters"]["password"] == "********"  # st2: administrators only
+    result = st2_api.http("GET", f"/api/v1/executions/{run['id']}/result")
+    assert result.status_code == 200 and "hunter2-secret" not in result.text
     admin = st2_api.http("GET", f"/api/v1/executions/{run['id']}?show_secrets=true",
                      user="st2admin")
     assert admin.json()["parameters"]["password"] == "hunter2-secret"
@@ -224,3 +226,27 @@ def test_inquiry_roles_are_the_requesters_own(tmp_path: Path) -> None:
         assert server.wait_status(wf_id, ("succeeded",))["context"]["resumed_by"] == "sre-alice"
     finally:
         server.stop()
+
+
+def test_requests_outside_what_st2_accepts_are_refused(st2_api: St2Api) -> None:
+    # an alias execution may only use the alias's own formats (no caller-made patterns)
+    foreign = st2_api.http("POST", "/api/v1/aliasexecution",
+                           json={"name": "greet", "format": "(a+)+$", "command": "aaaa"})
+    assert foreign.status_code == 400 and "is not available on the alias" in foreign.text
+    own = st2_api.http("POST", "/api/v1/aliasexecution",
+                       json={"name": "greet", "format": "greet {{name}}", "command": "greet x"})
+    assert own.status_code == 201, own.text
+    long = st2_api.http("POST", "/api/v1/actionalias/match", json={"command": "a=b " * 2000})
+    assert long.status_code == 400
+    # ids are ids: no SQL LIKE wildcards or other text reaches the database
+    for bad in ("______", "%25%25%25%25%25%25", "..%2F..%2Fetc"):
+        assert st2_api.http("GET", f"/api/v1/executions/{bad}").status_code == 404, bad
+    # API keys: hashes masked, names checked
+    key = st2_api.http("POST", "/api/v1/apikeys", json={}).json()
+    listed = st2_api.http("GET", "/api/v1/apikeys").json()
+    assert [k["key_hash"] for k in listed] == ["********"] and key["key"] not in str(listed)
+    bad_user = st2_api.http("POST", "/api/v1/apikeys", user="st2admin",
+                            json={"user": "alice:x"})
+    assert bad_user.status_code == 400
+    gone = st2_api.http("DELETE", f"/api/v1/apikeys/{key['id']}")
+    assert gone.status_code == 204 and gone.content == b""

@@ -15,6 +15,8 @@ from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ApiService, http_error
 
+MAX_COMMAND = 4096  # a chat line; alias matching is regular expressions over it
+
 
 class AliasExecutions:
     def __init__(self, service: ApiService) -> None:
@@ -42,6 +44,8 @@ class AliasExecutions:
         command = body.get("command")
         if not isinstance(command, str) or not command.strip():
             raise HttpError(400, '"command" is a required property')
+        if len(command) > MAX_COMMAND:
+            raise HttpError(400, f'"command" is longer than {MAX_COMMAND} characters')
         chat_user = body.get("user") or None
         channel = body.get("source_channel") or None
         route = body.get("notification_route") or body.get("notification_channel") or None

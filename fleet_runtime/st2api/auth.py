@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
+from fleet_runtime.st2api import users as users_file
 from fleet_runtime.st2api.credentials import TokenTtlError
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ApiService
@@ -59,6 +60,10 @@ class Auth:
         if user != req.user and not self.svc.is_admin(req.user):
             raise HttpError(403, f'Administrator access required for user "{req.user}" to'
                                  " create an API key for another user")
+        try:
+            users_file.check_name(str(user))
+        except users_file.UsersFileError as e:
+            raise HttpError(400, str(e)) from None
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise HttpError(400, '"metadata" must be an object')

@@ -8,6 +8,7 @@ from fleet_runtime import aliases as alias_match
 from fleet_runtime.errors import AliasError
 from fleet_runtime.packs import RUNNERS
 from fleet_runtime.st2api import views
+from fleet_runtime.st2api.alias_executions import MAX_COMMAND
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ApiService
 
@@ -75,6 +76,8 @@ class Catalog:
         command = req.json_body().get("command")
         if not isinstance(command, str):
             raise HttpError(400, '"command" is a required property')
+        if len(command) > MAX_COMMAND:
+            raise HttpError(400, f'"command" is longer than {MAX_COMMAND} characters')
         try:
             found = alias_match.get_matching_alias(command, self.registry.aliases)
         except AliasError as e:

@@ -121,6 +121,6 @@ class Credentials:
 
     @staticmethod
     def _key_view(row: Any) -> Dict[str, Any]:
-        return {"id": row[0], "uid": f"api_key:{row[1]}", "key_hash": row[1], "user": row[2],
+        return {"id": row[0], "uid": "api_key:********", "key_hash": "********", "user": row[2],
                 "metadata": json.loads(row[3]), "created_at": iso(row[4]),
                 "enabled": bool(row[5])}

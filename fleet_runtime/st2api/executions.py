@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
-from fleet_runtime.st2api.service import ApiService
+from fleet_runtime.st2api.service import ID_PATTERN, ApiService
 
 COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
 CANCELABLE = ("requested", "scheduled", "delayed", "running", "pending", "paused", "pausing",
@@ -35,6 +35,8 @@ class Executions:
 
     # ------------------------------------------------------------------ reads
     def _record(self, ex_id: str) -> Dict[str, Any]:
+        if not ID_PATTERN.match(ex_id):
+            raise HttpError(404, f'Resource with a reference or id "{ex_id}" not found')
         full = self.rt.store.resolve_execution_id(ex_id)
         record = self.rt.store.get_execution(full) if full else None
         if record is None:
@@ -52,12 +54,8 @@ class Executions:
         return view
 
     def _show_secrets(self, req: Request) -> bool:
-        if req.flag("show_secrets"):
-            if not self.svc.is_admin(req.user):
-                raise HttpError(403, f'Administrator access required for user "{req.user}"'
-                                     " to use show_secrets")
-            return True
-        return False
+        """st2: `show_secrets` counts for administrators only; others get the masked view."""
+        return req.flag("show_secrets") and self.svc.is_admin(req.user)
 
     def list(self, req: Request) -> Response:
         where, args = ["1=1"], []  # type: List[str], List[Any]
@@ -117,8 +115,8 @@ class Executions:
         return out
 
     def result(self, req: Request, ex_id: str) -> Dict[str, Any]:
-        record = self._record(ex_id)
-        return {"id": record["id"], "result": record.get("result") or {}}
+        view = self._view(req, self._record(ex_id), with_children=False)
+        return {"id": view["id"], "result": view["result"]}
 
     def attribute(self, req: Request, ex_id: str, attribute: str) -> Any:
         view = self._view(req, self._record(ex_id))

@@ -15,11 +15,12 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Iterator, List, Optional, Pattern, Tuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 LOG = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
+SOCKET_TIMEOUT = 30.0
 
 
 class HttpError(Exception):
@@ -114,9 +115,12 @@ class ApiServer:
 
         class _Handler(BaseHTTPRequestHandler):
             server_version = "fleet-rollout-st2api"
+            timeout = SOCKET_TIMEOUT  # a client that stops sending or reading is dropped
 
             def log_message(self, fmt: str, *args: Any) -> None:
-                LOG.debug("%s %s", self.address_string(), fmt % args)
+                # the request line without its query string (the stream's token is there)
+                text = (fmt % args).replace(self.path, self.path.split("?")[0])
+                LOG.debug("%s %s", self.address_string(), text)
 
             def do_GET(self) -> None:
                 server.handle(self, "GET")
@@ -147,7 +151,8 @@ class ApiServer:
         self.thread.start()
 
     def close(self) -> None:
-        self.httpd.shutdown()
+        if self.thread.is_alive():  # shutdown() waits for serve_forever: only when it runs
+            self.httpd.shutdown()
         self.httpd.server_close()
 
     # ------------------------------------------------------------------ one request
@@ -166,12 +171,13 @@ class ApiServer:
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         req = Request(method, parts.path, query, h.headers)
         route, args = self.router.find(method, parts.path)
-        req.body = _read_body(h)
+        args = {key: unquote(value) for key, value in args.items()}
         req.basic_auth = _basic_auth(h.headers.get("Authorization"))
         if not route.public:
             req.user = self.authenticate(req)
             if req.user is None:
                 raise HttpError(401, _missing_credentials(req))
+        req.body = _read_body(h)  # after authentication: strangers' bodies are not parsed
         result = route.handler(req, **args)
         if isinstance(result, Response):
             return result
@@ -196,6 +202,9 @@ class ApiServer:
                 close = getattr(response.stream, "close", None)
                 if close:
                     close()
+            return
+        if response.status == 204:
+            h.end_headers()
             return
         if response.text is not None:
             data = response.text.encode()

@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
-from fleet_runtime.st2api.service import ApiService
+from fleet_runtime.st2api.service import ID_PATTERN, ApiService
 
 
 class Inquiries:
@@ -26,6 +26,8 @@ class Inquiries:
         return self.rt.store.find_executions("runner='inquirer' AND status='pending'")
 
     def _record(self, inquiry_id: str) -> Dict[str, Any]:
+        if not ID_PATTERN.match(inquiry_id):
+            raise HttpError(404, f'Resource with a reference or id "{inquiry_id}" not found')
         full = self.rt.store.resolve_execution_id(inquiry_id)
         record = self.rt.store.get_execution(full) if full else None
         if record is None or record["runner"] != "inquirer":

@@ -7,6 +7,8 @@ bus): the API process never runs workflow code.
 """
 from __future__ import annotations
 
+import re
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -26,6 +28,10 @@ _STATUS = {
 }
 
 
+ID_PATTERN = re.compile(r"^[0-9a-f]{6,32}$")  # an execution id, or a unique prefix of one
+LOGINS_AT_ONCE = 4  # bcrypt checks in parallel: a flood of logins cannot take every core
+
+
 class ApiService:
     def __init__(self, runtime: Any, users_path: Path, admins: Optional[List[str]] = None
                  ) -> None:
@@ -34,6 +40,7 @@ class ApiService:
         self.users = users_file.load(self.users_path)
         self.admins = set(admins or [])
         self.credentials = Credentials(str(runtime.home.db_path))
+        self._logins = threading.BoundedSemaphore(LOGINS_AT_ONCE)
 
     # ------------------------------------------------------------------ who
     def authenticate(self, req: Request) -> Optional[str]:
@@ -41,6 +48,8 @@ class ApiService:
         if token:
             found = self.credentials.token(token)
             if found is None:
+                return None
+            if found["user"] not in self.users:  # removed from the users file since
                 return None
             req.auth = {"method": "authentication token", "token_expire": found["expiry"]}
             return str(found["user"])
@@ -51,8 +60,9 @@ class ApiService:
         return None
 
     def login(self, name: str, password: str) -> bool:
-        self.users = users_file.load(self.users_path)  # users added while serving count
-        return users_file.verify(self.users, name, password)
+        with self._logins:
+            self.users = users_file.load(self.users_path)  # users added while serving count
+            return users_file.verify(self.users, name, password)
 
     def is_admin(self, user: Optional[str]) -> bool:
         return user in self.admins

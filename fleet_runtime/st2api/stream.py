@@ -33,6 +33,7 @@ DEFAULT_EVENTS = ["st2.announcement__*", "st2.execution__create", "st2.execution
 COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
 POLL_SECONDS = 0.25
 HEARTBEAT_SECONDS = 10.0
+QUEUE_LIMIT = 10000
 ANNOUNCEMENT_FIELDS = ("message", "channel", "user", "whisper", "extra", "context")
 
 Event = Tuple[str, Dict[str, Any]]
@@ -65,7 +66,7 @@ class StreamHub:
 
     # ------------------------------------------------------------------ clients
     def subscribe(self) -> queue.Queue[Event]:
-        q: queue.Queue[Event] = queue.Queue()
+        q: queue.Queue[Event] = queue.Queue(maxsize=QUEUE_LIMIT)
         with self._lock:
             self._clients.append(q)
         return q
@@ -77,8 +78,12 @@ class StreamHub:
 
     def emit(self, name: str, body: Dict[str, Any]) -> None:
         with self._lock:
-            for q in self._clients:
-                q.put((name, body))
+            for q in list(self._clients):
+                try:
+                    q.put_nowait((name, body))
+                except queue.Full:  # a client that does not read: dropped, not buffered
+                    self._clients.remove(q)
+                    LOG.warning("stream client dropped: %d events unread", QUEUE_LIMIT)
 
     def stream(self, req: Request) -> Response:
         events = [e for e in (req.query.get("events") or "").split(",") if e] or DEFAULT_EVENTS
@@ -95,6 +100,9 @@ class StreamHub:
                 try:
                     name, body = q.get(timeout=HEARTBEAT_SECONDS)
                 except queue.Empty:
+                    with self._lock:
+                        if q not in self._clients:  # dropped for not reading
+                            return
                     yield b"\n"
                     continue
                 stop = (name == end_event and end_id is not None and body.get("id") == end_id
@@ -172,7 +180,11 @@ class StreamHub:
             for line in chunk[:complete].splitlines():
                 if not line.strip():
                     continue
-                entry = json.loads(line)
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    LOG.warning("unreadable announcement line in %s", path.name)
+                    continue
                 if entry.get("transcript_only"):  # lines of `fleet-rollout chat`
                     continue
                 # st2's AnnouncementDispatcher wraps the action's parameters
