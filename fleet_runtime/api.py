@@ -25,6 +25,7 @@ from fleet_runtime.errors import (
     NotFoundError,
     RuntimeErrorBase,
 )
+from fleet_runtime.st2api import views
 
 
 class LocalApi:
@@ -106,14 +107,14 @@ class LocalApi:
             if parts == ["inquiries"] and method == "GET":
                 rows = self.runtime.store.find_executions(
                     "runner='inquirer' AND status='pending'")
-                return 200, [_inquiry(r) for r in rows]
+                return 200, [views.inquiry(r) for r in rows]
             if len(parts) == 2 and parts[0] == "inquiries":
                 record = self.runtime.inquiry(parts[1])
                 if method == "GET":
                     if record["status"] != "pending":
                         return 400, {"faultstring": f'Inquiry "{record["id"]}" is'
                                                     f' {record["status"]}.'}
-                    return 200, _inquiry(record)
+                    return 200, views.inquiry(record)
                 if method == "PUT":
                     response = (body or {}).get("response")
                     result = self.runtime.respond(record["id"], response, requester=user)
@@ -121,8 +122,6 @@ class LocalApi:
             if len(parts) == 2 and parts[0] == "actionalias" and method == "GET":
                 for alias in self.runtime.registry.aliases:
                     if parts[1] in (alias.ref, alias.name):
-                        from fleet_runtime.st2api import views
-
                         return 200, views.alias(alias)
                 return 404, {"faultstring": f'Resource with a reference or id "{parts[1]}"'
                                             " not found"}
@@ -142,9 +141,3 @@ class LocalApi:
             return 400, {"faultstring": str(e)}
         return 404, {"faultstring": f"{method} {path} is not supported by the local API"}
 
-
-def _inquiry(record: Dict[str, Any]) -> Dict[str, Any]:
-    result = record.get("result") or {}
-    return {"id": record["id"], "route": result.get("route", ""), "ttl": result.get("ttl"),
-            "users": result.get("users") or [], "roles": result.get("roles") or [],
-            "schema": result.get("schema")}
