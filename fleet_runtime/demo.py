@@ -9,7 +9,8 @@ sre-alice, whose approvals she answers in IRC (`!st2 rollout approve <id>` in #f
    FAILs and every changed host is rolled back automatically.
 3. The HTML reports and the audit trail.
 
-Environment: DEMO_HOSTS (6), DEMO_BACKEND (vm; sim for a quick run), DEMO_KEEP_LAB=1 keeps the lab
+Environment: DEMO_HOSTS (6), DEMO_STATE_DIR (.lab/demo), DEMO_INVENTORY (inventory/lab.yml),
+DEMO_BACKEND (vm; sim for a quick run), DEMO_KEEP_LAB=1 keeps the lab
 and its chat running afterwards (`fleet-rollout lab status --state-dir .lab/demo` shows the IRC
 server, the st2 API and the st2 CLI config files), FLEET_ROLLOUT_HOME (default .lab/demo/runtime:
 like the lab, a fresh one each run, so an engine never resumes a rollout of an earlier demo on the
@@ -34,7 +35,7 @@ from fleet_runtime.home import RuntimeHome
 from fleet_runtime.store import Store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STATE = os.path.join(REPO, ".lab", "demo")
+STATE = os.environ.get("DEMO_STATE_DIR") or os.path.join(REPO, ".lab", "demo")
 HOME = os.environ.get("FLEET_ROLLOUT_HOME") or os.path.join(STATE, "runtime")
 SRE = "sre-alice"  # the approver: an st2 user (the st2 CLI) and an IRC nick
 
@@ -267,7 +268,7 @@ def lab_up(hosts: int, backend: str) -> stack.ChatopsInfo:
     # (TCG guests pay for every packet)
     config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
                            hosts_per_rack=1, rate_scale=0.15, approvers=[SRE], chatops=True)
-    inventory = os.path.join(REPO, "inventory", "lab.yml")
+    inventory = os.environ.get("DEMO_INVENTORY") or os.path.join(REPO, "inventory", "lab.yml")
     lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))
     print(cli("lab", "status", "--state-dir", STATE).stdout)
     info = stack.read_info(STATE)

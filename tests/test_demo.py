@@ -24,7 +24,8 @@ from rollout_support import ROOT
 @pytest.mark.parametrize("backend", ["sim", "vm"])
 def test_make_demo_end_to_end(tmp_path, backend):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
-               DEMO_BACKEND=backend)
+               DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
+               DEMO_INVENTORY=str(tmp_path / "inventory.yml"))  # not the repo's .lab/
     proc = subprocess.run([sys.executable, "-m", "fleet_runtime.demo"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=2700)
     out = proc.stdout
@@ -53,7 +54,7 @@ def test_make_demo_end_to_end(tmp_path, backend):
     assert "lab stopped" in out or "lab down" in out
     pids = subprocess.run(["pgrep", "-f", "qemu-system-x86_64"], capture_output=True, text=True)
     assert pids.stdout.strip() == "", "QEMU processes left behind"
-    state = os.path.join(ROOT, ".lab", "demo")
+    state = env["DEMO_STATE_DIR"]
     home = env["FLEET_ROLLOUT_HOME"]
     for pattern in (f"errbot -c {state}/", f"ngircd .*{state}/", f"api serve .*{home}"):
         found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
