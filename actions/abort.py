@@ -4,5 +4,7 @@ from fleet_rollout import service
 
 
 class Abort(Action):
-    def run(self, rollout_id, reason='aborted by operator', user=None):
-        return service.abort(self.config, self.action_service, rollout_id, reason, user or '')
+    def run(self, rollout_id, cause='operator', batch=-1):
+        _, user = service.action_identity()
+        return service.abort(self.config, self.action_service, rollout_id, cause, int(batch),
+                             user)

@@ -4,6 +4,7 @@ from fleet_rollout import service
 
 
 class HostRestore(Action):
-    def run(self, rollout_id, host, execution_id=None, user=None, leave_drained=None):
+    def run(self, rollout_id, host, leave_drained=None):
+        execution_id, user = service.action_identity()
         return service.host_restore(self.config, self.action_service, rollout_id, host,
-                                    execution_id or '', user or '', leave_drained)
+                                    execution_id, user, leave_drained)

@@ -4,6 +4,7 @@ from fleet_rollout import service
 
 
 class HostStep(Action):
-    def run(self, rollout_id, host, step, execution_id=None, user=None):
+    def run(self, rollout_id, host, step):
+        execution_id, user = service.action_identity()
         return service.host_step(self.config, self.action_service, rollout_id, host, step,
-                                 execution_id or '', user or '')
+                                 execution_id, user)

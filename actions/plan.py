@@ -4,6 +4,7 @@ from fleet_rollout import service
 
 
 class PlanRollout(Action):
-    def run(self, profile, targets, inventory=None, rollout_id=None, user=None):
-        return service.plan_rollout(self.config, self.action_service, profile, targets, inventory,
-                                    rollout_id, user or '')
+    def run(self, profile, targets='all', rollout_id=None):
+        _, user = service.action_identity()
+        return service.plan_rollout(self.config, self.action_service, profile, targets,
+                                    rollout_id, user)

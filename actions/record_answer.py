@@ -4,6 +4,6 @@ from fleet_rollout import service
 
 
 class RecordAnswer(Action):
-    def run(self, rollout_id, batch, question, outcome, response=None, workflow_execution_id=""):
+    def run(self, rollout_id, batch, question, outcome):
         return service.record_answer(self.config, self.action_service, rollout_id, int(batch),
-                                     question, outcome, response or {}, workflow_execution_id)
+                                     question, outcome)

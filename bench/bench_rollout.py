@@ -81,9 +81,10 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
     from fleet_lab import lab
 
     with tempfile.TemporaryDirectory() as tmp:
-        profile = os.path.join(tmp, "bench.yaml")
+        os.makedirs(os.path.join(tmp, "profiles"))
+        profile = os.path.join(tmp, "profiles", "bench-home.yaml")  # the config's profiles_dir
         env = dict(os.environ, FLEET_ROLLOUT_HOME=os.path.join(tmp, "home"),
-                   BENCH_PROFILE=profile)
+                   BENCH_PROFILE="bench-home")
         os.environ["FLEET_ROLLOUT_HOME"] = env["FLEET_ROLLOUT_HOME"]
         state = os.path.join(tmp, "lab")
         inventory = os.path.join(tmp, "inventory.yml")
@@ -91,6 +92,7 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
                              reboot_seconds=reboot, sites=4, hosts_per_rack=10),
                state, inventory, progress=lambda _m: None, timeout=1800)
         window, soak, parallel = 10, 5, 40
+        _set_profiles_dir(env["FLEET_ROLLOUT_HOME"], os.path.dirname(profile))
         with open(profile, "w") as handle:
             yaml.safe_dump({
                 "name": "bench-home", "bios": {"snoop_mode": "home"},
@@ -117,6 +119,17 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
             "critical_path_seconds": round(bound, 1),
             "ratio": round(total / bound, 2) if bound else None,
             "largest_context_bytes": context}
+
+
+def _set_profiles_dir(home: str, directory: str) -> None:
+    """Profiles are named, never paths: the bench's own lives in the pack config's
+    profiles_dir (as a site's profiles would)."""
+    path = os.path.join(home, "configs", "fleet_rollout.yaml")
+    with open(path) as handle:
+        doc = yaml.safe_load(handle)
+    doc["profiles_dir"] = directory
+    with open(path, "w") as handle:
+        yaml.safe_dump(doc, handle)
 
 
 def _cli(env: Dict[str, str], *args: str) -> str:

@@ -98,6 +98,8 @@ class Daemon:
         return {"backend": self.config.backend, "pid": os.getpid(), "ready": ready,
                 "ca": fleet.ca_path, "state_dir": self.state_dir, "hosts": hosts,
                 "ssh_key": str(backend.key_path) if self.config.backend == "vm" else None,
+                "known_hosts": (str(backend.known_hosts_path) if self.config.backend == "vm"
+                                else None),
                 "traffic": self.p["traffic"], "started": time.time()}
 
     def write_manifest(self, doc: Dict[str, Any]) -> None:

@@ -251,8 +251,12 @@ def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> N
         del index
     all_vars: Dict[str, Any] = {"fleet_service_port": 8080}
     if manifest["backend"] == "vm":
+        # host keys verified against the lab's known_hosts (ssh takes the first value of an
+        # option: the pack's own StrictHostKeyChecking=yes and ssh_known_hosts come first)
         all_vars.update({"ansible_user": "root",
                          "ansible_ssh_private_key_file": manifest["ssh_key"],
+                         "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o "
+                         f"UserKnownHostsFile={manifest['known_hosts']}",
                          "ansible_python_interpreter": "/usr/bin/python3"})
     doc = {"all": {"vars": all_vars, "children": groups}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -291,6 +295,7 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "approvers": _approvers(config),
         "chatops_users": list(config.chatops_users),
         "ansible_private_key": manifest.get("ssh_key") or "",
+        "ssh_known_hosts": manifest.get("known_hosts") or "",
     }
     path = paths(state_dir)["pack_config"]
     text = "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc)

@@ -2,8 +2,10 @@
 
 A format like `rollout {{profile}} on {{targets}} batch={{batch=10}}` becomes a regular
 expression with one named group per parameter; `{{name=default}}` parameters are optional;
-`key=value` pairs at the end of a command become extra parameters. A command that matches more
-than one format (of all enabled aliases) is ambiguous, like in st2.
+`key=value` pairs at the end of a command become extra parameters (stricter than st2: never one
+the format already took from the command, so a pair cannot get around the format's regex; the
+values stay literals, see params.render_live_params). A command that matches more than one
+format (of all enabled aliases) is ambiguous, like in st2.
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ _REQUIRED = "{{" + _KEY + "}}"
 _PARAM_MATCH = r'\1["\']?(?P<\2>(?:(?<=\').+?(?=\')|(?<=").+?(?=")|{.+?}|.+?))["\']?'
 
 
-class ParseError(Exception):
-    pass
+class ParseError(AliasError):
+    """The command does not fit the format (an AliasError: the caller is told, HTTP 400)."""
 
 
 def _has_anchor(tokens: Any, wanted: Tuple[Any, ...], backwards: bool = False) -> bool:
@@ -90,11 +92,17 @@ class FormatParser:
                 f'Command "{self.command}" doesn\'t match format string "{self.format}"'
             )
         result = match.groupdict()
+        from_text = {name for name, value in result.items() if value is not None}
         for param in self.optional:
             value = result.get(param[0]) or "".join(param[1:])
             if value is not None:
                 result[param[0]] = value
         for pair in self.kv_pairs:
+            if pair[0] in from_text:
+                # stricter than st2: a trailing pair cannot replace what the format's
+                # representation (and its regex) took from the command
+                raise ParseError(f'"{pair[0]}" is already given by the command; a trailing'
+                                 f' "{pair[0]}=..." cannot replace it')
             result[pair[0]] = "".join(pair[2:])
         if self.format and not (self.stream.strip() or any(result.values())):
             raise ParseError("No value supplied and no default value found.")

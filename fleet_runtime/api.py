@@ -9,6 +9,7 @@ context user as st2's action tokens do (st2actions/container/base.py _create_aut
     GET  /api/v1/inquiries/<id>       one pending inquiry
     PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
     GET  /api/v1/executions/<id>      an execution (secrets masked)
+    GET  /api/v1/executions/<id>/children   its direct children (record_answer reads the answer)
     GET  /api/v1/actionalias/<ref>    an action alias (chatops.format_execution_result)
 """
 from __future__ import annotations
@@ -130,6 +131,13 @@ class LocalApi:
 
                 record = self.runtime._execution(parts[1])
                 return 200, render.public(self.runtime.registry, record)
+            if len(parts) == 3 and parts[0] == "executions" and parts[2] == "children" \
+                    and method == "GET":  # st2: depth=1, the direct children
+                from fleet_runtime import render
+
+                record = self.runtime._execution(parts[1])
+                return 200, [render.public(self.runtime.registry, child) for child in
+                             self.runtime.store.find_executions("parent_id=?", (record["id"],))]
         except NotFoundError as e:
             return 404, {"faultstring": str(e)}
         except InquiryError as e:

@@ -15,10 +15,11 @@ Each line: ts, event, route, channel, user, whisper, message, extra, context.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 CHAT_ROUTE = "chatops"
 CHAT_FILE = "chat.jsonl"
@@ -32,11 +33,13 @@ def event_name(route: str) -> str:
 
 
 def publish(home: Union[str, Path], payload: Dict[str, Any], route: str,
-            transcript_only: bool = False) -> Dict[str, Any]:
+            transcript_only: bool = False,
+            mask: Optional[Callable[[Any], Any]] = None) -> Dict[str, Any]:
     """Record one announcement; returns the entry (with `reaches_chat`). `transcript_only`:
     a line of the `chat` command's own conversation, not an announcement (the st2 stream
-    does not carry it)."""
-    entry = {
+    does not carry it). `mask` (the runtime's secret masker) is applied to the whole entry:
+    a config or datastore secret never reaches chat or the announcement files (0600)."""
+    entry: Dict[str, Any] = {
         "ts": time.time(),
         "event": event_name(route),
         "route": route,
@@ -49,9 +52,14 @@ def publish(home: Union[str, Path], payload: Dict[str, Any], route: str,
     }
     if transcript_only:
         entry["transcript_only"] = True
+    if mask is not None:
+        entry = dict(mask(entry))
     name = CHAT_FILE if route == CHAT_ROUTE else ANNOUNCEMENTS_FILE
-    with _LOCK, open(Path(home) / name, "a") as fh:
-        fh.write(json.dumps(entry, default=str) + "\n")
+    line = json.dumps(entry, default=str) + "\n"
+    with _LOCK:
+        fd = os.open(str(Path(home) / name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(line)
     return dict(entry, reaches_chat=route == CHAT_ROUTE)
 
 

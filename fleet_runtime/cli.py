@@ -7,7 +7,10 @@ import pkgutil
 import sys
 from typing import List, Optional
 
-from fleet_runtime import commands
+from fleet_runtime import commands, home
+
+# Commands that open a runtime home (and may write to it or start the engine).
+RUNTIME_COMMANDS = ("api", "chat", "engine", "execution", "inquiry", "key", "pack", "run")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +34,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    if args.command in RUNTIME_COMMANDS:
+        home.private_umask()  # the runtime home and what the engine's actions write: private
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:

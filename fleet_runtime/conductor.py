@@ -25,11 +25,13 @@ own code.
 from __future__ import annotations
 
 import operator
+import types
 from collections import Counter
 from typing import Any, Dict, List, Tuple
 
 import ujson
 from orquesta import conducting, machines, statuses
+from orquesta import exceptions as orquesta_exc
 from orquesta.expressions import base as expr_base
 from orquesta.utils import context as ctx_util
 from orquesta.utils import jsonify as json_util
@@ -206,12 +208,36 @@ def _memoize_graph(graph: Any) -> None:
     graph._rt_memoized = True
 
 
+def render_input_literally(spec: Any, runtime_inputs: Dict[str, Any], in_ctx: Any = None
+                           ) -> Tuple[Dict[str, Any], List[Any]]:
+    """WorkflowSpec.render_input, stricter than orquesta: a value the workflow was given (the
+    caller's parameters, or a parent task's input orquesta already rendered) is data and is
+    not evaluated again; only the workflow's own defaults are expressions."""
+    rolling_ctx = json_util.deepcopy(in_ctx) if in_ctx else {}
+    errors: List[Any] = []
+    for input_spec in spec.input or []:
+        if isinstance(input_spec, dict):
+            name, default = next(iter(input_spec.items()))
+        else:
+            name, default = input_spec, None
+        if name in runtime_inputs:
+            rolling_ctx[name] = json_util.deepcopy(runtime_inputs[name])
+            continue
+        try:
+            rolling_ctx[name] = expr_base.evaluate(default, rolling_ctx)
+        except orquesta_exc.ExpressionEvaluationException as e:
+            errors.append(e)
+    return rolling_ctx, errors
+
+
 class RuntimeConductor(conducting.WorkflowConductor):
     """WorkflowConductor with lazy with-items rendering and memoized static queries."""
 
     def __init__(self, spec: Any, *args: Any, **kwargs: Any) -> None:
         if spec is not None and hasattr(spec, "tasks"):
             _memoize_spec(spec)
+        if spec is not None and hasattr(spec, "render_input"):
+            spec.render_input = types.MethodType(render_input_literally, spec)
         super().__init__(spec, *args, **kwargs)
         self._items_cache: Dict[Tuple[Any, ...], Tuple[Any, Any, Any]] = {}
 

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_runtime.store import KV_SCHEMA, thread_connection
 
@@ -69,6 +69,7 @@ class Datastore:
         self.db_path = str(db_path)
         self.crypto = Crypto(key_path)
         self._local = threading.local()
+        self._secret_cache: Optional[Tuple[Any, List[str]]] = None
         self._conn().executescript(KV_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
@@ -184,6 +185,24 @@ class Datastore:
                 }
             )
         return result
+
+    def secret_values(self) -> List[str]:
+        """The decrypted values of every key stored encrypted (to mask them in outputs);
+        decrypted again only when a key changed."""
+        conn = self._conn()
+        stamp = tuple(conn.execute(
+            "SELECT COUNT(*), MAX(updated_ts) FROM kv WHERE secret=1").fetchone())
+        cached = self._secret_cache
+        if cached is not None and cached[0] == stamp:
+            return list(cached[1])
+        values = []
+        for row in conn.execute("SELECT value FROM kv WHERE secret=1 AND value IS NOT NULL"):
+            try:
+                values.append(self.crypto.decrypt(row["value"]))
+            except Exception:  # not ours (another key file): nothing to mask it with
+                continue
+        self._secret_cache = (stamp, values)
+        return list(values)
 
     # -------------------------------------------------------------- st2kv() semantics
     def expression_get(self, user: str, key: str, decrypt: bool = False) -> Optional[str]:

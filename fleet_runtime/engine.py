@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from fleet_runtime import compat, st2ctx, templating
+from fleet_runtime import compat, masking, st2ctx, templating
 from fleet_runtime import params as params_util
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.engine_actions import ActionsMixin
@@ -158,6 +158,11 @@ class Runtime(
         for ref, pack in self.registry.packs.items():
             if pack.path is not None:
                 self.pack_config(ref)
+        self.masker = masking.SecretMasker(
+            lambda: masking.config_secret_values(self._configs, self._config_secrets),
+            self.datastore.secret_values)
+        self.registry.secret_masker = self.masker
+        masking.mask_logs(self.masker)
         self.workers = workers or home.workers
         self._lock_fd: Optional[int] = None
         self.is_engine = False
@@ -235,8 +240,12 @@ class Runtime(
         context: Optional[Dict[str, Any]] = None,
         notify: Optional[Dict[str, Any]] = None,
         additional: Optional[Dict[str, Any]] = None,
+        render_given: bool = False,
     ) -> str:
-        """Create a root execution (st2 API POST /executions); the engine starts it."""
+        """Create a root execution (st2 API POST /executions); the engine starts it.
+
+        `parameters` are literals (what a caller passes is never rendered as Jinja); only a
+        rule, whose action parameters the pack wrote, passes `render_given`."""
         action = self.registry.action(action_ref)
         if not action.enabled:
             raise ParameterError(f'Action "{action.ref}" cannot be executed because it is'
@@ -244,10 +253,14 @@ class Runtime(
         ctx = st2ctx.api_context(self.user, action.pack)
         ctx.update(context or {})
         ctx["pack"] = action.pack  # create_request sets it whatever the caller gave
-        live = params_util.render_live_params(
-            action, parameters or {}, ctx, self.pack_config(action.pack), additional
-        )
-        params_util.validate_parameters(action, live)
+        try:
+            live = params_util.render_live_params(
+                action, parameters or {}, ctx, self.pack_config(action.pack), additional,
+                render_given=render_given)
+            params_util.validate_parameters(action, live)
+        except ParameterError as e:
+            raise self.masker.masked_error(e) from None
+        live = self.without_rendered_secrets(parameters or {}, live)
         ex_id = new_id()
         record = self._new_record(ex_id, action, live, ctx, REQUESTED, None, ex_id, notify)
         with self.store.transaction():
@@ -255,6 +268,15 @@ class Runtime(
         self._track(record)
         self.queue.put(("start", ex_id))
         return ex_id
+
+    def without_rendered_secrets(self, given: Dict[str, Any], live: Dict[str, Any]
+                                 ) -> Dict[str, Any]:
+        """The parameters to store: a templated default whose rendering holds a config or
+        datastore secret is left out (the runner renders the default again when the action
+        starts), so the secret is not written to the database."""
+        secrets = self.masker.secrets()
+        return {name: value for name, value in live.items()
+                if name in given or masking.mask_value(value, secrets) == value}
 
     def record_failed_request(self, action: Action, parameters: Dict[str, Any],
                               context: Dict[str, Any], result: Dict[str, Any]) -> str:

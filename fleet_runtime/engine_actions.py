@@ -143,7 +143,8 @@ class ActionsMixin(EngineState):
         if action.runner_type == "announcement":
             return runners.post_message(self.home.path, self.home.webhook_url,
                                         dict(action_params),
-                                        runner_params.get("route") or chatlog.CHAT_ROUTE)
+                                        runner_params.get("route") or chatlog.CHAT_ROUTE,
+                                        mask=self.masker.mask)
         return FAILED, {"error": f"runner {action.runner_type} cannot run {action.ref}"}
 
     def _control_action(self, info: ExecInfo, op: str) -> None:

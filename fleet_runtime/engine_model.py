@@ -156,6 +156,8 @@ class EngineState:
     _in_worker: int
     _configs: Dict[str, Dict[str, Any]]
     _config_secrets: Dict[str, List[str]]
+    masker: Any  # fleet_runtime.masking.SecretMasker: secrets masked in what is stored
+    without_rendered_secrets: Any  # Runtime.without_rendered_secrets
     # concurrency policies: executions holding / waiting for a slot, by policy key
     _occupying: Dict[Tuple[str, Any], Set[str]]
     _policy_waiting: Dict[Tuple[str, Any], List[str]]

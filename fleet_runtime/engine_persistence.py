@@ -145,6 +145,7 @@ class PersistenceMixin(EngineState):
             return None
         if info.status in COMPLETED:
             return None
+        result = self.masker.mask(result)  # config and datastore secrets never stored
         self._set_status_row(info, status, result)
         event = {"kind": "status", "ex_id": ex_id, "status": status, "result": result,
                  "info": info}

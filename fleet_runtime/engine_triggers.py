@@ -44,7 +44,7 @@ class TriggersMixin(EngineState):
     # ------------------------------------------------------------------ completion hooks
     def _on_completed(self, info: ExecInfo, status: str, result: Any) -> None:
         action = self.registry.actions.get(info.action)
-        masked = params_util.mask_secrets(action, info.parameters)
+        masked = self.masker.mask(params_util.mask_secrets(action, info.parameters))
         self.emit_trigger("core.st2.generic.actiontrigger", {
             "execution_id": info.id,
             "status": status,

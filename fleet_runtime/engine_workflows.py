@@ -202,9 +202,11 @@ class WorkflowsMixin(EngineState):
             raise NotFoundError(f'Unable to find action "{action_ref}".')
         ctx = st2ctx.task_action_context(wf.st2_ctx["st2"], wf.ex_id, wf.wf_id, tr.id,
                                          tr.task_id, tr.route, spec.get("item_id"), action_ref)
-        live = params_util.render_live_params(action, spec.get("input") or {}, ctx,
-                                              self.pack_config(action.pack))
+        given = spec.get("input") or {}
+        # orquesta rendered the task input: it is data here, never rendered again
+        live = params_util.render_live_params(action, given, ctx, self.pack_config(action.pack))
         params_util.validate_parameters(action, live)
+        live = self.without_rendered_secrets(given, live)
         notify = wf.notify_cfg if (wf.notify_cfg and tr.task_id in wf.notify_tasks) else None
         ex_id = new_id()
         scaled = (delay or 0) * self.time_factor

@@ -10,11 +10,16 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
     chat.jsonl            what reached chat (route chatops: post_message, alias replies)
     announcements.jsonl   post_message on other routes (no chat bot listens; chatlog.py)
     crypto.key            key for datastore secrets (created on first use, mode 0600)
+
+Everything in it is private: the home and its directories 0700, its files 0600 (also the
+SQLite -wal/-shm files, the chat transcript, and what the pack's actions write there); a home
+found with looser permissions is tightened when it is opened.
 """
 from __future__ import annotations
 
 import getpass
 import os
+import stat
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -49,8 +54,9 @@ class RuntimeHome:
     def __init__(self, path: Optional[str] = None) -> None:
         raw = path or os.environ.get(ENV_HOME) or os.path.join("~", ".fleet-rollout")
         self.path = Path(os.path.expanduser(raw)).resolve()
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "configs").mkdir(exist_ok=True)
+        self.path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        (self.path / "configs").mkdir(mode=PRIVATE_DIR, exist_ok=True)
+        make_private(self.path)
         self.settings = self._load_settings()
 
     # ------------------------------------------------------------------ paths
@@ -145,6 +151,46 @@ class RuntimeHome:
         env = os.environ.get(ENV_PACKS)
         packs = [p for p in env.split(os.pathsep) if p] if env else []
         return packs + [str(p) for p in self.settings.get("packs", [])]
+
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+PRIVATE_UMASK = 0o077
+
+
+def private_umask() -> None:
+    """Files and directories this process (and the actions it starts) creates are private to
+    the user: the runtime's entry points (engine, `api serve`, the CLI commands) call it."""
+    os.umask(PRIVATE_UMASK)
+
+
+# Checked, not fixed: `api serve` refuses an API users file others could read (its password
+# hashes may have been copied; the passwords are to be set again), st2api/users.py.
+CHECKED_NOT_FIXED = frozenset({"st2api-users"})
+
+
+def make_private(root: Path) -> None:
+    """Take group and other permissions away from `root` and everything below it (a home made
+    by an older version, or files written by a process with a looser umask). Symbolic links
+    are not followed; what this user cannot change is left as it is."""
+    _strip_group_other(root)
+    for folder, dirs, files in os.walk(str(root)):
+        for name in dirs + files:
+            if name not in CHECKED_NOT_FIXED:
+                _strip_group_other(Path(folder) / name)
+
+
+def _strip_group_other(path: Path) -> None:
+    try:
+        mode = os.lstat(str(path)).st_mode
+    except OSError:
+        return
+    if stat.S_ISLNK(mode) or not stat.S_IMODE(mode) & 0o077:
+        return
+    try:
+        os.chmod(str(path), stat.S_IMODE(mode) & ~0o077)
+    except OSError:
+        pass
 
 
 def _os_user() -> str:

@@ -827,6 +827,7 @@ class Registry:
     """Every loaded pack: actions, aliases, rules, policies, trigger types."""
 
     def __init__(self, pack_paths: List[str]) -> None:
+        self.secret_masker: Any = None  # set by the runtime (fleet_runtime.masking)
         self.packs: Dict[str, Pack] = {}
         for pack in builtin_packs():
             self.packs[pack.ref] = pack

@@ -16,7 +16,7 @@ import ast
 import copy
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import jinja2.meta
 from jsonschema import SchemaError, ValidationError
@@ -293,14 +293,27 @@ def _cast(value: Any, definition: Dict[str, Any]) -> Any:
         return value
 
 
+def _given_values(params: Dict[str, Any], schemas: Dict[str, Any]) -> Set[str]:
+    """Names whose value is the given one (not replaced by a default): kept as literals."""
+    return {name for name, value in params.items()
+            if value is not None and not (schemas.get(name) or {}).get("immutable")}
+
+
 def render_live_params(
     action: Action,
     params: Dict[str, Any],
     action_context: Dict[str, Any],
     config: Dict[str, Any],
     additional: Optional[Dict[str, Any]] = None,
+    render_given: bool = False,
 ) -> Dict[str, Any]:
-    """The parameters to record on a new execution (explicit ones + templated defaults)."""
+    """The parameters to record on a new execution (explicit ones + templated defaults).
+
+    Stricter than st2: values a caller passes (CLI, API, chat alias, inquiry, re-run, workflow
+    task inputs orquesta already rendered) are literals and never rendered, so a
+    `{{ config_context.x }}` typed in chat stays that text. Only pack-authored templates are
+    rendered: action parameter defaults always, the given values only with `render_given`
+    (a rule's action parameters)."""
     schemas = action.merged_parameters()
     nodes = dict(params)
     for name, definition in schemas.items():
@@ -308,7 +321,8 @@ def render_live_params(
         if absent or definition.get("immutable"):
             nodes[name] = copy.deepcopy(definition.get("default"))
     base = _base_context(action_context, config, additional)
-    rendered = _resolve(nodes, base, action)
+    literal = set() if render_given else _given_values(params, schemas)
+    rendered = _resolve(nodes, base, action, literal=literal)
     live = {name: _cast(rendered[name], schemas.get(name) or {}) for name in params}
     for name, definition in schemas.items():
         if definition.get("immutable") or name in params or "default" not in definition:
@@ -334,7 +348,7 @@ def render_final_params(
             nodes[name] = copy.deepcopy(definition.get("default"))
     base = _base_context(action_context, config, None)
     # Explicit values were rendered when the execution was created: keep them as values.
-    rendered = _resolve(nodes, base, action, literal=set(params))
+    rendered = _resolve(nodes, base, action, literal=_given_values(params, schemas))
     final = {n: _cast(v, schemas.get(n) or {}) for n, v in rendered.items()}
     runner_names = set(action.runner()["runner_parameters"])
     runner_params = {k: v for k, v in final.items() if k in runner_names}
@@ -366,8 +380,24 @@ def check_immutable(action: Action, params: Dict[str, Any]) -> None:
         )
 
 
+def check_declared(action: Action, params: Dict[str, Any]) -> None:
+    """st2 (util/schema get_schema_for_action_parameters: additionalProperties false): a
+    parameter the action (or its runner) does not declare is refused, whoever passes it (CLI,
+    API, alias key=value pairs, rules, workflow tasks). The error names the parameter, never
+    its value."""
+    undeclared = sorted(name for name in params if name not in action.merged_parameters())
+    if not undeclared:
+        return
+    quoted = ", ".join(repr(name) for name in undeclared)
+    verb = "was" if len(undeclared) == 1 else "were"
+    raise ParameterError(
+        f"{action.ref}: Additional properties are not allowed ({quoted} {verb} unexpected):"
+        f" {action.ref} has no parameter {', '.join(undeclared)}")
+
+
 def validate_parameters(action: Action, params: Dict[str, Any]) -> Dict[str, Any]:
     """Validate explicit parameters against the schema; returns them with defaults applied."""
+    check_declared(action, params)
     check_immutable(action, params)
     schemas = action.merged_parameters()
     # Templated defaults are rendered later: validate them as given (strings) only if explicit.

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 
+from fleet_runtime import masking
 from fleet_runtime import params as params_util
 from fleet_runtime.packs import Registry
 from fleet_runtime.store import Store
@@ -39,7 +40,13 @@ def status_text(record: Dict[str, Any]) -> str:
 
 def masked(registry: Registry, record: Dict[str, Any]) -> Dict[str, Any]:
     action = registry.actions.get(record["action"])
-    return params_util.mask_secrets(action, record.get("parameters") or {})
+    parameters = params_util.mask_secrets(action, record.get("parameters") or {})
+    return dict(masking.masker_of(registry).mask(parameters))
+
+
+def masked_result(registry: Registry, record: Dict[str, Any]) -> Any:
+    """The result with config and datastore secrets masked."""
+    return masking.masker_of(registry).mask(record.get("result"))
 
 
 def public(registry: Registry, record: Dict[str, Any]) -> Dict[str, Any]:
@@ -50,8 +57,8 @@ def public(registry: Registry, record: Dict[str, Any]) -> Dict[str, Any]:
         "runner": {"name": record["runner"]},
         "status": record["status"],
         "parameters": masked(registry, record),
-        "context": record.get("context") or {},
-        "result": record.get("result"),
+        "context": masking.masker_of(registry).mask(record.get("context") or {}),
+        "result": masked_result(registry, record),
         "start_timestamp": ts(record.get("start_ts") or record.get("created_ts")),
         "end_timestamp": ts(record.get("end_ts")),
         "elapsed_seconds": round(elapsed(record) or 0.0, 3),
@@ -147,7 +154,7 @@ def execution_text(
         lines.append(f"parent: {record['parent_id']}")
     lines.append("result:" + (" null" if record.get("result") is None else ""))
     if record.get("result") is not None:
-        lines.append(dump_yaml(record["result"]))
+        lines.append(dump_yaml(masked_result(registry, record)))
     if with_tree and record["runner"] == "orquesta":
         nodes = execution_tree(store, record["id"])
         if nodes:

@@ -71,7 +71,7 @@ def enforce(rt: Any, rule: Rule, trigger_instance_id: str, payload: Any
         ctx = st2ctx.rule_context(trigger_instance_id, rule.ref, rule.name,
                                   rt.home.system_user, action.pack)
         return rt.request(rule.action_ref, rule.action_parameters, ctx,
-                          additional={"trigger": payload}), None
+                          additional={"trigger": payload}, render_given=True), None
     except ParamRenderError as e:
         error = {"error": e.st2_message,
                  "traceback": "".join(traceback.format_tb(e.__traceback__, 20))}

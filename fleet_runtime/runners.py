@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 from fleet_runtime import chatlog
@@ -29,8 +29,12 @@ TIMEOUT = "timeout"
 CANCELED = "canceled"
 
 
+CHILD_UMASK = 0o077  # what an action writes (audit files, reports) is private to the user
+
+
 def _child_setup() -> None:
     os.setsid()
+    os.umask(CHILD_UMASK)
     try:
         import ctypes
 
@@ -290,12 +294,16 @@ def check_loopback_url(url: str) -> None:
 
 
 def post_message(
-    home: Path, webhook: Optional[str], params: Dict[str, Any], route: str
+    home: Path, webhook: Optional[str], params: Dict[str, Any], route: str,
+    mask: Optional[Callable[[Any], Any]] = None,
 ) -> Tuple[str, Dict[str, Any]]:
     """chatops.post_message, like st2's announcement runner: publish the action parameters as
     stream event `st2.announcement__<route>` (fleet_runtime.chatlog: only route `chatops`
-    reaches chat, and the webhook). Result as st2's: {"output": params, **params}."""
-    entry = chatlog.publish(home, params, route)
+    reaches chat, and the webhook). Result as st2's: {"output": params, **params}. `mask`
+    hides config and datastore secrets in what is posted."""
+    if mask is not None:
+        params = dict(mask(params))
+    entry = chatlog.publish(home, params, route, mask=mask)
     result: Dict[str, Any] = {"output": dict(params)}
     result.update(params)
     if webhook and entry["reaches_chat"]:

@@ -173,10 +173,33 @@ def loads(text: Optional[str]) -> Any:
     return None if text is None else json.loads(text)
 
 
+def make_db_private(path: str) -> None:
+    """The database and its -wal/-shm files are 0600: created so before SQLite opens it (SQLite
+    gives the -wal and -shm files the database file's mode), tightened when found looser."""
+    if path == ":memory:":
+        return
+    # Never open (and close) an existing database file here: closing any descriptor of it
+    # drops the POSIX locks SQLite's other connections of this process hold on it.
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError:
+        return
+    for name in (path, path + "-wal", path + "-shm", path + "-journal"):
+        try:
+            mode = os.stat(name).st_mode
+            if mode & 0o077:
+                os.chmod(name, mode & 0o700)
+        except OSError:
+            continue
+
+
 def thread_connection(local: threading.local, path: str) -> sqlite3.Connection:
     """The calling thread's SQLite connection to `path` (WAL, autocommit), opened on first use."""
     conn = getattr(local, "conn", None)
     if conn is None:
+        make_db_private(path)
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")

@@ -105,3 +105,40 @@ def server_requests(doc: Dict[str, Any]) -> Dict[str, int]:
         if method in ("GET", "POST", "PATCH", "DELETE", "PUT"):
             out[method] = out.get(method, 0) + value
     return out
+
+
+# ---------------------------------------------------------------- malformed answers (adversarial)
+def serve_override(fleet: BmcFleet, index: int, path: str, body: Any = None,
+                   raw: Optional[str] = None, pad_bytes: int = 0, status: int = 200) -> None:
+    """Make every GET of `path` on BMC `index` answer `body` (any JSON value) or `raw` text."""
+    import json
+
+    # sent as text, so NaN/Infinity (which Python's json writes) reach the client as such
+    text = raw if raw is not None else json.dumps(body)
+    admin(fleet, index, "POST", "responses",
+          {"path": path, "status": status, "pad_bytes": pad_bytes, "raw": text})
+
+
+def clear_overrides(fleet: BmcFleet, index: int) -> None:
+    admin(fleet, index, "DELETE", "responses")
+
+
+def real_document(fleet: BmcFleet, index: int, path: str) -> Any:
+    """The simulator's own answer at `path` (HTTP basic auth, a plain GET)."""
+    resp = requests.get(f"{fleet.url(index)}{path}", auth=("admin", PASSWORD),
+                        verify=fleet.ca_path if fleet.config.tls else False, timeout=10)
+    resp.raise_for_status()
+    return resp.json()
+
+
+def bmc_uris(fleet: BmcFleet, index: int) -> Dict[str, str]:
+    """The simulated BMC's resource URIs (root, system, bios, settings, registry_json, ...)."""
+    from fleet_lab.bmcsim import payloads
+
+    return payloads.uris(fleet.bmcs[index])
+
+
+def data_writes(doc: Dict[str, Any]) -> int:
+    """Write requests a BMC served other than session login/logout (PUT included)."""
+    counters = doc["counters"]
+    return sum(counters.get(m, 0) for m in ("POST", "PATCH", "PUT", "DELETE"))

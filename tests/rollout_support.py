@@ -81,7 +81,8 @@ class SimLab:
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def profile(self, name: str, **overrides: Any) -> str:
-        """A copy of a shipped profile with short windows and the given overrides."""
+        """A copy of a shipped profile with short windows and the given overrides, in this
+        lab's own profiles directory (the pack config's profiles_dir); returns its name."""
         data = yaml.safe_load(open(os.path.join(ROOT, "profiles", f"{name}.yaml")))
         data.setdefault("canary", {}).update({"window_seconds": 6, "soak_seconds": 1})
         data.setdefault("probe", {})["budget_ms"] = 300
@@ -92,10 +93,14 @@ class SimLab:
                 data.setdefault(key, {}).update(value)
             else:
                 data[key] = value
-        path = os.path.join(self.tmp, f"{name}-{len(os.listdir(self.tmp))}.yaml")
-        with open(path, "w") as handle:
+        directory = os.path.join(self.tmp, "profiles")
+        os.makedirs(directory, exist_ok=True)
+        data["name"] = f"{name}-t{len(os.listdir(directory))}"
+        with open(os.path.join(directory, data["name"] + ".yaml"), "w") as handle:
             yaml.safe_dump(data, handle)
-        return path
+        if self.config.get("profiles_dir") != directory:
+            self.set_config(profiles_dir=directory)
+        return data["name"]
 
     # ------------------------------------------------------------------ servers
     def host_names(self) -> List[str]:

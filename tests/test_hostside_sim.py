@@ -98,6 +98,11 @@ def _read(backend, host, rel):
 def test_kernel_settings_apply_survive_reboot_and_restore(lab):
     backend, side = lab
     before_grub = _read(backend, "sim-001", "etc/default/grub")
+    snap = side.kernel(["sim-001"], "snapshot", SETTINGS)["sim-001"]
+    assert snap.ok and snap.result["changed"] == [] and not snap.changed, snap
+    assert snap.result["snapshot"]["sysctl"]["net.core.rmem_max"] == "212992"
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "212992"
+    assert _read(backend, "sim-001", "etc/default/grub") == before_grub
     result = side.kernel(["sim-001"], "apply", SETTINGS)["sim-001"]
     assert result.ok, result
     assert result.result["reboot_required"] is True
@@ -129,10 +134,10 @@ def test_kernel_settings_apply_survive_reboot_and_restore(lab):
 
 def test_failed_task_names_task_and_reason(lab):
     _, side = lab
-    result = side.kernel(["sim-002"], "apply", {"sysctl": {"net.core.no_such_knob": 1}})
+    result = side.kernel(["sim-002"], "snapshot", {"sysctl": {"net.core.no_such_knob": 1}})
     entry = result["sim-002"]
     assert not entry.ok
-    assert entry.failed_task == "Kernel settings (apply)"
+    assert entry.failed_task == "Kernel settings (snapshot)"
     assert "sysctl net.core.no_such_knob does not exist" in entry.error
 
 

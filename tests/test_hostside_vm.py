@@ -50,8 +50,10 @@ def test_counters_move_under_traffic_and_drain_stops_it(vm_lab):
 
 def test_kernel_settings_applied_and_restored(vm_lab):
     _, inventory, _ = vm_lab
-    side = HostSide(inventory)
-    applied = side.kernel(["lab-002"], "apply", {"sysctl": {"net.core.rmem_max": 8388608}})
+    side = HostSide(inventory)  # the lab's inventory names its known_hosts: keys are verified
+    settings = {"sysctl": {"net.core.rmem_max": 8388608}}
+    assert side.kernel(["lab-002"], "snapshot", settings)["lab-002"].ok
+    applied = side.kernel(["lab-002"], "apply", settings)
     assert applied["lab-002"].ok, applied["lab-002"]
     health = side.health(["lab-002"])["lab-002"]
     assert health.ok

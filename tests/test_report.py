@@ -87,7 +87,7 @@ def fleet(n: int, prefix: str = "web") -> List[FleetHost]:
 
 @pytest.fixture
 def rollout(tmp_path):
-    profile = load_profile(str(ROOT / "profiles" / "home-snoop.yaml"))
+    profile = load_profile("home-snoop")
     targets = fleet(7) + [FleetHost(name=EVIL, bmc_address="10.9.9.9", site="s1", rack="zz",
                                     hardware_model="m1")]
     controls = fleet(4, "ctl")

@@ -55,11 +55,16 @@ def test_plan_is_a_dry_run(small_lab):
 
 def test_bad_inputs_fail_before_any_host_is_touched(small_lab, tmp_path):
     sim = small_lab
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\nbios:\n  snoop_mode: home\nbatches:\n  canary_sise: 2\n")
-    execution = sim.run("fleet_rollout.rollout", profile=str(bad))
+    sim.profile("home-snoop")  # the lab's profiles_dir exists from here on
+    bad = os.path.join(sim.config["profiles_dir"], "bad.yaml")
+    with open(bad, "w") as handle:
+        handle.write("name: bad\nbios:\n  snoop_mode: home\nbatches:\n  canary_sise: 2\n")
+    execution = sim.run("fleet_rollout.rollout", profile="bad")
     assert execution["status"] == "failed"
     assert "bad.yaml" in error_text(execution) and "batches.canary_sise" in error_text(execution)
+    # a path is not a profile name: refused by the action's parameter pattern
+    refused = sim.cli("run", "fleet_rollout.rollout", f"profile={bad}")
+    assert refused.returncode != 0 and "does not match" in refused.stderr + refused.stdout
 
     execution = sim.run("fleet_rollout.rollout", profile=sim.profile("home-snoop"),
                         targets="no-such-host")
@@ -72,8 +77,16 @@ def test_bad_inputs_fail_before_any_host_is_touched(small_lab, tmp_path):
     sim.fault("lab-003", unreachable_s=0.01)
     time.sleep(0.1)
 
-    execution = sim.run("fleet_rollout.rollout", profile=sim.profile("interleave-on"),
-                        inventory="/nonexistent/inventory.yml")
+    # the inventory comes from the pack config only: no parameter can point elsewhere
+    refused = sim.cli("run", "fleet_rollout.rollout", f"profile={sim.profile('interleave-on')}",
+                      "inventory=/nonexistent/inventory.yml")
+    assert refused.returncode != 0 and "inventory" in refused.stderr + refused.stdout
+    inventory = sim.config["inventory"]
+    sim.set_config(inventory="/nonexistent/inventory.yml")
+    try:
+        execution = sim.run("fleet_rollout.rollout", profile=sim.profile("interleave-on"))
+    finally:
+        sim.set_config(inventory=inventory)
     assert execution["status"] == "failed" and "/nonexistent/inventory.yml" in error_text(
         execution)
     _assert_untouched(sim, sim.host_names())
@@ -322,7 +335,7 @@ def test_abort_mid_batch_touches_no_further_host(small_lab):
             rollout_id = ids[-1]
         time.sleep(0.3)
     assert rollout_id, "the rollout never drained a host"
-    aborted = sim.run("fleet_rollout.abort", rollout_id=rollout_id, reason="operator abort")
+    aborted = sim.run("fleet_rollout.abort", rollout_id=rollout_id)
     assert aborted["status"] == "succeeded", error_text(aborted)
     out, err = proc.communicate(timeout=600)
     plan = sim.kv(rollout_id, "plan")
@@ -338,4 +351,4 @@ def test_abort_mid_batch_touches_no_further_host(small_lab):
         # in flight when the abort came: finished and back in service, restored, or marked
         assert state.get("status") in ("done", "restored", "failed", "left_drained"), (host, state)
         assert sim.drained(host) == (state.get("status") == "left_drained"), (host, state)
-    assert sim.kv(rollout_id, "halt")["reason"] == "operator abort"
+    assert sim.kv(rollout_id, "halt")["reason"] == "halted by alice"

@@ -85,27 +85,32 @@ def test_rendering_uses_context_config_and_other_params(registry: Registry, kv: 
                                                         ) -> None:
     kv.set("owner", "ops", scope="user", user="alice")
     action = registry.action("rt_test.greet")
-    live = params.render_live_params(
-        action,
-        {"name": "{{ action_context.user }}/{{ st2kv.user.owner }}/{{ config_context.x }}"},
-        {"user": "alice"}, {"x": "cfg"})
+    template = "{{ action_context.user }}/{{ st2kv.user.owner }}/{{ config_context.x }}"
+    # pack-authored values (a rule's action parameters) are rendered like st2 does ...
+    live = params.render_live_params(action, {"name": template}, {"user": "alice"},
+                                     {"x": "cfg"}, render_given=True)
     assert live["name"] == "alice/ops/cfg"
+    # ... what a caller passes is a literal (stricter than st2)
+    live = params.render_live_params(action, {"name": template}, {"user": "alice"},
+                                     {"x": "cfg"})
+    assert live["name"] == template
 
 
 def test_rendering_complex_values_keep_their_types(registry: Registry, kv: Datastore) -> None:
     action = registry.action("rt_test.types")
     live = params.render_live_params(
         action, {"s": "x", "a": ["{{trigger}}", 2], "o": {"k": "{{ trigger.n }}"}},
-        {"user": "u"}, {}, additional={"trigger": {"n": 5}})
+        {"user": "u"}, {}, additional={"trigger": {"n": 5}}, render_given=True)
     assert live["a"] == [{"n": 5}, 2] and live["o"] == {"k": "5"}
 
 
 def test_rendering_cycle_and_missing_dependency(registry: Registry, kv: Datastore) -> None:
     action = registry.action("rt_test.types")
     with pytest.raises(ParameterError, match="cyclic dependency"):
-        params.render_live_params(action, {"s": "{{ n }}", "n": "{{ s }}"}, {}, {})
+        params.render_live_params(action, {"s": "{{ n }}", "n": "{{ s }}"}, {}, {},
+                                  render_given=True)
     with pytest.raises(ParameterError, match='undefined variable\\(s\\) nowhere'):
-        params.render_live_params(action, {"s": "{{ nowhere }}"}, {}, {})
+        params.render_live_params(action, {"s": "{{ nowhere }}"}, {}, {}, render_given=True)
 
 
 def test_alias_casts_strings(registry: Registry) -> None:

@@ -21,10 +21,11 @@ def test_a_sim_rollout_driven_by_the_st2_cli_alone(tmp_path: Path) -> None:
     sim = SimLab(str(tmp_path), 2, approvers=["sre-alice"])
     api = St2Api(tmp_path, [], default_pack=True)
     assert api.home == Path(sim.home)
+    # the profile (and the pack config's profiles_dir) exist before the engine loads the config
+    profile = sim.profile("home-snoop", approval={"required": True,
+                                                  "auto_approve_canary": False})
     api.start()
     try:
-        profile = sim.profile("home-snoop", approval={"required": True,
-                                                      "auto_approve_canary": False})
         wf_id = api.run_async(["fleet_rollout.rollout", f"profile={profile}"])
         answers = 0
         deadline = time.time() + 600

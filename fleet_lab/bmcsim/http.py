@@ -21,6 +21,7 @@ logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 _WRITE_METHODS = ("POST", "PATCH", "PUT", "DELETE")
 TASK_SECONDS = 0.3
+MAX_PAD_BYTES = 64 * 1024 * 1024
 
 
 class _Dropped(Exception):
@@ -58,6 +59,8 @@ class BmcService:
         self.app = web.Application(client_max_size=1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.runner: Optional[web.AppRunner] = None
+        # lab fault injection: BMC name -> path -> what a GET of that path answers instead
+        self.overrides: Dict[str, Dict[str, Dict[str, Any]]] = {}
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -146,6 +149,9 @@ class BmcService:
     async def _dispatch(self, bmc: Bmc, request: web.Request, path: str) -> web.Response:
         u = {k: v.rstrip("/") or "/" for k, v in payloads.uris(bmc).items()}
         method = request.method
+        override = self.overrides.get(bmc.name, {}).get(path)
+        if method == "GET" and override is not None:
+            return _override_response(override)
         if path in ("/redfish", "/redfish/v1"):
             if path == "/redfish":
                 return _json(200, {"v1": "/redfish/v1/"})
@@ -280,6 +286,23 @@ class BmcService:
                                          "Successfully completed request.", []))
 
     # ------------------------------------------------------------------ admin (lab only)
+    async def _admin_responses(self, bmc: Bmc, request: web.Request) -> web.Response:
+        """Malformed answers on demand: POST {"path", "body"|"raw", "status", "content_type",
+        "pad_bytes"} makes every GET of `path` answer that instead of the real resource (auth
+        not checked, so the service root can be replaced too); DELETE removes them all."""
+        mine = self.overrides.setdefault(bmc.name, {})
+        if request.method == "DELETE":
+            mine.clear()
+            return _json(204, None)
+        if request.method == "POST":
+            spec = await request.json()
+            problem = _override_problem(spec)
+            if problem:
+                return _json(400, {"error": problem})
+            mine[spec["path"].rstrip("/") or "/"] = spec
+        return _json(200, {"paths": sorted(mine)})
+
+    # ------------------------------------------------------------------ admin (lab only)
     async def _admin(self, bmc: Bmc, request: web.Request, path: str) -> web.Response:
         if path == "/_sim/state" and request.method == "GET":
             return _json(200, bmc.state_document())
@@ -296,8 +319,30 @@ class BmcService:
                     bmc.unreachable_until = time.monotonic() + float(body["unreachable_s"])
                     bmc.faults.unreachable_s = 0.0
             return _json(200, bmc.faults.to_dict())
+        if path == "/_sim/responses":
+            return await self._admin_responses(bmc, request)
         if path == "/_sim/counters" and request.method == "DELETE":
             bmc.counters.clear()
             bmc.resets.clear()
             return _json(204, None)
         return _json(404, {"error": f"no admin endpoint {path}"})
+
+
+def _override_problem(spec: Any) -> Optional[str]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("path"), str):
+        return "expected an object with a string path"
+    if "body" not in spec and not isinstance(spec.get("raw"), str):
+        return "give body (any JSON value) or raw (text)"
+    pad = spec.get("pad_bytes", 0)
+    if not isinstance(pad, int) or not 0 <= pad <= MAX_PAD_BYTES:
+        return f"pad_bytes must be an integer from 0 to {MAX_PAD_BYTES}"
+    return None
+
+
+def _override_response(spec: Dict[str, Any]) -> web.Response:
+    """The injected answer: JSON (any value, NaN allowed) or raw text, padded with spaces."""
+    text = spec["raw"] if "raw" in spec else json.dumps(spec["body"])
+    text += " " * int(spec.get("pad_bytes", 0))
+    return web.Response(status=int(spec.get("status", 200)), text=text,
+                        content_type=str(spec.get("content_type", "application/json")),
+                        headers={"OData-Version": "4.0", "Cache-Control": "no-cache"})

@@ -8,6 +8,9 @@ State directory layout, per host (STATE/vms/HOST/):
   console.log    serial console, appended at every power-on (with a separator line)
   qemu.log       QEMU's own messages
   boot.json      what the last power-on booted: settings, NUMA nodes, kernel command line
+  ssh_host_ed25519_key{,.pub}  the VM's own SSH host key, made here and put on its disk
+and STATE/known_hosts: `[127.0.0.1]:<ssh port> <host key>` of every VM, what the lab's pack config
+(ssh_known_hosts), its inventory and `ssh_argv` verify the guests' sshd against.
 """
 from __future__ import annotations
 
@@ -169,6 +172,40 @@ class VmBackend:
     def key_path(self) -> Path:
         return self.image.key
 
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    def host_key(self, host: str) -> Path:
+        """The VM's SSH host key (private half; `.pub` beside it), made on first use."""
+        key = self.host_dir(host) / persist.HOST_KEY_NAME
+        pub = key.with_name(key.name + ".pub")
+        if key.exists() and pub.exists():
+            return key
+        key.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (key, pub):
+            stale.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                        f"fleet-lab host {host}", "-f", str(key)], check=True,
+                       stdin=subprocess.DEVNULL, capture_output=True)
+        key.chmod(0o600)
+        return key
+
+    def write_known_hosts(self) -> Path:
+        """STATE/known_hosts with every VM that has ports and a host key."""
+        lines = []
+        for host_dir in _host_dirs(self.state_dir):
+            pub = host_dir / (persist.HOST_KEY_NAME + ".pub")
+            ports = host_dir / "ports.json"
+            if pub.exists() and ports.exists():
+                port = int(json.loads(ports.read_text())["ssh"])
+                key_type, key_data = pub.read_text().split()[:2]
+                lines.append(f"[127.0.0.1]:{port} {key_type} {key_data}\n")
+        tmp = self.known_hosts_path.with_name("known_hosts.tmp")
+        tmp.write_text("".join(lines))
+        tmp.replace(self.known_hosts_path)
+        return self.known_hosts_path
+
     def ports(self, host: str) -> Ports:
         """The host's forwarded ports (allocated on first use, then kept in ports.json)."""
         host_dir = self.host_dir(host)
@@ -242,6 +279,8 @@ class VmBackend:
             if not disk.exists():
                 persist.create_disk(disk)
             repaired = persist.check_disk(disk)
+            persist.install_host_key(disk, self.host_key(host))
+            self.write_known_hosts()
             extras = persist.cmdline_extras(disk)
             cmdline = kernel_cmdline(config, extras, self.rcvbuf)
             console = self.console_log(host)
@@ -334,7 +373,8 @@ class VmBackend:
     def ssh_argv(self, host: str) -> List[str]:
         """ssh command prefix that logs into the guest as root with the lab key."""
         return ["ssh", "-i", str(self.image.key), "-p", str(self.ports(host).ssh),
-                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={self.known_hosts_path}",
                 "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15",
                 "root@127.0.0.1"]
 

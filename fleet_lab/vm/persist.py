@@ -32,6 +32,9 @@ GRUB_CMDLINE_LINUX_DEFAULT="quiet"
 GRUB_CMDLINE_LINUX=""
 """
 CMDLINE_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
+# The VM's own SSH host key (the guest's /init installs it for sshd): /persist/etc/ssh-host/
+HOST_KEY_DIR = "/etc/ssh-host"
+HOST_KEY_NAME = "ssh_host_ed25519_key"
 
 
 def _tool(name: str) -> str:
@@ -85,6 +88,29 @@ def read_file(disk: Path, guest_path: str) -> Optional[bytes]:
         subprocess.run([_tool("debugfs"), "-R", f"dump {guest_path} {out}", str(disk)],
                        capture_output=True, text=True)
         return out.read_bytes() if out.exists() else None
+
+
+def install_host_key(disk: Path, key: Path) -> bool:
+    """Put the VM's SSH host key pair (key, key.pub) on its disk, mode 0600, owned by root
+    (the VM must be off). True if it had to write; HostError if the key is not there after."""
+    wanted = {HOST_KEY_NAME: key.read_bytes(), HOST_KEY_NAME + ".pub": key.with_name(
+        key.name + ".pub").read_bytes()}
+    if all(read_file(disk, f"{HOST_KEY_DIR}/{name}") == data for name, data in wanted.items()):
+        return False
+    lines = [f"mkdir {HOST_KEY_DIR}"]
+    for name, mode in ((HOST_KEY_NAME, "0100600"), (HOST_KEY_NAME + ".pub", "0100644")):
+        target = f"{HOST_KEY_DIR}/{name}"
+        source = key if name == HOST_KEY_NAME else key.with_name(key.name + ".pub")
+        lines += [f"rm {target}", f"write {source} {target}", f"sif {target} mode {mode}",
+                  f"sif {target} uid 0", f"sif {target} gid 0"]
+    with tempfile.NamedTemporaryFile("w", prefix="fleet-persist-", suffix=".cmds") as cmds:
+        cmds.write("\n".join(lines) + "\n")
+        cmds.flush()
+        subprocess.run([_tool("debugfs"), "-w", "-f", cmds.name, str(disk)],
+                       capture_output=True, text=True)
+    if read_file(disk, f"{HOST_KEY_DIR}/{HOST_KEY_NAME}") != wanted[HOST_KEY_NAME]:
+        raise HostError(f"could not write the SSH host key onto the persistent disk {disk}")
+    return True
 
 
 def _read_tree(disk: Path, guest_dir: str) -> Dict[str, bytes]:

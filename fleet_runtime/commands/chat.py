@@ -34,9 +34,9 @@ def register(subparsers: Any) -> None:
     finish(parser, main)
 
 
-def _post(home: Path, channel: str, user: str, message: str) -> None:
-    chatlog.publish(home, {"channel": channel, "user": user, "message": message},
-                    chatlog.CHAT_ROUTE, transcript_only=True)
+def _post(rt: Any, channel: str, user: str, message: str) -> None:
+    chatlog.publish(rt.home.path, {"channel": channel, "user": user, "message": message},
+                    chatlog.CHAT_ROUTE, transcript_only=True, mask=rt.masker.mask)
 
 
 def _print_transcript(home: Path) -> None:
@@ -79,8 +79,7 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
     rt = session.rt
     command = args.message.strip()
     chat_user = args.user or rt.user
-    home = rt.home.path
-    _post(home, args.channel, chat_user, command)
+    _post(rt, args.channel, chat_user, command)
     planned = alias_execution.plan(rt.registry, command, chat_user, rt.home.chatops_user,
                                    args.channel)
     alias = planned.alias
@@ -93,18 +92,19 @@ def _run(session: client.Session, args: argparse.Namespace) -> int:
         record = rt.store.get_execution(ex_id)
         view = {"execution": render.public(rt.registry, record), "actionalias": alias_view(alias)}
         if alias.ack.get("enabled", True):
-            ack = (alias_execution.ack_message(alias, view)
-                   or f"Running {action.ref} (execution {ex_id}).")
+            ack = rt.masker.mask(alias_execution.ack_message(alias, view)
+                                 or f"Running {action.ref} (execution {ex_id}).")
             print(ack)
-            _post(home, args.channel, "bot", ack)
+            _post(rt, args.channel, "bot", ack)
         if args.no_wait:
             continue
         final = session.wait(ex_id)
         formatted = alias_execution.result_message(alias_view(alias),
                                                    render.public(rt.registry, final))
         if formatted["enabled"]:
-            print(formatted["message"])
-            _post(home, args.channel, "bot", formatted["message"])
+            message = rt.masker.mask(formatted["message"])
+            print(message)
+            _post(rt, args.channel, "bot", message)
         if final["status"] not in ("succeeded", "paused", "pending"):
             status = 1
         time.sleep(0)

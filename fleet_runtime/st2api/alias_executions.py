@@ -69,7 +69,7 @@ class AliasExecutions:
             execution = views.execution(self.rt.registry, record, [])
             result: Dict[str, Any] = {"execution": execution,
                                       "actionalias": views.alias(planned.alias)}
-            message = alias_execution.ack_message(planned.alias, result)
+            message = self.rt.masker.mask(alias_execution.ack_message(planned.alias, result))
             if message is not None:
                 result["message"] = message
             results.append(result)

@@ -137,7 +137,7 @@ class Executions:
                 value = result.get(key)
                 if isinstance(value, str) and value:
                     lines.append(value if value.endswith("\n") else value + "\n")
-        return Response(200, text="".join(lines))
+        return Response(200, text=self.rt.masker.mask("".join(lines)))
 
     # ------------------------------------------------------------------ changes
     def create(self, req: Request) -> Response:

@@ -78,7 +78,7 @@ class ApiService:
         except errors.RuntimeErrorBase as e:
             if type(e) is errors.RuntimeErrorBase and "went away" in str(e):
                 raise HttpError(503, str(e)) from None
-            raise http_error(e) from None
+            raise http_error(self.rt.masker.masked_error(e)) from None
 
 
 def http_error(e: errors.RuntimeErrorBase) -> HttpError:

@@ -188,6 +188,6 @@ class StreamHub:
                 if entry.get("transcript_only"):  # lines of `fleet-rollout chat`
                     continue
                 # st2's AnnouncementDispatcher wraps the action's parameters
-                body = {"payload": {key: entry.get(key) for key in ANNOUNCEMENT_FIELDS},
-                        "trace_context": None}
+                payload = {key: entry.get(key) for key in ANNOUNCEMENT_FIELDS}
+                body = {"payload": self.rt.masker.mask(payload), "trace_context": None}
                 self.emit(entry.get("event") or chatlog.event_name(entry.get("route", "")), body)

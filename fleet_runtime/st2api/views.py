@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from fleet_runtime import masking, render
 from fleet_runtime import params as params_util
-from fleet_runtime import render
 from fleet_runtime.packs import RUNNERS, Action, Alias, Registry, Rule
 
 
@@ -84,7 +84,9 @@ def execution(registry: Registry, record: Dict[str, Any], children: Optional[Lis
         view["children"] = children
     if record.get("due_ts"):
         view["delay"] = int(max(0, record["due_ts"] - record["created_ts"]) * 1000)
-    return view
+    # config and datastore secrets: masked even for administrators (show_secrets shows the
+    # secret parameters only, like st2)
+    return dict(masking.masker_of(registry).mask(view))
 
 
 def _log_entry(entry: Dict[str, Any]) -> Dict[str, Any]:

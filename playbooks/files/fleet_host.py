@@ -8,12 +8,19 @@ on a lab `sim` host (a fake tree) exactly as on a real root.
   health                       boot id, uptime, maintenance flag, established connections
   drain   --port P ...         set the maintenance flag, wait until connections drain
   undrain                      clear the maintenance flag
-  kernel-apply --settings J    apply kernel settings; first apply records the old values
+  kernel-snapshot --settings J record the current values of what J would change (changes
+                               nothing; an existing snapshot is kept: the first one wins)
+  kernel-apply --settings J    apply kernel settings; refuses unless kernel-snapshot ran first
   kernel-reapply               re-apply the runtime-only settings after a reboot (IRQ affinity)
-  kernel-restore               put back the values recorded by the first kernel-apply
+  kernel-restore               put back the values recorded by the first kernel-snapshot
+
+Kernel settings are checked again here with the same allowlists as the pack's profile loader
+(defense in depth): a bad word never reaches the GRUB defaults file (sourced by update-grub as
+root) nor /etc/sysctl.d.
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -28,6 +35,13 @@ SETTINGS = STATE_DIR + "/kernel-settings.json"
 SYSCTL_FILE = "etc/sysctl.d/90-fleet-rollout.conf"
 GRUB = "etc/default/grub"
 SIM_NIC = "run/fleet-sim/nic"
+# The same allowlists as actions/lib/fleet_rollout/profile.py (keep them in step).
+CMDLINE_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{1,190})?\Z")
+SYSCTL_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z")
+SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9 _.,:/-]{1,256}\Z")
+NIC_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}\Z")
+NIC_LIMITS = {"rx": 65536, "tx": 65536, "combined": 1024}
+MAX_SYSCTLS, MAX_TOKENS, MAX_INTERFACES = 64, 32, 64
 
 
 class Failure(Exception):
@@ -124,8 +138,8 @@ def cmd_undrain(args):
 
 # ---------------------------------------------------------------- kernel settings
 def sysctl_path(key):
-    if not re.match(r"^[A-Za-z0-9_.\-/]+$", key) or ".." in key:
-        raise Failure("bad sysctl name %r" % key)
+    if not isinstance(key, str) or not SYSCTL_KEY.match(key):
+        raise Failure("bad sysctl name %r" % (key,))
     return "proc/sys/" + key.replace(".", "/")
 
 
@@ -283,90 +297,242 @@ def write_proc(root, rel, value):
         handle.write(value)
 
 
+def check_sysctl(sysctl):
+    if not isinstance(sysctl, dict) or len(sysctl) > MAX_SYSCTLS:
+        raise Failure("settings.sysctl: a mapping of at most %d names" % MAX_SYSCTLS)
+    for key, value in sysctl.items():
+        if not isinstance(key, str) or not SYSCTL_KEY.match(key):
+            raise Failure("settings.sysctl: bad sysctl name %r" % (key,))
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise Failure("settings.sysctl.%s: a number or a short string" % key)
+        if not isinstance(value, str) and not (math.isfinite(value) and abs(value) < 2 ** 64):
+            raise Failure("settings.sysctl.%s: not a number a sysctl takes: %r" % (key, value))
+        if isinstance(value, str) and not SYSCTL_VALUE.match(value):
+            raise Failure("settings.sysctl.%s: bad value %r (letters, digits, space and _.,:/-"
+                          " only, one line)" % (key, value))
+
+
+def check_cmdline(cmdline):
+    if not isinstance(cmdline, dict) or set(cmdline) - {"add", "remove"}:
+        raise Failure("settings.cmdline: a mapping with add and remove only")
+    for group in ("add", "remove"):
+        tokens = cmdline.get(group) or []
+        if not isinstance(tokens, list) or len(tokens) > MAX_TOKENS:
+            raise Failure("settings.cmdline.%s: a list of at most %d words" % (group, MAX_TOKENS))
+        for token in tokens:
+            if not isinstance(token, str) or not CMDLINE_TOKEN.match(token):
+                raise Failure("settings.cmdline.%s: bad kernel command-line word %r"
+                              % (group, token))
+
+
+def check_nic(nic):
+    if not isinstance(nic, dict) or set(nic) - {"interfaces", "rx", "tx", "combined",
+                                                "best_effort"}:
+        raise Failure("settings.nic: interfaces, rx, tx, combined and best_effort only")
+    names = nic.get("interfaces") or []
+    if not isinstance(names, list) or len(names) > MAX_INTERFACES:
+        raise Failure("settings.nic.interfaces: a list of at most %d names" % MAX_INTERFACES)
+    for name in names:
+        if not isinstance(name, str) or not NIC_NAME.match(name) or name in (".", ".."):
+            raise Failure("settings.nic.interfaces: bad interface name %r" % (name,))
+    for key, limit in sorted(NIC_LIMITS.items()):
+        value = nic.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= limit):
+            raise Failure("settings.nic.%s: an integer from 1 to %d, not %r" % (key, limit, value))
+    if not isinstance(nic.get("best_effort", False), bool):
+        raise Failure("settings.nic.best_effort: true or false")
+
+
+def check_settings(settings):
+    """The profile loader's allowlists, again: Failure (nothing changed) on the first bad field."""
+    if not isinstance(settings, dict):
+        raise Failure("--settings must be a JSON object")
+    unknown = sorted(str(k) for k in set(settings) - {"sysctl", "cmdline", "nic", "irq_affinity"})
+    if unknown:
+        raise Failure("unknown kernel setting group(s): %s" % ", ".join(unknown))
+    if settings.get("sysctl"):
+        check_sysctl(settings["sysctl"])
+    if settings.get("cmdline"):
+        check_cmdline(settings["cmdline"])
+    if settings.get("nic"):
+        check_nic(settings["nic"])
+    if settings.get("irq_affinity") not in (None, "numa-local", "unchanged"):
+        raise Failure("settings.irq_affinity: numa-local or unchanged")
+    return settings
+
+
 def load_settings(args):
     try:
         settings = json.loads(args.settings)
     except ValueError as err:
         raise Failure("--settings is not JSON: %s" % err) from None
-    if not isinstance(settings, dict):
-        raise Failure("--settings must be a JSON object")
-    unknown = sorted(set(settings) - {"sysctl", "cmdline", "nic", "irq_affinity"})
-    if unknown:
-        raise Failure("unknown kernel setting group(s): %s" % ", ".join(unknown))
-    return settings
+    return check_settings(settings)
+
+
+def load_snapshot(root):
+    text = read(root, SNAPSHOT, "")
+    if not text:
+        return None
+    try:
+        snapshot = json.loads(text)
+    except ValueError:
+        raise Failure("%s is not JSON: restore it by hand" % path(root, SNAPSHOT)) from None
+    if not isinstance(snapshot, dict):
+        raise Failure("%s is not a JSON object: restore it by hand" % path(root, SNAPSHOT))
+    return snapshot
+
+
+def snapshot_sysctl(root, sysctl, snapshot):
+    old_sysctl = snapshot.setdefault("sysctl", {})
+    if "sysctl_file" not in snapshot:
+        snapshot["sysctl_file"] = read(root, SYSCTL_FILE, "") or None
+    for key in sorted(sysctl):
+        rel = sysctl_path(key)
+        if not os.path.exists(path(root, rel)):
+            raise Failure("sysctl %s does not exist on this kernel" % key)
+        old_sysctl.setdefault(key, " ".join(read(root, rel).split()))
+
+
+def snapshot_grub(root, snapshot):
+    text = read(root, GRUB, "")
+    if not text:
+        raise Failure("%s missing: kernel command line cannot change" % path(root, GRUB))
+    snapshot.setdefault("grub", text)
+
+
+def snapshot_nic(root, ifaces, snapshot):
+    old_nic = snapshot.setdefault("nic", {})
+    for iface in ifaces:
+        old_nic.setdefault(iface, nic_get(root, iface))
+
+
+def snapshot_irqs(root, ifaces, snapshot):
+    for iface in ifaces:
+        for irq in nic_irqs(root, iface):
+            old = read(root, "proc/irq/%d/smp_affinity_list" % irq, "").strip()
+            snapshot.setdefault("irq", {}).setdefault(str(irq), old)
+
+
+def settings_interfaces(root, settings):
+    nic = settings.get("nic") or {}
+    if not (nic or settings.get("irq_affinity") == "numa-local"):
+        return []
+    return interfaces(root, nic.get("interfaces") or "all")
+
+
+def record_snapshot(root, settings, snapshot):
+    """Add the current value of everything `settings` would change (values already recorded
+    are kept: the first snapshot wins). Reads only."""
+    if settings.get("sysctl"):
+        snapshot_sysctl(root, settings["sysctl"], snapshot)
+    if settings.get("cmdline"):
+        snapshot_grub(root, snapshot)
+    ifaces = settings_interfaces(root, settings)
+    if settings.get("nic"):
+        snapshot_nic(root, ifaces, snapshot)
+    if settings.get("irq_affinity") == "numa-local":
+        snapshot_irqs(root, ifaces, snapshot)
+    return snapshot
+
+
+def save_snapshot(root, snapshot, before):
+    text = json.dumps(snapshot, sort_keys=True)
+    if text != before:
+        write(root, SNAPSHOT, text)
+
+
+def cmd_kernel_snapshot(args):
+    root = args.sysroot
+    settings = load_settings(args)
+    existing = load_snapshot(root)
+    first = existing is None
+    snapshot = existing if existing is not None else {"taken_at": int(time.time())}
+    before = "" if first else json.dumps(existing, sort_keys=True)
+    record_snapshot(root, settings, snapshot)
+    save_snapshot(root, snapshot, before)
+    return {"snapshot": snapshot, "changed": [], "first_snapshot": first}
+
+
+def apply_sysctl(root, sysctl):
+    changed = []
+    for key, value in sorted(sysctl.items()):
+        rel = sysctl_path(key)
+        current = " ".join(read(root, rel).split())
+        want = " ".join(str(value).split())
+        if current != want:
+            try:
+                write_proc(root, rel, want)
+            except (IOError, OSError) as err:
+                raise Failure("sysctl %s=%s: %s" % (key, want, err)) from None
+            changed.append("sysctl %s=%s" % (key, want))
+    body = "# written by fleet_rollout; restored on rollback\n" + "".join(
+        "%s = %s\n" % (k, v) for k, v in sorted(sysctl.items()))
+    if read(root, SYSCTL_FILE, "") != body:
+        write(root, SYSCTL_FILE, body)
+    return changed
+
+
+def apply_cmdline(root, cmdline, snapshot):
+    text = read(root, GRUB, "")
+    tokens = grub_cmdline(text)
+    remove = set(cmdline.get("remove") or [])
+    new = [t for t in tokens if t not in remove and t.split("=")[0] not in remove]
+    for token in cmdline.get("add") or []:
+        key = token.split("=")[0]
+        new = [t for t in new if t.split("=")[0] != key]
+        new.append(token)
+    if new == tokens:
+        return []
+    write(root, GRUB, set_grub_cmdline(text, new))
+    snapshot["grub_tool"] = update_grub(root)
+    return ["cmdline %s" % " ".join(new)]
+
+
+def apply_nic(root, nic, ifaces):
+    changed = []
+    wanted = {k: int(nic[k]) for k in ("rx", "tx", "combined") if k in nic}
+    for iface in ifaces:
+        current = nic_get(root, iface)
+        diff = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if not diff:
+            continue
+        try:
+            nic_set(root, iface, diff)
+        except Failure:
+            if not nic.get("best_effort"):
+                raise
+            continue
+        changed.append("nic %s %s" % (iface, diff))
+    return changed
 
 
 def cmd_kernel_apply(args):
     root = args.sysroot
     settings = load_settings(args)
-    existing = read(root, SNAPSHOT, "")
-    snapshot = json.loads(existing) if existing else {"taken_at": int(time.time())}
-    first = not existing
+    first = not os.path.exists(path(root, SETTINGS))
+    snapshot = load_snapshot(root)
+    if snapshot is None:
+        raise Failure("no kernel snapshot on this host (%s): run kernel-snapshot first; "
+                      "nothing changed" % path(root, SNAPSHOT))
+    before = json.dumps(snapshot, sort_keys=True)
+    record_snapshot(root, settings, snapshot)  # anything not yet recorded, before any change
+    save_snapshot(root, snapshot, before)
     changed = []
+    if settings.get("sysctl"):
+        changed.extend(apply_sysctl(root, settings["sysctl"]))
     reboot_required = False
-    sysctl = settings.get("sysctl") or {}
-    if sysctl:
-        old_sysctl = snapshot.setdefault("sysctl", {})
-        if "sysctl_file" not in snapshot:
-            snapshot["sysctl_file"] = read(root, SYSCTL_FILE, "") or None
-        for key, value in sorted(sysctl.items()):
-            rel = sysctl_path(key)
-            if not os.path.exists(path(root, rel)):
-                raise Failure("sysctl %s does not exist on this kernel" % key)
-            current = " ".join(read(root, rel).split())
-            old_sysctl.setdefault(key, current)
-            want = " ".join(str(value).split())
-            if current != want:
-                try:
-                    write_proc(root, rel, want)
-                except (IOError, OSError) as err:
-                    raise Failure("sysctl %s=%s: %s" % (key, want, err)) from None
-                changed.append("sysctl %s=%s" % (key, want))
-        body = "# written by fleet_rollout; restored on rollback\n" + "".join(
-            "%s = %s\n" % (k, v) for k, v in sorted(sysctl.items()))
-        if read(root, SYSCTL_FILE, "") != body:
-            write(root, SYSCTL_FILE, body)
-    cmdline = settings.get("cmdline") or {}
-    if cmdline:
-        text = read(root, GRUB, "")
-        if not text:
-            raise Failure("%s missing: kernel command line cannot change" % path(root, GRUB))
-        if "grub" not in snapshot:
-            snapshot["grub"] = text
-        tokens = grub_cmdline(text)
-        remove = set(cmdline.get("remove") or [])
-        new = [t for t in tokens if t not in remove and t.split("=")[0] not in remove]
-        for token in cmdline.get("add") or []:
-            key = token.split("=")[0]
-            new = [t for t in new if t.split("=")[0] != key]
-            new.append(token)
-        if new != tokens:
-            write(root, GRUB, set_grub_cmdline(text, new))
-            snapshot["grub_tool"] = update_grub(root)
-            changed.append("cmdline %s" % " ".join(new))
-            reboot_required = True
-    nic = settings.get("nic") or {}
-    ifaces = interfaces(root, nic.get("interfaces") or "all") if (nic or settings.get(
-        "irq_affinity")) else []
-    if nic:
-        wanted = {k: int(nic[k]) for k in ("rx", "tx", "combined") if k in nic}
-        old_nic = snapshot.setdefault("nic", {})
-        for iface in ifaces:
-            current = nic_get(root, iface)
-            old_nic.setdefault(iface, current)
-            diff = {k: v for k, v in wanted.items() if current.get(k) != v}
-            if diff:
-                try:
-                    nic_set(root, iface, diff)
-                except Failure:
-                    if not nic.get("best_effort"):
-                        raise
-                    continue
-                changed.append("nic %s %s" % (iface, diff))
+    if settings.get("cmdline"):
+        words = apply_cmdline(root, settings["cmdline"], snapshot)
+        reboot_required = bool(words)
+        changed.extend(words)
+    ifaces = settings_interfaces(root, settings)
+    if settings.get("nic"):
+        changed.extend(apply_nic(root, settings["nic"], ifaces))
     if settings.get("irq_affinity") == "numa-local":
         changed.extend(apply_irq_affinity(root, ifaces, snapshot))
     write(root, SETTINGS, json.dumps(settings))
-    write(root, SNAPSHOT, json.dumps(snapshot))
+    write(root, SNAPSHOT, json.dumps(snapshot, sort_keys=True))
     return {"changed": changed, "reboot_required": reboot_required, "snapshot": snapshot,
             "first_apply": first}
 
@@ -376,7 +542,10 @@ def cmd_kernel_reapply(args):
     text = read(root, SETTINGS, "")
     if not text:
         return {"changed": [], "note": "no kernel settings recorded"}
-    settings = json.loads(text)
+    try:
+        settings = check_settings(json.loads(text))
+    except ValueError:
+        raise Failure("%s is not JSON" % path(root, SETTINGS)) from None
     changed = []
     if settings.get("irq_affinity") == "numa-local":
         nic = settings.get("nic") or {}
@@ -386,10 +555,9 @@ def cmd_kernel_reapply(args):
 
 def cmd_kernel_restore(args):
     root = args.sysroot
-    text = read(root, SNAPSHOT, "")
-    if not text:
+    snapshot = load_snapshot(root)
+    if snapshot is None:
         return {"changed": [], "note": "nothing to restore (no kernel snapshot on this host)"}
-    snapshot = json.loads(text)
     changed = []
     reboot_required = False
     for key, value in sorted((snapshot.get("sysctl") or {}).items()):
@@ -429,7 +597,8 @@ def cmd_kernel_restore(args):
 
 COMMANDS = {
     "health": cmd_health, "drain": cmd_drain, "undrain": cmd_undrain,
-    "kernel-apply": cmd_kernel_apply, "kernel-reapply": cmd_kernel_reapply,
+    "kernel-snapshot": cmd_kernel_snapshot, "kernel-apply": cmd_kernel_apply,
+    "kernel-reapply": cmd_kernel_reapply,
     "kernel-restore": cmd_kernel_restore,
 }
 

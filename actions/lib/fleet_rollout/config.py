@@ -28,6 +28,10 @@ class PackConfig:
     approver_roles: List[str] = field(default_factory=list)
     chatops_users: List[str] = field(default_factory=list)
     ansible_private_key: Optional[str] = None
+    # SSH known_hosts file host keys are verified against ("": the runner's ~/.ssh/known_hosts)
+    ssh_known_hosts: str = ""
+    # a site's own profiles besides the pack's profiles/ (the pack's win on a name clash)
+    profiles_dir: str = ""
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -86,9 +90,18 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             approver_roles=_names(data, "approver_roles"),
             chatops_users=_names(data, "chatops_users"),
             ansible_private_key=data.get("ansible_private_key") or None,
+            ssh_known_hosts=_optional_text(data, "ssh_known_hosts"),
+            profiles_dir=_optional_text(data, "profiles_dir"),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
+
+
+def _optional_text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key) or ""
+    if not isinstance(value, str):
+        raise ConfigError(f"pack config: {key} must be a string (a file path)")
+    return value
 
 
 def _names(data: Mapping[str, Any], key: str) -> List[str]:

@@ -5,9 +5,13 @@
     policy, leave the host drained and marked.
 
 Every step is idempotent: its outcome is recorded in the datastore before it returns, so a retry
-or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Forward
-steps check the rollout's halt flag before touching the host. The first snapshot is never
-overwritten, a reset whose outcome is unknown is never sent twice.
+or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Every
+step and every restore holds the host's lock (locks.host_lock: one at a time per host, across
+rollouts); a step refuses unless the host's batch has a recorded approval, the rollout is not
+halted and no restore has begun; a host belongs to one rollout at a time (claims). The first
+snapshots (BIOS and kernel) are taken before the drain and never overwritten; a reset, forward or
+restoring, is sent once (a marker saved before the POST). Any error ends the step with a recorded
+outcome: no host stays "running".
 """
 from __future__ import annotations
 
@@ -16,11 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from fleet_rollout import claims, timeouts
 from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.inventory import FleetHost
+from fleet_rollout.locks import host_lock
 from fleet_rollout.plan import batch_of
 from fleet_rollout.redfish import bios as rf_bios
 from fleet_rollout.redfish import power as rf_power
@@ -30,11 +36,16 @@ from fleet_rollout.redfish.operations import Timeouts, check_desired, restore_bi
 from fleet_rollout.store import RolloutState, Store
 
 STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
-FORWARD = ("precheck", "snapshot", "drain", "stage", "reboot")
+# a host in one of these states is on its way back (or back): no step may touch it again
+RESTORE_STATES = ("restoring", "restored", "left_drained", "restore_failed")
 
 
 class Halted(FleetRolloutError):
-    """The rollout's halt flag is set: no forward step may touch a host."""
+    """The rollout's halt flag is set: no step may touch a host (restores still run)."""
+
+
+class NotApproved(FleetRolloutError):
+    """The host's batch has no recorded approval: no step may touch it."""
 
 
 @dataclass
@@ -49,11 +60,15 @@ class RolloutContext:
     plan: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.state = RolloutState(self.store, self.rollout_id)
+        self.state_dir = self.config.resolve(self.config.state_dir)
+        self.state = RolloutState(self.store, self.rollout_id, self.state_dir)
         if not self.plan:
             self.plan = self.state.plan()
         self.profile: Dict[str, Any] = self.plan["profile"]
-        self.audit = Audit(self.config.resolve(self.config.state_dir), self.rollout_id)
+        self.audit = Audit(self.state_dir, self.rollout_id)
+
+    def lock_waits(self) -> Dict[str, float]:
+        return timeouts.lock_waits(self.profile, self.config.redfish_timeout)
 
     def host(self, name: str) -> FleetHost:
         info = self.plan["hosts"].get(name)
@@ -106,29 +121,52 @@ class HostRun:
     def run(self, step: str) -> Dict[str, Any]:
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; steps: {', '.join(STEPS)}")
+        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
+                       f"step {step}", self.ctx.sleep):
+            return self._run_locked(step)
+
+    def _refuse_unless_allowed(self, step: str, state: Dict[str, Any]) -> None:
+        halt = self.ctx.state.halted()
+        if halt:
+            raise Halted(f"rollout {self.ctx.rollout_id} halted ({halt.get('reason')}); "
+                         f"step {step} not started", self.name)
+        if state["status"] in RESTORE_STATES:
+            raise HostError(f"host is {state['status']} in this rollout; step {step} not "
+                            "started", self.name)
+        batch = batch_of(self.ctx.plan, self.name)
+        if batch is None:
+            raise NotApproved(f"in no batch of rollout {self.ctx.rollout_id} (a control host "
+                              "is never changed); step not started", self.name)
+        approval = self.ctx.state.batch(batch).get("approval") or {}
+        if approval.get("approved") is not True:
+            raise NotApproved(f"batch {batch + 1} of rollout {self.ctx.rollout_id} has no "
+                              f"recorded approval; step {step} not started", self.name)
+        claims.claim(self.ctx.state_dir, self.name, self.ctx.rollout_id)
+
+    def _run_locked(self, step: str) -> Dict[str, Any]:
         state = self.load()
         done = state["steps"].get(step)
         if done and done.get("ok"):
             return {"host": self.name, "step": step, "skipped": True, "detail": done["detail"]}
-        halt = self.ctx.state.halted()
-        if halt and step in FORWARD:
-            raise Halted(f"rollout {self.ctx.rollout_id} halted ({halt.get('reason')}); "
-                         f"step {step} not started", self.name)
-        if state["status"] in ("restored", "left_drained", "restore_failed"):
-            raise HostError(f"host was {state['status']} in this rollout; not changing it again",
-                            self.name)
+        self._refuse_unless_allowed(step, state)
         state["status"] = "running"
         started = time.time()
         try:
             detail = getattr(self, f"step_{step}")(state)
-        except FleetRolloutError as err:
-            state["error"] = {"step": step, "message": str(err)}
+        except Exception as err:  # every outcome is recorded, then re-raised
+            message = str(err) if isinstance(err, FleetRolloutError) else \
+                f"internal error: {type(err).__name__}: {err}"
+            state["error"] = {"step": step, "message": message}
             state["status"] = "failed"
-            self._record(state, step, False, {"error": str(err)}, started)
-            raise
+            self._record(state, step, False, {"error": message}, started)
+            if isinstance(err, FleetRolloutError):
+                raise
+            raise HostError(f"step {step}: {message}", self.name) from err
         if step == "undrain":
             state["status"] = "done"
         self._record(state, step, True, detail, started)
+        if step == "undrain":
+            claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
         return {"host": self.name, "step": step, "skipped": False, "detail": detail}
 
     # ------------------------------------------------------------------ steps
@@ -158,13 +196,24 @@ class HostRun:
                 "targets": check["targets"], "boot_id": health["boot_id"]}
 
     def step_snapshot(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """BIOS and kernel as they are, before anything changes (first snapshot kept)."""
+        out: Dict[str, Any] = {}
         if state.get("bios_snapshot"):
-            return {"kept": "first snapshot"}
-        snap = take_snapshot(self.endpoint())
-        snap.pop("requests", None)
-        state["bios_snapshot"] = snap
-        self.save(state)
-        return {"logical": snap["logical"], "attributes": snap["attributes"]}
+            out["bios"] = "first snapshot kept"
+        else:
+            snap = take_snapshot(self.endpoint())
+            snap.pop("requests", None)
+            state["bios_snapshot"] = snap
+            self.save(state)
+            out.update(logical=snap["logical"], attributes=snap["attributes"])
+        kernel = self.ctx.profile.get("kernel") or {}
+        if kernel and not state.get("kernel_snapshot"):
+            taken = self._ansible(self.ctx.hostside.kernel([self.name], "snapshot", kernel),
+                                  "kernel snapshot")
+            state["kernel_snapshot"] = taken.get("snapshot") or {}
+            self.save(state)
+            out["kernel"] = sorted(k for k in state["kernel_snapshot"] if k != "taken_at")
+        return out
 
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         drain = self.ctx.profile["drain"]
@@ -205,8 +254,8 @@ class HostRun:
         if kernel:
             kernel_result = self._ansible(self.ctx.hostside.kernel([self.name], "apply", kernel),
                                           "kernel settings")
-            if kernel_result.get("first_apply") or not state.get("kernel_snapshot"):
-                state.setdefault("kernel_snapshot", kernel_result.get("snapshot"))
+            if not state.get("kernel_snapshot"):  # the host keeps its first snapshot too
+                state["kernel_snapshot"] = kernel_result.get("snapshot")
             for change in kernel_result.get("changed") or []:
                 self.ctx.audit.record(self.name, "kernel", "(snapshot)", change,
                                       self.ctx.execution_id, self.ctx.user)
@@ -348,76 +397,120 @@ class HostRun:
     def restore(self, leave_drained: Optional[bool] = None) -> Dict[str, Any]:
         """Put BIOS and kernel back to the snapshots, reboot if needed, and (by policy) undrain.
 
-        Runs even when the rollout is halted: it is the way back, not a change."""
+        Runs even when the rollout is halted: it is the way back, not a change. Holds the
+        host's lock (waiting for a running step to end); a re-run after a kill resumes, and
+        sends no second reset (restore_reset_marker)."""
+        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()["restore"],
+                       "restore", self.ctx.sleep):
+            return self._restore_locked(leave_drained)
+
+    def _restore_locked(self, leave_drained: Optional[bool]) -> Dict[str, Any]:
         state = self.load()
         if state["status"] in ("restored", "left_drained"):
             return {"host": self.name, "status": state["status"], "skipped": True}
+        owner = claims.owner(self.ctx.state_dir, self.name)
+        if owner and owner != self.ctx.rollout_id:
+            # another rollout holds the host: this one changed nothing there (claims are taken
+            # at precheck, before any change), so there is nothing of ours to put back
+            state["status"] = "restored"
+            state["restore"] = {"host": self.name, "note": f"held by rollout {owner}; this "
+                                "rollout changed nothing on it"}
+            self.save(state)
+            return {"host": self.name, "status": "restored", "skipped": True}
         policy = self.ctx.profile["failure_budget"]["on_host_failure"]
         leave = policy == "leave_drained" if leave_drained is None else leave_drained
-        timeouts = self.ctx.timeouts()
-        report: Dict[str, Any] = {"host": self.name}
-        state["status"] = "restoring"
         started = time.time()
+        state["status"] = "restoring"
         self.save(state)
         try:
-            before = self.ctx.hostside.health([self.name])[self.name]
-            boot_before = before.result["boot_id"] if before.ok else None
-            kernel = {"changed": [], "reboot_required": False}
-            if state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
-                    "kernel_snapshot"):
-                kernel = self._ansible(self.ctx.hostside.kernel([self.name], "restore"),
-                                       "kernel restore")
-                for change in kernel.get("changed") or []:
-                    self.ctx.audit.record(self.name, "kernel", "(rollout)", change,
-                                          self.ctx.execution_id, self.ctx.user, action="restore")
-            report["kernel"] = kernel
-            rebooted = False
-            snap = state.get("bios_snapshot")
-            if snap:
-                bios = restore_bios(self.endpoint(), snap, timeouts, sleep=self.ctx.sleep,
-                                    host_boot_id=self._host_boot_id, boot_id_before=boot_before)
-                report["bios"] = {"changed": bios["stage"]["changed"], "reset": bios["reset"]}
-                rebooted = bios["reset"] is not None
-                for attr, value in bios["stage"]["changed"].items():
-                    self.ctx.audit.record(self.name, f"bios.{attr}", "(rollout)", value,
-                                          self.ctx.execution_id, self.ctx.user, action="restore")
-            if kernel.get("reboot_required") and not rebooted:
-                report["reset"] = self._reset_once(state, "restore_reset_marker", boot_before)
-                rebooted = True
-            if rebooted or not before.ok:
-                health = self._wait_os(boot_before if rebooted else None, timeouts.boot)
-                report["boot_id"] = health["boot_id"]
-            if snap:
-                now = take_snapshot(self.endpoint())
-                wrong = {k: v for k, v in snap["attributes"].items()
-                         if now["attributes"].get(k, v) != v}
-                if wrong:
-                    raise RedfishError(f"BIOS not back to its snapshot: {wrong}", self.name)
-            if not state["steps"].get("drain"):
-                state["status"] = "restored"  # never drained by us: nothing to undrain
-            elif leave:
-                state["status"] = "left_drained"
-            else:
-                self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
-                self.ctx.audit.record(self.name, "service", "drained", "in service",
-                                      self.ctx.execution_id, self.ctx.user, action="restore")
-                state["status"] = "restored"
-        except FleetRolloutError as err:
+            report = self._put_back(state, leave)
+        except Exception as err:  # every outcome is recorded
+            message = str(err) if isinstance(err, FleetRolloutError) else \
+                f"internal error: {type(err).__name__}: {err}"
             state["status"] = "restore_failed"
-            state["restore_error"] = str(err)
+            state["restore_error"] = message
             state["steps"]["restore"] = {"ok": False, "started": started, "at": time.time(),
                                          "seconds": round(time.time() - started, 3),
-                                         "detail": {"error": str(err)},
+                                         "detail": {"error": message},
                                          "execution": self.ctx.execution_id}
             self.save(state)
-            raise HostError(f"restore failed, host left drained and marked: {err}",
+            raise HostError(f"restore failed, host left drained and marked: {message}",
                             self.name) from None
         state["restore"] = report
         state["steps"]["restore"] = {"ok": True, "started": started, "at": time.time(),
                                      "seconds": round(time.time() - started, 3),
                                      "detail": report, "execution": self.ctx.execution_id}
         self.save(state)
+        claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
         report["status"] = state["status"]
+        return report
+
+    def _put_back(self, state: Dict[str, Any], leave: bool) -> Dict[str, Any]:
+        timeouts_ = self.ctx.timeouts()
+        report: Dict[str, Any] = {"host": self.name}
+        before = self.ctx.hostside.health([self.name])[self.name]
+        boot_before = state.get("restore_boot_id_before")
+        if boot_before is None and before.ok:
+            boot_before = before.result["boot_id"]
+            state["restore_boot_id_before"] = boot_before  # a re-run compares with the first
+            self.save(state)
+        kernel = {"changed": [], "reboot_required": False}
+        if state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
+                "kernel_snapshot"):
+            kernel = self._ansible(self.ctx.hostside.kernel([self.name], "restore"),
+                                   "kernel restore")
+            for change in kernel.get("changed") or []:
+                self.ctx.audit.record(self.name, "kernel", "(rollout)", change,
+                                      self.ctx.execution_id, self.ctx.user, action="restore")
+        report["kernel"] = kernel
+        snap = state.get("bios_snapshot")
+        bios_pending = False
+        if snap:
+            bios = restore_bios(self.endpoint(), snap, timeouts_, do_reset=False,
+                                sleep=self.ctx.sleep)
+            staged = bios["stage"]
+            bios_pending = bool(staged.get("needs_reset"))
+            if bios_pending and "restore_bios" not in state:
+                state["restore_bios"] = {"targets": bios["targets"],
+                                         "settings_time_before": bios["settings_time_before"],
+                                         "job_id": (bios.get("commit") or {}).get("job_id")}
+                self.save(state)
+            report["bios"] = {"changed": staged["changed"]}
+            for attr, value in staged["changed"].items():
+                self.ctx.audit.record(self.name, f"bios.{attr}", "(rollout)", value,
+                                      self.ctx.execution_id, self.ctx.user, action="restore")
+        rebooted = bool(state.get("restore_reset_marker"))
+        if bios_pending or kernel.get("reboot_required") or rebooted:
+            report["reset"] = self._reset_once(state, "restore_reset_marker", boot_before)
+            rebooted = True
+            pending = state.get("restore_bios")
+            if pending:
+                ep = self.endpoint()
+                with RedfishSession(ep) as session:
+                    ctx = discover(session, ep.vendor)
+                    job = pending.get("job_id")
+                    report["applied"] = rf_power.wait_applied(
+                        session, ctx, pending["targets"], pending["settings_time_before"],
+                        [job] if job else [], timeouts_.boot, timeouts_.poll, self.ctx.sleep,
+                        host_boot_id=self._host_boot_id, boot_id_before=boot_before).to_dict()
+        if rebooted or not before.ok:
+            health = self._wait_os(boot_before if rebooted else None, timeouts_.boot)
+            report["boot_id"] = health["boot_id"]
+        if snap:
+            now = take_snapshot(self.endpoint())
+            wrong = {k: v for k, v in snap["attributes"].items()
+                     if now["attributes"].get(k, v) != v}
+            if wrong:
+                raise RedfishError(f"BIOS not back to its snapshot: {wrong}", self.name)
+        if not state["steps"].get("drain"):
+            state["status"] = "restored"  # never drained by us: nothing to undrain
+        elif leave:
+            state["status"] = "left_drained"
+        else:
+            self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
+            self.ctx.audit.record(self.name, "service", "drained", "in service",
+                                  self.ctx.execution_id, self.ctx.user, action="restore")
+            state["status"] = "restored"
         return report
 
 

@@ -3,12 +3,20 @@ scripts, plugins), so any inventory users already have works.
 
 Per host: BMC address, vendor (optional: detected), credential name (credentials themselves come
 from the pack config, never from the inventory), labels (site, rack, hardware model).
+
+Everything is checked before use: host names are plain names (HOST_NAME_PATTERN; they become
+Ansible --limit patterns, so `web*`, `a,b`, `!x`, `~re`, `@file` and group names are refused),
+bmc_address is scheme://host[:port] with no user:password@, path, query or fragment, and labels
+are short strings of safe characters. Errors name the inventory, the host and the field.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
+from urllib.parse import urlsplit
 
 from fleet_rollout.errors import ConfigError
 
@@ -38,6 +46,94 @@ def _load(source: str) -> Any:
     return manager
 
 
+HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._:+()-]{0,63}$"
+LABELS = ("site", "rack", "hardware_model", "bmc_vendor", "bmc_credential")
+_HOST_NAME = re.compile(HOST_NAME_PATTERN)
+_LABEL = re.compile(LABEL_PATTERN)
+_BMC_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
+
+
+def check_host_name(name: Any, where: str) -> str:
+    """`name` if it is a plain host name (never an Ansible pattern: no `*`, `,`, `!`, `~`, `@`,
+    `:`, spaces); ConfigError naming `where` otherwise."""
+    if not isinstance(name, str) or not _HOST_NAME.match(name):
+        shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
+        raise ConfigError(f"{where}: host name {shown} is not allowed: host names must match "
+                          f"{HOST_NAME_PATTERN} (letters, digits, '.', '_', '-'; no Ansible "
+                          "pattern characters)")
+    return name
+
+
+def _check_not_a_group(name: str, groups: Iterable[str], where: str) -> None:
+    if name in set(groups) | {"all", "ungrouped"}:
+        raise ConfigError(f"{where}: host name {name!r} is also a group name of the inventory; "
+                          "as an Ansible --limit it would select the whole group. Rename the "
+                          "host or the group")
+
+
+def check_label(value: Any, field_name: str, where: str, default: Optional[str]) -> Optional[str]:
+    """A label (site, rack, ...) as a short string of safe characters; integers are read as
+    text (rack: 12). ConfigError naming the field otherwise."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {field_name} must be a string, not "
+                          f"{type(value).__name__}")
+    if not _LABEL.match(value):
+        raise ConfigError(f"{where}: {field_name} {value[:80]!r} is not allowed: at most 64 "
+                          "characters, letters, digits, space and . _ : + ( ) -, starting with a "
+                          "letter or digit")
+    return value
+
+
+def check_bmc_address(address: Any, where: str) -> str:
+    """An https:// (or http://, refused later unless allow_insecure_http) BMC base URL: a host,
+    an optional port, nothing else. The error never shows a user:password@ part."""
+    if not isinstance(address, str) or not address:
+        raise ConfigError(f"{where}: bmc_address missing (e.g. https://10.0.0.5)")
+    try:
+        parts = urlsplit(address)
+    except ValueError:
+        raise ConfigError(f"{where}: bmc_address is not a URL (e.g. https://10.0.0.5)") from None
+    if "@" in parts.netloc:
+        raise ConfigError(f"{where}: bmc_address carries a user name or password (user:pass@); "
+                          "BMC credentials belong in the pack config (bmc_credential names one)")
+    shown = repr(address[:120])
+    if parts.scheme not in ("https", "http"):
+        raise ConfigError(f"{where}: bmc_address {shown} must start with https://")
+    if any(ch.isspace() for ch in address):
+        raise ConfigError(f"{where}: bmc_address {shown} contains white space")
+    _check_bmc_host(parts, shown, where)
+    if parts.query or parts.fragment or "?" in address or "#" in address:
+        raise ConfigError(f"{where}: bmc_address {shown} must not have a query or fragment")
+    if parts.path not in ("", "/"):
+        raise ConfigError(f"{where}: bmc_address {shown} must not have a path (the Redfish "
+                          "service is always at /redfish/v1)")
+    return address
+
+
+def _check_bmc_host(parts: Any, shown: str, where: str) -> None:
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ConfigError(f"{where}: bmc_address {shown} has an invalid port (1-65535)")
+    host = parts.hostname or ""
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+            return
+        except ValueError:
+            raise ConfigError(f"{where}: bmc_address {shown}: {host!r} is not an IPv6 "
+                              "address") from None
+    if not _BMC_HOST.match(host):
+        raise ConfigError(f"{where}: bmc_address {shown} has no valid host name or address")
+
+
 def load_inventory(source: str, limit: str = "all") -> List[FleetHost]:
     """Hosts matching the Ansible pattern `limit`, validated; ConfigError names host and field."""
     from ansible.inventory.helpers import get_group_vars
@@ -46,6 +142,11 @@ def load_inventory(source: str, limit: str = "all") -> List[FleetHost]:
     manager = _load(source)
     if not manager.hosts:
         raise ConfigError(f"inventory {source}: no hosts (unparseable, or empty)")
+    group_names = list(manager.groups)
+    for name in sorted(manager.hosts):
+        where = f"inventory {source}: host {name}"
+        check_host_name(name, f"inventory {source}")
+        _check_not_a_group(name, group_names, where)
     hosts = manager.get_hosts(pattern=limit or "all")
     if not hosts:
         raise ConfigError(f"inventory {source}: no host matches {limit!r}")
@@ -53,21 +154,22 @@ def load_inventory(source: str, limit: str = "all") -> List[FleetHost]:
     for host in hosts:
         groups = host.get_groups()
         merged = combine_vars(get_group_vars(groups), host.get_vars())
-        where = f"inventory {source}: host {host.name}"
-        leaked = [v for v in ("bmc_password", "bmc_username") if v in merged]
-        if leaked:
-            raise ConfigError(f"{where}: {', '.join(leaked)} set in the inventory; BMC "
-                              "credentials belong in the pack config (bmc_credential names one)")
-        address = merged.get("bmc_address")
-        if not address or not isinstance(address, str):
-            raise ConfigError(f"{where}: bmc_address missing (e.g. https://10.0.0.5)")
-        if not address.startswith(("https://", "http://")):
-            raise ConfigError(f"{where}: bmc_address {address!r} must start with https://")
-        out.append(FleetHost(
-            name=host.name, bmc_address=address,
-            bmc_vendor=str(merged["bmc_vendor"]) if merged.get("bmc_vendor") else None,
-            bmc_credential=str(merged.get("bmc_credential") or "default"),
-            site=str(merged.get("site") or "default"), rack=str(merged.get("rack") or "default"),
-            hardware_model=str(merged.get("hardware_model") or "unknown"),
-            groups=sorted(g.name for g in groups if g.name != "all")))
+        out.append(_fleet_host(host.name, merged, groups, f"inventory {source}: host {host.name}"))
     return sorted(out, key=lambda h: h.name)
+
+
+def _fleet_host(name: str, merged: Dict[str, Any], groups: Any, where: str) -> FleetHost:
+    leaked = [v for v in ("bmc_password", "bmc_username") if v in merged]
+    if leaked:
+        raise ConfigError(f"{where}: {', '.join(leaked)} set in the inventory; BMC "
+                          "credentials belong in the pack config (bmc_credential names one)")
+    address = check_bmc_address(merged.get("bmc_address"), where)
+    labels = {field_name: check_label(merged.get(field_name), field_name, where, default)
+              for field_name, default in (("site", "default"), ("rack", "default"),
+                                          ("hardware_model", "unknown"), ("bmc_vendor", None),
+                                          ("bmc_credential", "default"))}
+    return FleetHost(
+        name=name, bmc_address=address, bmc_vendor=labels["bmc_vendor"],
+        bmc_credential=labels["bmc_credential"] or "default", site=labels["site"] or "default",
+        rack=labels["rack"] or "default", hardware_model=labels["hardware_model"] or "unknown",
+        groups=sorted(g.name for g in groups if g.name != "all"))

@@ -7,12 +7,13 @@ batch, then batches growing by `growth`, never more than max_unavailable per sit
 """
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import Counter, defaultdict
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from fleet_rollout.errors import ConfigError
+from fleet_rollout.errors import ConfigError, FleetRolloutError
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.profile import Profile
 
@@ -70,10 +71,11 @@ def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_ba
             if by_site[site]:
                 order.append(by_site[site].pop(0))
     batches: List[List[FleetHost]] = []
-    size = float(canary_size)
+    cap = max(1, int(max_batch))
+    size = float(min(max(1, canary_size), cap))
     remaining = order
     while remaining:
-        limit = max(1, min(max_batch, int(size)))
+        limit = max(1, min(cap, int(size)))
         batch: List[FleetHost] = []
         sites: Counter = Counter()
         racks: Counter = Counter()
@@ -89,8 +91,16 @@ def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_ba
                 rest.append(host)
         batches.append(batch)
         remaining = rest
-        size = size * growth if batches else size
+        size = next_batch_size(size, growth, cap)
     return batches
+
+
+def next_batch_size(size: float, growth: float, cap: int) -> float:
+    """The next batch's size: `size` x `growth`, never above `cap` (so never inf or NaN)."""
+    grown = size * growth
+    if not math.isfinite(grown) or grown > cap:
+        return float(cap)
+    return max(1.0, grown)
 
 
 def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[FleetHost],
@@ -167,18 +177,32 @@ def render_plan(plan: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _checked(host: FleetHost, check: Callable[[FleetHost], Dict[str, Any]]) -> Dict[str, Any]:
+    """One host's precheck result, or its error entry (never an exception)."""
+    try:
+        result = check(host)
+    except FleetRolloutError as err:
+        return {"error": str(err)}
+    except Exception as err:  # the safety net: one host's surprise is that host's error
+        text = str(err).splitlines()[0][:300] if str(err) else ""
+        return {"error": f"internal error while reading the BMC: {type(err).__name__}: {text}"}
+    if not isinstance(result, dict):
+        return {"error": f"internal error while reading the BMC: precheck returned "
+                         f"{type(result).__name__}, not a result"}
+    return result
+
+
 def precheck_hosts(hosts: Iterable[FleetHost], check: Callable[[FleetHost], Dict[str, Any]],
                    parallel: int = 20) -> Compliance:
-    """Run `check` (read-only BMC look) on every host in parallel; errors become entries."""
+    """Run `check` (read-only BMC look) on every host in parallel; errors become entries.
+
+    No exception escapes: a FleetRolloutError is the host's error entry, and anything else (a bug
+    or an answer nothing anticipated) becomes "internal error while reading the BMC", so the plan
+    refuses with a per-host listing instead of a traceback."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from fleet_rollout.errors import FleetRolloutError
-
     def one(host: FleetHost) -> Tuple[str, Dict[str, Any]]:
-        try:
-            return host.name, check(host)
-        except FleetRolloutError as err:
-            return host.name, {"error": str(err)}
+        return host.name, _checked(host, check)
 
     items = list(hosts)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(items) or 1))) as pool:

@@ -5,18 +5,56 @@ the knob, metric and judge-policy checks of their own modules. Errors name the f
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import yaml
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.redfish.personalities import KNOBS, validate_desired
 
-_INT = {"type": "integer", "minimum": 0}
-_POS = {"type": "integer", "minimum": 1}
-_NUM = {"type": "number", "minimum": 0}
+PROFILE_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,63}$"
+# Kernel command-line words: `key` or `key=value`; nothing a shell, GRUB's sh-sourced defaults
+# file or Jinja could read as syntax (no quotes, $, backticks, ;, |, &, <, >, braces, spaces).
+CMDLINE_TOKEN_PATTERN = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{1,190})?$"
+# sysctl names in dotted form (net.core.rmem_max): no "/", no "..", no leading dot.
+SYSCTL_KEY_PATTERN = "^[a-z0-9_]+(\\.[A-Za-z0-9_-]+){1,7}$"
+SYSCTL_VALUE_PATTERN = "^[A-Za-z0-9 _.,:/-]{1,256}$"
+NIC_NAME_PATTERN = "^[A-Za-z0-9_.:-]{1,15}$"
+BIOS_ATTRIBUTE_PATTERN = "^[A-Za-z][A-Za-z0-9_]{0,63}$"
+BIOS_VALUE_PATTERN = "^[A-Za-z0-9_.:-]{1,64}$"
+TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f{}]*$"  # one line, no Jinja markers
+DAY = 86400
+MAX_COUNT = 100000  # hosts in a batch, failures allowed, ...
+MAX_SYSCTLS = 64
+MAX_CMDLINE_TOKENS = 32
+MAX_INTERFACES = 64
+_CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
+
+
+def _int(low: int, high: int) -> Dict[str, Any]:
+    return {"type": "integer", "minimum": low, "maximum": high}
+
+
+def _num(low: float, high: float) -> Dict[str, Any]:
+    return {"type": "number", "minimum": low, "maximum": high}
+
+
+def _text(max_length: int) -> Dict[str, Any]:
+    return {"type": "string", "maxLength": max_length, "pattern": TEXT_PATTERN}
+
+
+def _tokens() -> Dict[str, Any]:
+    return {"type": "array", "maxItems": MAX_CMDLINE_TOKENS,
+            "items": {"type": "string", "pattern": CMDLINE_TOKEN_PATTERN}}
+
+
+_NAME = {"type": "string", "pattern": PROFILE_NAME_PATTERN}
+_COUNT = _int(1, MAX_COUNT)
+_SECONDS = _num(0, DAY)
 
 SCHEMA: Dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-04/schema#",
@@ -24,57 +62,59 @@ SCHEMA: Dict[str, Any] = {
     "additionalProperties": False,
     "required": ["name", "bios"],
     "properties": {
-        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$"},
-        "description": {"type": "string"},
-        "reverse_of": {"type": "string"},
+        "name": _NAME,
+        "description": _text(200),
+        "reverse_of": _NAME,
         "bios": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {k: {"enum": list(v)} for k, v in KNOBS.items()},
         },
         "bios_extra": {  # raw attributes for one vendor (lab: LabReceiveSlowdown)
-            "type": "object", "additionalProperties": {"type": "string"},
+            "type": "object", "maxProperties": 32,
+            "additionalProperties": {"type": "string", "pattern": BIOS_VALUE_PATTERN},
         },
         "kernel": {
             "type": "object", "additionalProperties": False,
             "properties": {
-                "sysctl": {"type": "object", "additionalProperties": {
-                    "type": ["string", "integer", "number"]}},
+                "sysctl": {"type": "object", "maxProperties": MAX_SYSCTLS,
+                           "additionalProperties": {
+                               "type": ["string", "integer", "number"],
+                               "pattern": SYSCTL_VALUE_PATTERN,
+                               "minimum": -2 ** 63, "maximum": 2 ** 64 - 1}},
                 "cmdline": {"type": "object", "additionalProperties": False, "properties": {
-                    "add": {"type": "array", "items": {"type": "string",
-                                                       "pattern": "^[^\\s\"']+$"}},
-                    "remove": {"type": "array", "items": {"type": "string",
-                                                          "pattern": "^[^\\s\"']+$"}}}},
+                    "add": _tokens(), "remove": _tokens()}},
                 "nic": {"type": "object", "additionalProperties": False, "properties": {
-                    "interfaces": {"type": "array", "items": {"type": "string"}},
-                    "rx": _POS, "tx": _POS, "combined": _POS,
+                    "interfaces": {"type": "array", "maxItems": MAX_INTERFACES, "items": {
+                        "type": "string", "pattern": NIC_NAME_PATTERN}},
+                    "rx": _int(1, 65536), "tx": _int(1, 65536), "combined": _int(1, 1024),
                     "best_effort": {"type": "boolean"}}},
                 "irq_affinity": {"enum": ["numa-local", "unchanged"]},
             },
         },
         "probe": {"type": "object", "additionalProperties": False, "properties": {
-            "budget_ms": {"type": "integer", "minimum": 200, "maximum": 60000},
-            "min_remote_local_ratio": {"type": "number", "minimum": 1}}},
+            "budget_ms": _int(200, 60000),
+            "min_remote_local_ratio": _num(1, 1000)}},
         "canary": {"type": "object", "additionalProperties": False, "properties": {
-            "window_seconds": {"type": "number", "minimum": 1},
-            "soak_seconds": _NUM,
+            "window_seconds": _num(1, DAY),
+            "soak_seconds": _SECONDS,
             "metric": {"type": "object"},
             "policy": {"type": "object"}}},
         "batches": {"type": "object", "additionalProperties": False, "properties": {
-            "canary_size": _POS, "growth": {"type": "number", "minimum": 1},
-            "max_batch": _POS, "max_unavailable_per_site": _POS,
-            "max_unavailable_per_rack": _POS, "parallel": _POS,
-            "control_ratio": {"type": "number", "minimum": 2}}},
+            "canary_size": _COUNT, "growth": _num(1, 10),
+            "max_batch": _COUNT, "max_unavailable_per_site": _COUNT,
+            "max_unavailable_per_rack": _COUNT, "parallel": _int(1, 1000),
+            "control_ratio": _num(2, 1000)}},
         "failure_budget": {"type": "object", "additionalProperties": False, "properties": {
-            "per_batch": _INT, "total": _INT,
+            "per_batch": _int(0, MAX_COUNT), "total": _int(0, MAX_COUNT),
             "on_host_failure": {"enum": ["restore", "leave_drained"]}}},
         "approval": {"type": "object", "additionalProperties": False, "properties": {
             "required": {"type": "boolean"}, "auto_approve_canary": {"type": "boolean"},
-            "ttl_minutes": _POS}},
+            "ttl_minutes": _int(1, DAY // 60)}},
         "redfish": {"type": "object", "additionalProperties": False, "properties": {
-            "clear_foreign": {"type": "boolean"}, "graceful_timeout": _NUM,
-            "force_timeout": _NUM, "boot_timeout": _NUM, "poll": _NUM}},
+            "clear_foreign": {"type": "boolean"}, "graceful_timeout": _SECONDS,
+            "force_timeout": _SECONDS, "boot_timeout": _SECONDS, "poll": _num(0.05, 60)}},
         "drain": {"type": "object", "additionalProperties": False, "properties": {
-            "timeout": _NUM, "threshold": _INT}},
+            "timeout": _SECONDS, "threshold": _int(0, 1000000)}},
     },
 }
 
@@ -95,11 +135,11 @@ DEFAULTS: Dict[str, Any] = {
 
 
 def _field(error: Any) -> str:
-    parts = [str(p) for p in error.path]
+    parts = [_path_part(p) for p in error.path]
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
-        parts.append(extra[0] if extra else "?")
+        parts.append(_path_part(extra[0]) if extra else "?")
     if error.validator == "required":
         missing = str(error.message).split("'")
         if len(missing) > 1:
@@ -113,7 +153,8 @@ def _message(error: Any) -> str:
         return f"unknown field (allowed: {allowed})"
     if error.validator == "required":
         return "required field missing"
-    return str(error.message)
+    text = str(error.message)
+    return text if len(text) <= 300 else text[:300] + "..."
 
 
 @dataclass
@@ -145,47 +186,152 @@ def _merge(defaults: Dict[str, Any], data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def validate_profile(data: Any, where: str) -> Dict[str, Any]:
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _path_part(part: Any) -> str:
+    text = str(part)
+    return text if re.fullmatch(r"[A-Za-z0-9_.-]{1,80}", text) else repr(text[:80])
+
+
+def _path_text(parts: List[Any]) -> str:
+    return ".".join(_path_part(p) for p in parts) or "(top level)"
+
+
+def _check_plain(value: Any, parts: List[Any], where: str) -> None:
+    """Only what YAML's plain types give: string keys, one-line strings, finite numbers."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{where}: field {_path_text(parts + [key])}: "
+                                  f"names must be strings, not {type(key).__name__}")
+            _check_plain(key, parts + [key], where)
+            _check_plain(item, parts + [key], where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_plain(item, parts + [index], where)
+    elif not isinstance(value, _PLAIN):
+        raise ConfigError(f"{where}: field {_path_text(parts)}: unsupported YAML type "
+                          f"{type(value).__name__}")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: field {_path_text(parts)}: not a finite number")
+    elif isinstance(value, str) and _CONTROL.search(value):
+        raise ConfigError(f"{where}: field {_path_text(parts)}: control characters "
+                          "(newline, tab, ...) are not allowed")
+
+
+def _check_names(mapping: Any, pattern: str, parts: List[str], where: str, what: str) -> None:
+    for key in mapping or {}:
+        if not re.fullmatch(pattern, key):
+            raise ConfigError(f"{where}: field {_path_text(parts + [key])}: {key!r} is not a "
+                              f"valid {what} (allowed: {pattern})")
+
+
+def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
+    """Second look at what reaches a host, with full matches (a schema `pattern` is a search:
+    `$` there also matches before a final newline)."""
+    _check_names(kernel.get("sysctl"), SYSCTL_KEY_PATTERN, ["kernel", "sysctl"], where,
+                 "sysctl name")
+    for key, value in (kernel.get("sysctl") or {}).items():
+        if isinstance(value, str) and not re.fullmatch(SYSCTL_VALUE_PATTERN, value):
+            raise ConfigError(f"{where}: field kernel.sysctl.{key}: {value!r} is not a valid "
+                              f"sysctl value (allowed: {SYSCTL_VALUE_PATTERN})")
+    for group in ("add", "remove"):
+        for index, token in enumerate((kernel.get("cmdline") or {}).get(group) or []):
+            if not re.fullmatch(CMDLINE_TOKEN_PATTERN, token):
+                raise ConfigError(f"{where}: field kernel.cmdline.{group}.{index}: {token!r} "
+                                  f"is not a valid kernel command-line word")
+    for index, name in enumerate((kernel.get("nic") or {}).get("interfaces") or []):
+        if not re.fullmatch(NIC_NAME_PATTERN, name) or name in (".", ".."):
+            raise ConfigError(f"{where}: field kernel.nic.interfaces.{index}: {name!r} is not "
+                              "a valid interface name")
+
+
+def _check_schema(data: Dict[str, Any], where: str) -> None:
     from jsonschema import Draft4Validator
 
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: a profile is a YAML mapping")
-    errors = sorted(Draft4Validator(SCHEMA).iter_errors(data), key=lambda e: list(e.path))
+    errors = sorted(Draft4Validator(SCHEMA).iter_errors(data),
+                    key=lambda e: [str(p) for p in e.path])
     if errors:
         first = errors[0]
         raise ConfigError(f"{where}: field {_field(first)}: {_message(first)}")
-    validate_desired(data["bios"], where=f"{where}: bios")
-    merged = _merge(DEFAULTS, data)
-    canary = merged["canary"]
+
+
+def _check_canary(canary: Dict[str, Any], where: str) -> None:
     try:
         from fleet_rollout.counters.metric import metric_from_dict
         from fleet_rollout.judge.policy import policy_from_dict
 
-        metric_from_dict(canary.get("metric") or None, where=f"{where}: canary.metric")
-        policy_from_dict(canary.get("policy") or None, where=f"{where}: canary.policy")
+        metric_from_dict(canary.get("metric") or None, where=f"{where}: field canary.metric")
+        policy_from_dict(canary.get("policy") or None, where=f"{where}: field canary.policy")
     except ConfigError:
         raise
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{where}: canary: {err}") from None
+        raise ConfigError(f"{where}: field canary: {err}") from None
+
+
+def validate_profile(data: Any, where: str) -> Dict[str, Any]:
+    """The profile with defaults filled in; ConfigError naming `where` and the field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: field (top level): a profile is a YAML mapping")
+    _check_plain(data, [], where)
+    _check_schema(data, where)
+    _check_names(data.get("bios_extra"), BIOS_ATTRIBUTE_PATTERN, ["bios_extra"], where,
+                 "BIOS attribute name")
+    for key, value in (data.get("bios_extra") or {}).items():
+        if not re.fullmatch(BIOS_VALUE_PATTERN, value):
+            raise ConfigError(f"{where}: field bios_extra.{key}: {value!r} is not a valid "
+                              f"BIOS attribute value (allowed: {BIOS_VALUE_PATTERN})")
+    _check_kernel_words(data.get("kernel") or {}, where)
+    validate_desired(data["bios"], where=f"{where}: field bios")
+    merged = _merge(DEFAULTS, data)
+    _check_canary(merged["canary"], where)
     return merged
 
 
-def load_profile(name_or_path: str, profiles_dir: Optional[str] = None) -> Profile:
-    """A profile by path, or by name from profiles/ (`home-snoop` -> profiles/home-snoop.yaml)."""
-    path = name_or_path
-    if not os.path.exists(path):
-        base = profiles_dir or os.path.join(os.path.dirname(os.path.dirname(
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "profiles")
-        path = os.path.join(base, f"{name_or_path}.yaml")
-        if not os.path.exists(path):
-            known = sorted(f[:-5] for f in os.listdir(base) if f.endswith(".yaml")) if \
-                os.path.isdir(base) else []
-            raise ConfigError(f"profile {name_or_path!r} not found (profiles: "
-                              f"{', '.join(known) or 'none'})")
+def _profiles_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))), "profiles")
+
+
+def _read_yaml(path: str) -> Any:
     try:
         with open(path) as handle:
-            data = yaml.safe_load(handle)
+            return yaml.safe_load(handle)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    merged = validate_profile(data, path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read: {err.__class__.__name__}") from None
+
+
+def _profile_from_file(path: str, expected_name: Optional[str]) -> Profile:
+    merged = validate_profile(_read_yaml(path), path)
+    if expected_name is not None and merged["name"] != expected_name:
+        raise ConfigError(f"{path}: field name: {merged['name']!r} must equal the file's name "
+                          f"{expected_name!r}")
     return Profile(merged["name"], os.path.abspath(path), merged)
+
+
+def load_profile(name: str, profiles_dir: Optional[str] = None) -> Profile:
+    """A profile by name from the pack's profiles/ (`home-snoop` -> profiles/home-snoop.yaml).
+
+    Names only (PROFILE_NAME_PATTERN): never a path, so an action parameter cannot point the pack
+    at another file. `profiles_dir` is for the pack's own code, never for caller input."""
+    if not isinstance(name, str) or not re.fullmatch(PROFILE_NAME_PATTERN, name):
+        raise ConfigError(f"profile {str(name)[:80]!r}: a profile is named by its file in "
+                          f"profiles/ (letters a-z, digits and '-', at most 64; no paths)")
+    base = profiles_dir or _profiles_dir()
+    path = os.path.join(base, f"{name}.yaml")
+    if not os.path.isfile(path):
+        known = sorted(f[:-5] for f in os.listdir(base) if f.endswith(".yaml")) if \
+            os.path.isdir(base) else []
+        raise ConfigError(f"profile {name!r} not found (profiles: {', '.join(known) or 'none'})")
+    return _profile_from_file(path, name)
+
+
+def load_profile_file(path: str) -> Profile:
+    """A profile from any file, for trusted operator-side tools (the lab, benchmarks, tests).
+    Never reachable from action parameters: actions use load_profile (names only)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"profile file {path} not found")
+    return _profile_from_file(path, None)

@@ -1090,14 +1090,14 @@ def write_report(state: RolloutState, audit: Audit, path: str,
     """Render and write the report atomically (temp file + rename); returns the path."""
     text = render_report(state, audit, now=now)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600)  # the audit trail's peer: private like it
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals
+from fleet_rollout import approvals, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_inventory
+from fleet_rollout.names import check_rollout_id, check_targets
 from fleet_rollout.plan import (
     batch_of,
     build_plan,
@@ -43,21 +44,27 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
             user: str = "") -> RolloutContext:
     config = pack_config(raw_config)
     store = as_store(datastore)
-    plan = RolloutState(store, rollout_id).plan()
+    plan = RolloutState(store, check_rollout_id(rollout_id)).plan()
     side = HostSide(config.resolve(plan["inventory"]),
-                    config.resolve(config.ansible_private_key or "") or None)
+                    config.resolve(config.ansible_private_key or "") or None,
+                    known_hosts=config.resolve(config.ssh_known_hosts) or None)
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
 
 
 def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "all",
-                 inventory: Optional[str] = None, rollout_id: Optional[str] = None,
-                 user: str = "") -> Dict[str, Any]:
-    """Dry run: validate inputs, look at every target BMC (read-only), store the plan."""
+                 rollout_id: Optional[str] = None, user: str = "") -> Dict[str, Any]:
+    """Dry run: validate inputs, look at every target BMC (read-only), store the plan.
+
+    The profile by name from the pack's profiles/, the hosts from the pack config's inventory:
+    a caller passes names, never paths."""
     config = pack_config(raw_config)
-    prof = load_profile(profile, os.path.join(PACK_DIR, "profiles"))
+    check_targets(targets)
+    if rollout_id is not None:
+        check_rollout_id(rollout_id)
+    prof = load_profile(profile, profile_dir(config, profile))
     if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
         approvals.require_approvers(config, prof.name)
-    source = config.resolve(inventory or config.inventory)
+    source = config.resolve(config.inventory)
     everyone = load_inventory(source)
     hosts = load_inventory(source, targets)
     for host in hosts:
@@ -72,7 +79,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     compliance = precheck_hosts(hosts, check)
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
     store = as_store(datastore)
-    state = RolloutState(store, plan["rollout_id"])
+    state = RolloutState(store, plan["rollout_id"], config.resolve(config.state_dir))
     if store.get_json(f"fleet_rollout.{plan['rollout_id']}.plan") is not None:
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
@@ -83,6 +90,16 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
             "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
             "channel": config.chat_channel}
+
+
+def profile_dir(config: PackConfig, name: str) -> str:
+    """Where profile `name` lives: the pack's profiles/, else the config's profiles_dir."""
+    shipped = os.path.join(PACK_DIR, "profiles")
+    if not config.profiles_dir or not isinstance(name, str) or \
+            os.path.basename(name) != name or \
+            os.path.isfile(os.path.join(shipped, f"{name}.yaml")):
+        return shipped  # load_profile checks the name itself
+    return config.resolve(config.profiles_dir)
 
 
 def _gate() -> Any:
@@ -114,7 +131,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
             "window": canary["window_seconds"], "soak": canary["soak_seconds"],
             "last": batch == len(plan["batches"]) - 1,
-            "controls": len(controls_for_batch(plan, batch))}
+            "controls": len(controls_for_batch(plan, batch)),
+            "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
 
 
 def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
@@ -122,55 +140,111 @@ def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
     return bool(approval["required"]) and not (batch == 0 and approval["auto_approve_canary"])
 
 
+ASK_TASKS = {"approval": "approval", "inconclusive": "ask_inconclusive"}
+BATCH_WORKFLOW = "fleet_rollout.rollout_batch"
+
+
+def asking_workflow(api: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+    """The rollout_batch execution this action runs in, checked: record_answer counts only as
+    a task of the workflow of the same rollout and batch, never when run directly."""
+    own = api.own_execution()
+    parent_id = str(((own.get("context") or {}).get("parent") or {}).get("execution_id") or "")
+    if not parent_id:
+        raise ConfigError(f"record_answer runs only as a task of the {BATCH_WORKFLOW} "
+                          "workflow (it has no parent here); nothing recorded")
+    workflow = api.execution(parent_id)
+    ref = (workflow.get("action") or {}).get("ref")
+    params = workflow.get("parameters") or {}
+    if ref != BATCH_WORKFLOW or params.get("rollout_id") != rollout_id or \
+            str(params.get("batch")) != str(batch):
+        raise ConfigError(
+            f"record_answer for rollout {rollout_id} batch {batch + 1} runs only in that "
+            f"batch's {BATCH_WORKFLOW} workflow (its parent is {ref or '?'}); nothing recorded")
+    return workflow
+
+
+def inquiry_answer(api: Any, workflow: Dict[str, Any], question: str) -> Dict[str, Any]:
+    """The response StackStorm recorded on the workflow's latest question (core.ask task)."""
+    task = ASK_TASKS[question]
+    asked = [c for c in api.get(f"executions/{workflow['id']}/children?depth=1")
+             if ((c.get("context") or {}).get("orquesta") or {}).get("task_name") == task]
+    if not asked:
+        raise approvals.ApprovalRefused(f"no {task} question in workflow {workflow['id']}")
+    latest = max(asked, key=lambda c: str(c.get("start_timestamp") or ""))
+    result = latest.get("result") or {}
+    response = result.get("response") if isinstance(result, dict) else None
+    if latest.get("status") != "succeeded" or not isinstance(response, dict):
+        raise approvals.ApprovalRefused(f"the {task} question ({latest.get('id')}) has no "
+                                        f"answer (status {latest.get('status')})")
+    return response
+
+
 def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
-                  outcome: str, response: Optional[Dict[str, Any]] = None,
-                  workflow_execution_id: str = "", api: Any = None) -> Dict[str, Any]:
+                  outcome: str, api: Any = None) -> Dict[str, Any]:
     """Record the answer to a batch's question (approval, or what to do after an INCONCLUSIVE
-    verdict) with the identity StackStorm authenticated (approvals.answer_author). An answer
-    whose author cannot be established, or is no approver, counts as a refusal."""
+    verdict), read from StackStorm: the inquiry's own response and who resumed the workflow
+    (approvals.answer_author), never from parameters. An answer whose author cannot be
+    established, or is no approver, counts as a refusal; so does a run outside the batch's
+    workflow."""
     ctx = context(raw_config, datastore, rollout_id)
-    if question not in ("approval", "inconclusive"):
+    if question not in ASK_TASKS:
         raise ConfigError(f"question {question!r}: approval or inconclusive")
-    response = dict(response or {})
+    if outcome not in ("answered", "timed_out", "auto"):
+        raise ConfigError(f"outcome {outcome!r}: answered, timed_out or auto")
+    if api is None:
+        api = ActionApi.from_env()
     record: Dict[str, Any] = {"question": question, "outcome": outcome, "at": time.time(),
                               "auto": outcome == "auto", "by": "", "via": outcome}
-    if outcome == "auto":
-        if question != "approval" or needs_approval(ctx.profile, batch):
-            raise ConfigError(f"batch {batch + 1} of rollout {rollout_id} needs an approval by "
-                              "an approver; it cannot be recorded as automatic")
-        record.update(approved=True, by="auto")
-    elif outcome == "timed_out":
-        record.update(approved=False, by="nobody (the question timed out)")
-    elif outcome == "answered":
-        try:
-            if api is None:
-                api = ActionApi.from_env()
-            who = approvals.answer_author(api.execution(workflow_execution_id), response,
-                                          ctx.config)
-        except ConfigError as err:
-            record.update(approved=False, reason=f"answer not counted: {err}")
+    response: Dict[str, Any] = {}
+    # run outside its batch's workflow: refused, nothing recorded (a forged answer must not
+    # approve, nor halt someone else's rollout)
+    workflow = asking_workflow(api, rollout_id, batch)
+    try:
+        if outcome == "auto":
+            if question != "approval" or needs_approval(ctx.profile, batch):
+                raise ConfigError(f"batch {batch + 1} of rollout {rollout_id} needs an approval "
+                                  "by an approver; it cannot be recorded as automatic")
+            record.update(approved=True, by="auto")
+        elif outcome == "timed_out":
+            record.update(approved=False, by="nobody (the question timed out)")
         else:
-            record.update(approved=bool(response.get("approved", True)), by=who.name,
-                          via=who.via, account=who.account)
-    else:
-        raise ConfigError(f"outcome {outcome!r}: answered, timed_out or auto")
+            response = inquiry_answer(api, workflow, question)
+            who = approvals.answer_author(workflow, response, ctx.config)
+            approved = response.get("approved", True) is True
+            record.update(approved=approved, by=who.name, via=who.via, account=who.account)
+    except approvals.ApprovalRefused as err:
+        record.update(approved=False, reason=f"answer not counted: {err}")
     if question == "inconclusive":
         choice = response.get("choice")
         if not record["approved"] or choice not in ("extend", "proceed", "rollback"):
             choice = "rollback"
         record["choice"] = choice
     record["response"] = record["approved"] if question == "approval" else record["choice"]
-    state = ctx.state.batch(batch)
-    if question == "approval":
-        state["approval"] = record
-    else:
-        state.setdefault("answers", []).append(record)
-    ctx.state.save_batch(batch, state)
+
+    def put(state: Dict[str, Any]) -> None:
+        if question == "approval":
+            state["approval"] = record
+        else:
+            state.setdefault("answers", []).append(record)
+
+    ctx.state.update_batch(batch, put)
+    what = "approval" if question == "approval" else f"inconclusive: {record['choice']}"
+    ctx.audit.record("(rollout)", f"batch.{batch + 1}.{question}", None, what,
+                     api.execution_id, record["by"] or "nobody", action="answer",
+                     approved_by=record["by"] if record["approved"] else None)
     if question == "approval" and not record["approved"]:
         why = record.get("reason") or f"rejected by {record['by'] or 'an approver'}"
         ctx.state.halt(f"batch {batch + 1} not approved: {why}", record["by"])
         ctx.state.update_meta(status="rejected")
     return record
+
+
+def action_identity(api: Any = None) -> Tuple[str, str]:
+    """(this execution's id, who it runs for) from StackStorm's own record of it: the chat user
+    behind an alias execution, else the st2 user; never a name a caller typed."""
+    if api is None:
+        api = ActionApi.from_env()
+    return api.execution_id, approvals.caller(api.own_execution()).name
 
 
 def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
@@ -229,24 +303,46 @@ def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) ->
 
 def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
                   hosts: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Hosts to roll back: every host this rollout touched (or the given ones)."""
+    """Hosts to roll back: every host this rollout touched (or the given ones), and the action
+    timeouts to restore them with."""
     ctx = context(raw_config, datastore, rollout_id)
     states = ctx.state.hosts()
     touched = sorted(h for h, st in states.items()
                      if st.get("steps", {}).get("drain") or st.get("steps", {}).get("stage")
-                     or st.get("status") in ("failed", "restore_failed"))
+                     or st.get("steps", {}).get("snapshot")
+                     or st.get("status") in ("failed", "restoring", "restore_failed"))
     chosen = touched if not hosts else [h for h in hosts if h in states]
     unknown = sorted(set(hosts or []) - set(states))
     if unknown:
-        raise ConfigError(f"rollout {rollout_id}: host(s) {', '.join(unknown)} were never "
+        raise ConfigError(f"rollout {rollout_id}: host(s) {', '.join(unknown[:20])} were never "
                           "touched by it")
     ctx.state.update_meta(status="rolling_back")
-    return {"hosts": chosen, "count": len(chosen)}
+    return {"hosts": chosen, "count": len(chosen),
+            "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
 
 
-def abort(raw_config: Any, datastore: Any, rollout_id: str, reason: str = "aborted",
-          user: str = "") -> Dict[str, Any]:
+CAUSES = ("operator", "automatic", "canary_regression")
+
+
+def _halt_reason(ctx: RolloutContext, cause: str, batch: int, user: str) -> str:
+    """Why a rollout halts, from what it recorded (never a text a caller typed)."""
+    if cause == "operator":
+        return f"halted by {user or 'an operator'}"
+    verdict = (ctx.state.batch(batch).get("verdict") or {}) if batch >= 0 else {}
+    explanation = str(verdict.get("explanation") or "")
+    where = f"batch {batch + 1}" if batch >= 0 else "a batch"
+    if cause == "canary_regression":
+        return f"canary regression in {where}" + (f": {explanation}" if explanation else "")
+    return f"automatic rollback after {where}" + (f": {explanation}" if explanation else
+                                                   " (the batch failed)")
+
+
+def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operator",
+          batch: int = -1, user: str = "") -> Dict[str, Any]:
+    if cause not in CAUSES:
+        raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
+    reason = _halt_reason(ctx, cause, int(batch), user)
     ctx.state.halt(reason, user)
     ctx.state.update_meta(status="aborting", aborted_by=user)
     return {"rollout_id": rollout_id, "halted": True, "reason": reason}
@@ -254,10 +350,11 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, reason: str = "abort
 
 def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dict[str, Any]:
     ctx = context(raw_config, datastore, rollout_id)
-    # A FAIL is rolled back by the rollout itself and by the canary-regression rule (a backstop);
-    # only the first to reach an end state announces it, so chat hears it once.
-    announce = ctx.state.meta().get("status") != status
-    meta = ctx.state.update_meta(status=status, finished=time.time())
+    # A FAIL is rolled back by the rollout itself and by the canary-regression rule (a backstop):
+    # the end state is changed under the rollout's lock, and only the call that changed it
+    # announces it, so chat hears it once; a worse end state (failed) is never overwritten.
+    ended = ctx.state.end(status, finished=time.time())
+    meta, announce = ended["meta"], ended["changed"]
     states = ctx.state.hosts()
     counts: Dict[str, int] = {}
     for st in states.values():
@@ -267,13 +364,15 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
         from fleet_rollout.report import write_report
 
         report_path = write_report(ctx.state, ctx.audit, os.path.join(
-            ctx.config.resolve(ctx.config.state_dir), rollout_id, "report.html"))
+            ctx.state_dir, rollout_id, "report.html"))
     except ImportError:
         report_path = None
     audit = ctx.audit.summary()
-    message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {status}: "
+    damaged = (f" ({audit['unreadable_lines']} unreadable audit line(s) skipped)"
+               if audit["unreadable_lines"] else "")
+    message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {meta.get('status')}: "
                + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-               + f"; {audit['entries']} audited change(s)."
+               + f"; {audit['entries']} audited change(s){damaged}."
                + (f" Report: {report_path}" if report_path else ""))
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
             "audit": audit, "report": report_path, "message": message,
@@ -296,6 +395,8 @@ def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
                 "failed", "restore_failed", "left_drained")),
             "restored": sorted(h for h, s in hosts.items() if s.get("status") == "restored"),
             "approval": info.get("approval"),
+            "answers": [{"choice": a.get("choice"), "by": a.get("by"), "at": a.get("at")}
+                        for a in info.get("answers") or []],
             "verdict": (info.get("verdict") or {}).get("verdict")})
     host_rows = [{"host": h, "batch": batch_of(ctx.plan, h),
                   "status": st.get("status"), "step": st.get("step"),
@@ -314,8 +415,11 @@ def render_status(batches: List[Dict[str, Any]], hosts: List[Dict[str, Any]]) ->
         who = approval.get("by") or ("-" if not approval else "?")
         if approval and not approval.get("approved"):
             who = f"REJECTED:{who}"
+        verdict = b["verdict"] or "-"
+        if b["answers"]:  # what an approver chose after an INCONCLUSIVE verdict, and who
+            verdict += "".join(f" {a['choice']}:{a['by'] or '?'}" for a in b["answers"][-2:])
         lines.append(f"{b['index'] + 1:<6}{b['hosts']:>6}{b['done']:>6}  {who:<14}"
-                     f"{b['verdict'] or '-':<14}{', '.join(b['failed']) or '-'}")
+                     f"{verdict:<14}{', '.join(b['failed']) or '-'}")
     lines.append("")
     lines.append(f"{'HOST':<16}{'BATCH':>6}  {'STATUS':<15}{'STEP':<10}ERROR")
     for h in hosts:

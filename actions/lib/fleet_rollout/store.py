@@ -11,12 +11,21 @@ from here, and a resumed workflow knows where each host is.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from fleet_rollout.names import check_rollout_id
 
 PREFIX = "fleet_rollout"
+# End states of a rollout, by precedence: when two paths end it (the rollout's own rollback and
+# the canary-regression rule's), the worse one stays.
+END_RANK = {"completed": 0, "rejected": 1, "aborted": 1, "rolled_back": 2, "failed": 3}
+_LOCAL_LOCKS: Dict[str, threading.Lock] = {}
+_LOCAL_GUARD = threading.Lock()
 
 
 class Store:
@@ -70,7 +79,7 @@ class FileStore(Store):
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
 
     def _path(self, key: str) -> str:
         safe = key.replace("/", "%2F")
@@ -86,7 +95,7 @@ class FileStore(Store):
     def set(self, key: str, value: str) -> None:
         path = self._path(key)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as handle:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
             handle.write(value)
             handle.flush()
             os.fsync(handle.fileno())
@@ -142,11 +151,29 @@ def key(rollout_id: str, *parts: str) -> str:
 
 
 class RolloutState:
-    """Typed access to one rollout's keys."""
+    """Typed access to one rollout's keys.
 
-    def __init__(self, store: Store, rollout_id: str) -> None:
+    Keys several actions update (meta, halt, batch.<n>, fingerprints) are read-modified-written
+    under a lock: a file lock under `lock_dir` (the pack's state_dir: across processes), else a
+    lock of this process."""
+
+    def __init__(self, store: Store, rollout_id: str, lock_dir: Optional[str] = None) -> None:
         self.store = store
-        self.id = rollout_id
+        self.id = check_rollout_id(rollout_id)
+        self.lock_dir = lock_dir
+
+    @contextlib.contextmanager
+    def locked(self, part: str) -> Iterator[None]:
+        if self.lock_dir:
+            from fleet_rollout.locks import rollout_lock
+
+            with rollout_lock(self.lock_dir, self.id, part):
+                yield
+            return
+        with _LOCAL_GUARD:
+            lock = _LOCAL_LOCKS.setdefault(f"{self.id}:{part}", threading.Lock())
+        with lock:
+            yield
 
     def plan(self) -> Dict[str, Any]:
         plan = self.store.get_json(key(self.id, "plan"))
@@ -163,20 +190,36 @@ class RolloutState:
         return self.store.get_json(key(self.id, "meta"), {}) or {}
 
     def update_meta(self, **values: Any) -> Dict[str, Any]:
-        meta = self.meta()
-        meta.update(values)
-        self.store.set_json(key(self.id, "meta"), meta)
-        return meta
+        with self.locked("meta"):
+            meta = self.meta()
+            meta.update(values)
+            self.store.set_json(key(self.id, "meta"), meta)
+            return meta
+
+    def end(self, status: str, **values: Any) -> Dict[str, Any]:
+        """Record an end state; returns the meta and whether this call changed the status (only
+        that caller announces it). A worse end state replaces a better one, never the reverse."""
+        with self.locked("meta"):
+            meta = self.meta()
+            old = meta.get("status")
+            new = status
+            if old in END_RANK and END_RANK[old] >= END_RANK.get(status, 0):
+                new = old
+            changed = new != old
+            meta["status"] = new
+            if changed:
+                meta.update(values)
+            self.store.set_json(key(self.id, "meta"), meta)
+            return {"meta": meta, "changed": changed}
 
     def halted(self) -> Optional[Dict[str, Any]]:
         return self.store.get_json(key(self.id, "halt"))
 
     def halt(self, reason: str, by: str = "") -> None:
-        if self.halted() is None:
-            import time
-
-            self.store.set_json(key(self.id, "halt"), {"reason": reason, "by": by,
-                                                       "at": time.time()})
+        with self.locked("halt"):
+            if self.halted() is None:
+                self.store.set_json(key(self.id, "halt"), {"reason": reason, "by": by,
+                                                           "at": time.time()})
 
     def clear_halt(self) -> None:
         self.store.delete(key(self.id, "halt"))
@@ -197,17 +240,27 @@ class RolloutState:
         return self.store.get_json(key(self.id, "fingerprints"), []) or []
 
     def add_fingerprint(self, record: Dict[str, Any], per_model: int = 16) -> bool:
-        """Keep the record unless per_model hosts of its CPU model are kept already. A sample:
-        two hosts adding at the same moment may keep only one of them."""
-        kept = self.fingerprints()
-        if any(r.get("host") == record.get("host") for r in kept) or sum(
-                1 for r in kept if r.get("cpu_model") == record.get("cpu_model")) >= per_model:
-            return False
-        self.store.set_json(key(self.id, "fingerprints"), kept + [record])
-        return True
+        """Keep the record unless per_model hosts of its CPU model are kept already."""
+        with self.locked("fingerprints"):
+            kept = self.fingerprints()
+            if any(r.get("host") == record.get("host") for r in kept) or sum(
+                    1 for r in kept if r.get("cpu_model") == record.get("cpu_model")) >= \
+                    per_model:
+                return False
+            self.store.set_json(key(self.id, "fingerprints"), kept + [record])
+            return True
 
     def batch(self, index: int) -> Dict[str, Any]:
         return self.store.get_json(key(self.id, "batch", str(index)), {}) or {}
 
     def save_batch(self, index: int, state: Dict[str, Any]) -> None:
         self.store.set_json(key(self.id, "batch", str(index)), state)
+
+    def update_batch(self, index: int,
+                     change: Callable[[Dict[str, Any]], Any]) -> Dict[str, Any]:
+        """Read batch `index`, let `change` modify it, write it back: under the batch's lock."""
+        with self.locked(f"batch.{index}"):
+            state = self.batch(index)
+            change(state)
+            self.save_batch(index, state)
+            return state

@@ -16,6 +16,7 @@ Rules (the same for snapshots from the host collector and for Prometheus samples
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -98,19 +99,65 @@ class WindowCounts:
 
 
 def check_snapshot(doc: Any, where: str) -> Mapping[str, Any]:
-    """A collector document, checked enough to difference it; ConfigError names ``where``."""
+    """A collector document, every section the deltas read type-checked; ConfigError names
+    ``where`` and the field."""
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: a counter snapshot must be a JSON object")
     if doc.get("schema") != SCHEMA:
-        raise ConfigError(f"{where}: schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+        raise ConfigError(f"{where}: schema is {str(doc.get('schema'))[:60]!r}, expected "
+                          f"{SCHEMA!r}")
     if not isinstance(doc.get("boot_id"), str) or not doc["boot_id"]:
         raise ConfigError(f"{where}: boot_id missing")
+    if doc.get("host") is not None and not isinstance(doc.get("host"), str):
+        raise ConfigError(f"{where}: host must be a string")
     when = doc.get("time")
-    if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise ConfigError(f"{where}: time must be a number (unix seconds)")
     if not isinstance(doc.get("interfaces"), Mapping):
         raise ConfigError(f"{where}: interfaces must be an object")
+    for iface, entry in doc["interfaces"].items():
+        _check_interface(entry, f"{where}: interfaces.{iface}")
+    _check_softnet(doc.get("softnet"), f"{where}: softnet")
+    snmp = _optional_mapping(doc.get("snmp"), f"{where}: snmp")
+    for proto, fields in snmp.items():
+        _check_counters(fields, f"{where}: snmp.{proto}")
+    _check_counters(doc.get("snmp6"), f"{where}: snmp6")
     return doc
+
+
+def _optional_mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _check_counters(value: Any, where: str) -> None:
+    """An object of counter name -> integer (or null: the section is absent)."""
+    for name, number in _optional_mapping(value, where).items():
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise ConfigError(f"{where}.{name} must be an integer, not "
+                              f"{type(number).__name__}")
+
+
+def _check_interface(entry: Any, where: str) -> None:
+    if entry is None:
+        return
+    entry = _optional_mapping(entry, where)
+    _check_counters(entry.get("statistics"), f"{where}.statistics")
+    _check_counters(entry.get("ethtool"), f"{where}.ethtool")
+
+
+def _check_softnet(rows: Any, where: str) -> None:
+    if rows is None:
+        return
+    if not isinstance(rows, list):
+        raise ConfigError(f"{where} must be a list of per-CPU rows, not {type(rows).__name__}")
+    for index, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{where}[{index}] must be an object")
+        _check_counters(row, f"{where}[{index}]")
 
 
 def _term_delta(term: CounterTerm, start: Mapping[str, Any], end: Mapping[str, Any],

@@ -26,6 +26,9 @@ from fleet_rollout.counters.deltas import CounterReset, WindowCounts, counter_de
 from fleet_rollout.counters.metric import CounterTerm, MetricDefinition
 from fleet_rollout.errors import ConfigError, FleetRolloutError
 
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a 100-host chunk of a day's range query is far below this
+MAX_ERROR_BODY_BYTES = 64 * 1024
+_READ_CHUNK = 256 * 1024
 BOOT_TIME_METRIC = "node_boot_time_seconds"
 BOOT_TIME_TOLERANCE_S = 60.0  # node_boot_time_seconds moves by a second or so with NTP steps
 HOSTS_PER_QUERY = 100
@@ -92,11 +95,120 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
 
 
 def _number(text: Any) -> Optional[float]:
+    """A sample's float; None for NaN/+Inf/-Inf (Prometheus' encodings of "no number")."""
     try:
         value = float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"),
+                       (str, "a string"), ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def read_capped(response: Any, limit: int, where: str) -> bytes:
+    """The body of an HTTP response, read in chunks; PrometheusError past `limit` bytes."""
+    chunks: List[bytes] = []
+    size = 0
+    while True:
+        chunk = response.read(_READ_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise PrometheusError(f"{where}: answer larger than {limit} bytes; refused (narrow "
+                                  "the window, raise the step or use method 'instant')")
+        chunks.append(chunk)
+
+
+def check_sample(point: Any, where: str) -> Tuple[float, Optional[float]]:
+    """(time, value) of one [t, "v"] sample; value None for NaN/Inf; PrometheusError when the
+    sample is not a pair of a numeric time and a numeric string."""
+    if not isinstance(point, (list, tuple)) or len(point) != 2:
+        raise PrometheusError(f"{where}: sample is {_json_type(point)}, expected a "
+                              "[time, \"value\"] pair")
+    when, value = point
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or _number(when) is None:
+        raise PrometheusError(f"{where}: sample time is {_json_type(when)}, expected a finite "
+                              "number")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise PrometheusError(f"{where}: sample value is {_json_type(value)}, expected a "
+                              "numeric string")
+    try:
+        float(value)
+    except (ValueError, OverflowError):
+        raise PrometheusError(f"{where}: sample value {str(value)[:40]!r} is not a "
+                              "number") from None
+    return float(when), _number(value)
+
+
+def check_series(item: Any, index: int, where: str) -> Dict[str, Any]:
+    """One series of a vector/matrix result, every field type-checked."""
+    here = f"{where}: data.result[{index}]"
+    if not isinstance(item, dict):
+        raise PrometheusError(f"{here} is {_json_type(item)}, expected an object")
+    labels = item.get("metric")
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise PrometheusError(f"{here}.metric is not an object of string labels")
+    host = labels.get("instance")
+    here = f"{here} ({host})" if host else here
+    if "values" in item:
+        if not isinstance(item["values"], list):
+            raise PrometheusError(f"{here}.values is {_json_type(item['values'])}, expected "
+                                  "an array of samples")
+        for point in item["values"]:
+            check_sample(point, f"{here}.values")
+    elif "value" in item:
+        check_sample(item["value"], f"{here}.value")
+    else:
+        raise PrometheusError(f"{here} has neither value nor values")
+    return item
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    """Prometheus' own errorType/error of an HTTP error answer (bounded)."""
+    try:
+        raw = exc.read(MAX_ERROR_BODY_BYTES)
+    except OSError:
+        return ""
+    try:
+        payload = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return f": {raw[:200].decode('utf-8', 'replace')}"
+    if not isinstance(payload, dict):
+        return f": {raw[:200].decode('utf-8', 'replace')}"
+    return f": {str(payload.get('errorType', 'error'))[:80]}: {str(payload.get('error', ''))[:200]}"
+
+
+def parse_answer(raw: bytes, where: str, result_type: str) -> List[Dict[str, Any]]:
+    """The checked data.result of a Prometheus API answer; PrometheusError naming the field."""
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise PrometheusError(f"{where}: answer is not JSON: {raw[:120]!r}") from None
+    if not isinstance(payload, dict):
+        raise PrometheusError(f"{where}: answer is {_json_type(payload)}, expected a JSON "
+                              "object")
+    if payload.get("status") != "success":
+        raise PrometheusError(f"{where}: status {str(payload.get('status'))[:40]!r}: "
+                              f"{str(payload.get('errorType', ''))[:80]} "
+                              f"{str(payload.get('error', ''))[:200]}")
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        raise PrometheusError(f"{where}: data is {_json_type(data)}, expected an object")
+    if data.get("resultType") != result_type:
+        raise PrometheusError(f"{where}: resultType {str(data.get('resultType'))[:40]!r}, "
+                              f"expected {result_type!r}")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PrometheusError(f"{where}: data.result is {_json_type(result)}, expected a list")
+    return [check_series(item, index, where) for index, item in enumerate(result)]
 
 
 class PrometheusSource:
@@ -122,40 +234,18 @@ class PrometheusSource:
             headers={"Content-Type": "application/x-www-form-urlencoded",
                      "Accept": "application/json", **self.headers},
         )
-        where = f"prometheus {self.url} /api/v1/{endpoint}"
+        where = (f"prometheus {self.url} /api/v1/{endpoint} "
+                 f"(query {params.get('query', '')[:160]})")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
+                raw = read_capped(response, MAX_BODY_BYTES, where)
         except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            detail = ""
-            try:
-                payload = json.loads(raw.decode("utf-8", "replace"))
-                detail = f": {payload.get('errorType', 'error')}: {payload.get('error', '')}"
-            except ValueError:
-                detail = f": {raw[:200].decode('utf-8', 'replace')}"
-            raise PrometheusError(f"{where}: HTTP {exc.code}{detail}") from None
+            raise PrometheusError(f"{where}: HTTP {exc.code}{_error_detail(exc)}") from None
         except urllib.error.URLError as exc:
             raise PrometheusError(f"{where}: cannot connect: {exc.reason}") from None
         except OSError as exc:  # timeouts and resets
             raise PrometheusError(f"{where}: {exc}") from None
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-        except ValueError:
-            raise PrometheusError(f"{where}: answer is not JSON: {raw[:120]!r}") from None
-        if not isinstance(payload, dict):
-            raise PrometheusError(f"{where}: answer is not a JSON object")
-        if payload.get("status") != "success":
-            raise PrometheusError(f"{where}: status {payload.get('status')!r}: "
-                                  f"{payload.get('errorType', '')} {payload.get('error', '')}")
-        data = payload.get("data") or {}
-        if data.get("resultType") != result_type:
-            raise PrometheusError(f"{where}: resultType {data.get('resultType')!r}, "
-                                  f"expected {result_type!r}")
-        result = data.get("result")
-        if not isinstance(result, list):
-            raise PrometheusError(f"{where}: data.result is not a list")
-        return result
+        return parse_answer(raw, where, result_type)
 
     def query(self, expr: str, at: float) -> List[Dict[str, Any]]:
         """Instant query: [{metric: {labels}, value: [t, "v"]}, ...]."""
@@ -238,12 +328,9 @@ class PrometheusSource:
                 else:
                     raw_points = [item.get("value")]
                 for point in raw_points:
-                    if not isinstance(point, (list, tuple)) or len(point) != 2:
-                        raise PrometheusError(f"prometheus {self.url}: malformed sample "
-                                              f"{point!r} for {host}")
-                    when, value = _number(point[0]), _number(point[1])
-                    if when is None or value is None:
-                        continue
+                    when, value = check_sample(point, f"prometheus {self.url}: {host} {term_key}")
+                    if value is None:
+                        continue  # NaN/Inf: no usable sample (lowers coverage)
                     if method == "instant":
                         when = end if item.get("_end") else start
                     points.append((when, value))

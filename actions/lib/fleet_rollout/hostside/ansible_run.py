@@ -3,11 +3,19 @@
 No screen scraping: results come from ansible-runner's events. Each playbook ends with a task
 named `fleet_result` that sets a fact of that name; its value is the host's result. A failed task
 or an unreachable host is a per-host error (task name and message), never a crash.
+
+Safety: host names must be plain names (never an Ansible pattern: `web*`, `all`, `a,b` would
+widen the run) and a run that still reports a host outside the requested set is an error;
+extravars never carry Jinja markers (Ansible would render them); SSH host keys are verified
+(StrictHostKeyChecking=yes against the given known_hosts, else the runner's default one).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -15,11 +23,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.inventory import check_host_name
 
 PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))))
 PLAYBOOK_DIR = os.path.join(PACK_DIR, "playbooks")
 HOST_SCRIPT = os.path.join(PLAYBOOK_DIR, "files", "fleet_host.py")
+RESERVED_HOST_NAMES = ("all", "ungrouped")
+JINJA_MARKERS = ("{{", "{%", "{#")
 
 
 @dataclass
@@ -63,14 +74,106 @@ def _ansible_bin_dir() -> str:
     return os.path.dirname(found)
 
 
+def check_host_names(hosts: Iterable[str]) -> List[str]:
+    """The requested names, sorted; ConfigError for anything Ansible would read as a pattern."""
+    names = sorted(set(hosts))
+    for name in names:
+        check_host_name(name, "ansible --limit")
+        if name in RESERVED_HOST_NAMES:
+            raise ConfigError(f"host name {name!r}: reserved by Ansible (all, ungrouped): a "
+                              "pattern would widen the run")
+    return names
+
+
+def check_extravars(value: Any, where: str = "extravars") -> None:
+    """No Jinja markers anywhere: Ansible renders extravars as templates when it reads them."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_extravars(str(key), f"{where} key")
+            check_extravars(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_extravars(item, f"{where}[{index}]")
+    elif isinstance(value, str) and any(marker in value for marker in JINJA_MARKERS):
+        raise ConfigError(f"{where}: contains a Jinja marker ({{{{, {{% or {{#}}; refused")
+
+
+def ssh_args(known_hosts: Optional[str]) -> str:
+    """OpenSSH options for every connection: host keys verified, never recorded blindly."""
+    args = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
+            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30"]
+    if known_hosts:
+        args += ["-o", f"UserKnownHostsFile={known_hosts}"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def control_path_dir(known_hosts: Optional[str]) -> str:
+    """One ControlMaster directory per known_hosts file: a master opened under one trust
+    setting is never reused under another."""
+    digest = hashlib.sha256((known_hosts or "~/.ssh/known_hosts").encode()).hexdigest()[:12]
+    return os.path.join(os.path.expanduser("~"), ".ansible", "cp", f"kh-{digest}")
+
+
+def runner_env(known_hosts: Optional[str]) -> Dict[str, str]:
+    return {
+        "PATH": _ansible_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+        # modules go through the SSH session's stdin: one round trip per task instead of
+        # mkdir/put/chmod/run/rm (needs no `requiretty` for sudo, the default on current distros)
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_SSH_ARGS": ssh_args(known_hosts),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": control_path_dir(known_hosts),
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    }
+
+
+def _collect(events: Iterable[Dict[str, Any]], results: Dict[str, HostResult]) -> List[str]:
+    """Fill the per-host results from the runner's events; the hosts outside `results`."""
+    strangers: List[str] = []
+    for event in events:
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        if host is None:
+            continue
+        if host not in results:
+            strangers.append(str(host))
+            continue
+        _record(results[host], str(event.get("event")), data)
+    return sorted(set(strangers))
+
+
+def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
+    res = data.get("res") or {}
+    task = str(data.get("task") or "")
+    if kind == "runner_on_ok":
+        entry.tasks.append(task)
+        entry.changed = entry.changed or bool(res.get("changed"))
+        if task == "fleet_result":
+            entry.result = (res.get("ansible_facts") or {}).get("fleet_result")
+    elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+        entry.failed_task = entry.failed_task or task
+        entry.error = entry.error or _error_text(res)
+    elif kind == "runner_on_unreachable":
+        entry.unreachable = True
+        entry.failed_task = entry.failed_task or task
+        entry.error = entry.error or f"unreachable: {_error_text(res)}"
+
+
 def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
                  extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
                  private_key: Optional[str] = None, timeout: Optional[int] = None,
-                 verbose: bool = False) -> Dict[str, HostResult]:
-    """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host."""
+                 verbose: bool = False, known_hosts: Optional[str] = None
+                 ) -> Dict[str, HostResult]:
+    """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
+
+    `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
+    ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable."""
     import ansible_runner  # imported here: the pack's other actions need not load it
 
-    names = sorted(set(hosts))
+    names = check_host_names(hosts)
     if not names:
         return {}
     path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOK_DIR, playbook + ".yml")
@@ -78,51 +181,27 @@ def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
         raise ConfigError(f"playbook {path} not found")
     if not os.path.exists(inventory):
         raise ConfigError(f"inventory {inventory} not found")
+    if known_hosts and (not os.path.isfile(known_hosts) or re.search(r"[\s\"']", known_hosts)):
+        raise ConfigError(f"ssh_known_hosts file {known_hosts!r} not found (or its path has "
+                          "spaces or quotes, which ssh would split)")
     extra = {"fleet_host_script": HOST_SCRIPT}
     extra.update(extravars or {})
-    env = {
-        "PATH": _ansible_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
-        # modules go through the SSH session's stdin: one round trip per task instead of
-        # mkdir/put/chmod/run/rm (needs no `requiretty` for sudo, the default on current distros)
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=60s "
-                            "-o UserKnownHostsFile=/dev/null -o ConnectTimeout=30",
-        "ANSIBLE_LOCALHOST_WARNING": "False",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-    }
-    cmdline = f"--private-key {private_key}" if private_key else None
+    check_extravars(extra)
+    cmdline = f"--private-key {shlex.quote(private_key)}" if private_key else None
     results = {h: HostResult(h) for h in names}
     with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
         runner = ansible_runner.run(
             private_data_dir=data_dir, playbook=path, inventory=os.path.abspath(inventory),
             limit=",".join(names), extravars=extra, forks=max(1, min(forks, len(names))),
-            envvars=env, cmdline=cmdline, quiet=not verbose, timeout=timeout,
-            suppress_env_files=True)
-        for event in runner.events:
-            data = event.get("event_data") or {}
-            host = data.get("host")
-            if host not in results:
-                continue
-            kind = event.get("event")
-            res = data.get("res") or {}
-            entry = results[host]
-            task = str(data.get("task") or "")
-            if kind == "runner_on_ok":
-                entry.tasks.append(task)
-                entry.changed = entry.changed or bool(res.get("changed"))
-                if task == "fleet_result":
-                    entry.result = (res.get("ansible_facts") or {}).get("fleet_result")
-            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-                entry.failed_task = entry.failed_task or task
-                entry.error = entry.error or _error_text(res)
-            elif kind == "runner_on_unreachable":
-                entry.unreachable = True
-                entry.failed_task = entry.failed_task or task
-                entry.error = entry.error or f"unreachable: {_error_text(res)}"
+            envvars=runner_env(known_hosts), cmdline=cmdline, quiet=not verbose,
+            timeout=timeout, suppress_env_files=True)
+        strangers = _collect(runner.events, results)
         status = runner.status
+    if strangers:
+        raise ConfigError(f"playbook {os.path.basename(path)} ran on host(s) outside the "
+                          f"requested set: {', '.join(strangers[:10])} (requested: "
+                          f"{', '.join(names[:10])}); check inventory {inventory} for groups "
+                          "named like hosts")
     for entry in results.values():
         if entry.error is None and not entry.tasks:
             entry.error = (f"no result: host not in inventory {inventory}" if status ==

@@ -3,44 +3,53 @@ results (HostResult: ok, changed, failed task and message, the step's JSON resul
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from fleet_rollout.hostside.ansible_run import PACK_DIR, HostResult, run_playbook
 
 COLLECTOR_SCRIPT = os.path.join(PACK_DIR, "actions", "lib", "fleet_rollout", "counters",
                                 "collector.py")
+KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
 
 
 class HostSide:
-    """Where the hosts are (an Ansible inventory) and how to reach them."""
+    """Where the hosts are (an Ansible inventory) and how to reach them.
+
+    `known_hosts`: the SSH known_hosts file host keys are verified against (None or "": the
+    runner's ~/.ssh/known_hosts); keys are always checked."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
-                 timeout: Optional[int] = None) -> None:
+                 timeout: Optional[int] = None, known_hosts: Optional[str] = None) -> None:
         self.inventory = inventory
         self.private_key = private_key or None
         self.forks = forks
         self.timeout = timeout
+        self.known_hosts = known_hosts or None
 
     def _run(self, playbook: str, hosts: Iterable[str],
              extravars: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
-                            self.private_key, self.timeout)
+                            self.private_key, self.timeout, known_hosts=self.known_hosts)
 
     def health(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
         return self._run("health", hosts)
 
     def drain(self, hosts: Iterable[str], timeout: float = 300,
               threshold: int = 0) -> Dict[str, HostResult]:
-        return self._run("drain", hosts, {"fleet_drain_timeout": timeout,
-                                          "fleet_drain_threshold": threshold})
+        return self._run("drain", hosts, {"fleet_drain_timeout": float(timeout),
+                                          "fleet_drain_threshold": int(threshold)})
 
     def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
         return self._run("undrain", hosts)
 
     def kernel(self, hosts: Iterable[str], action: str,
                settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
-        if action not in ("apply", "reapply", "restore"):
-            raise ValueError(f"kernel action {action!r}: apply, reapply or restore")
+        """snapshot: record on each host the current values of what `settings` would change
+        (changes nothing; the first snapshot wins); result {"snapshot", "changed": [],
+        "first_snapshot"}. apply: refused on a host without a snapshot. reapply: the
+        runtime-only settings after a reboot. restore: put the snapshot back."""
+        if action not in KERNEL_ACTIONS:
+            raise ValueError(f"kernel action {action!r}: {', '.join(KERNEL_ACTIONS)}")
         return self._run("kernel", hosts, {"fleet_kernel_action": action,
                                            "fleet_kernel_settings": settings or {}})
 

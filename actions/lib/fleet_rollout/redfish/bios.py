@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
 from fleet_rollout.errors import KnobError, RedfishError
-from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown, odata_id
+from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
 from fleet_rollout.redfish.discovery import BmcContext, attributes_of
 from fleet_rollout.redfish.personalities import KNOBS, knob_attribute, resolve, to_logical
+from fleet_rollout.redfish.shape import Resource, fetch
 
 ACTIVE_JOB_STATES = ("Scheduled", "Running", "New", "Starting", "Waiting", "Downloaded",
                      "ReadyForExecution", "Pending")
@@ -30,45 +31,67 @@ class BiosState:
     apply_time_supported: bool
 
 
-def _settings_annotation(bios: Dict[str, Any]) -> Dict[str, Any]:
-    value = bios.get("@Redfish.Settings")
-    return value if isinstance(value, dict) else {}
+def settings_messages(annotation: Resource) -> List[Dict[str, Any]]:
+    """@Redfish.Settings Messages, each checked: MessageId/Message strings, RelatedProperties
+    strings."""
+    out = []
+    for message in annotation.objects("Messages"):
+        message.text("MessageId")
+        message.text("Message")
+        message.texts("RelatedProperties")
+        out.append(dict(message.body))
+    return out
+
+
+def _active_job(session: RedfishSession, ctx: BmcContext, uri: str) -> Optional[Dict[str, Any]]:
+    job = fetch(session, uri)
+    target = job.text("TargetSettingsURI") or ""
+    bios_job = "BIOS" in (job.text("JobType") or "").upper() or (
+        target.rstrip("/") == ctx.settings_uri.rstrip("/"))
+    state = job.text("JobState")
+    if not (bios_job and state in ACTIVE_JOB_STATES):
+        return None
+    job_id = job.text("Id")
+    if not job_id:
+        raise job.missing("Id", "the job id string")
+    return {"id": job_id, "uri": uri, "state": state, "message": job.text("Message")}
 
 
 def active_jobs(session: RedfishSession, ctx: BmcContext, limit: int = 50) -> List[Dict[str, Any]]:
     """Scheduled or running BIOS configuration jobs (Dell job queue)."""
     if not ctx.jobs_uri:
         return []
-    members = [odata_id(m) for m in session.get(ctx.jobs_uri).body.get("Members") or []]
     out = []
-    for uri in [m for m in members if m][-limit:]:
-        job = session.get(uri).body
-        target = str(job.get("TargetSettingsURI") or "")
-        bios_job = "BIOS" in str(job.get("JobType", "")).upper() or (
-            target.rstrip("/") == ctx.settings_uri.rstrip("/"))
-        if bios_job and job.get("JobState") in ACTIVE_JOB_STATES:
-            out.append({"id": job.get("Id"), "uri": uri, "state": job.get("JobState"),
-                        "message": job.get("Message")})
+    for uri in fetch(session, ctx.jobs_uri).members()[-limit:]:
+        job = _active_job(session, ctx, uri)
+        if job is not None:
+            out.append(job)
     return out
+
+
+def _apply_time_supported(settings: Resource) -> bool:
+    if not settings.has("@Redfish.SettingsApplyTime"):
+        return False
+    apply_time = settings.obj("@Redfish.SettingsApplyTime")
+    allowed = apply_time.texts("ApplyTime@Redfish.AllowableValues")
+    return "OnReset" in allowed or apply_time.text("ApplyTime") == "OnReset"
 
 
 def read_state(session: RedfishSession, ctx: BmcContext) -> BiosState:
     flat = ctx.personality.flat_body
-    bios = session.get(ctx.bios_uri).body
-    current = attributes_of(bios, flat)
+    bios = fetch(session, ctx.bios_uri)
+    current = attributes_of(bios.body, flat, ctx.host, ctx.bios_uri)
     settings_resp = session.get(ctx.settings_uri)
-    view = attributes_of(settings_resp.body, flat)
+    settings = Resource(settings_resp.body, ctx.host, ctx.settings_uri)
+    view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
     pending = {k: v for k, v in view.items() if current.get(k) != v}
-    annotation = _settings_annotation(bios)
-    apply_time = settings_resp.body.get("@Redfish.SettingsApplyTime")
-    allowed = (apply_time or {}).get("ApplyTime@Redfish.AllowableValues") or []
+    annotation = bios.obj("@Redfish.Settings")
     return BiosState(
         current=current, pending=pending,
-        settings_etag=settings_resp.etag or annotation.get("ETag"),
-        settings_time=annotation.get("Time"), messages=list(annotation.get("Messages") or []),
+        settings_etag=settings_resp.etag or annotation.text("ETag"),
+        settings_time=annotation.text("Time"), messages=settings_messages(annotation),
         active_jobs=active_jobs(session, ctx),
-        apply_time_supported=isinstance(apply_time, dict) and (
-            "OnReset" in allowed or apply_time.get("ApplyTime") == "OnReset"))
+        apply_time_supported=_apply_time_supported(settings))
 
 
 @dataclass

@@ -4,8 +4,11 @@ The library's defaults are wrong for a fleet tool (DESIGN.md): TLS unverified un
 given, no timeout, POST/PATCH resent after timeouts (a Reset sent twice), no re-login on 401.
 This wrapper fixes all of them:
 
-- TLS verified by default (the given CA bundle, else the system/certifi store); plain http only
-  when the endpoint explicitly allows it.
+- TLS verified by default (the given CA bundle, else the operating system's CA store, never
+  certifi's and never off); plain http only when the endpoint explicitly allows it.
+- Answers are bounded and typed: a body larger than MAX_BODY_BYTES is refused while it is read,
+  a 2xx body that is not a JSON object is a RedfishError naming the URI (see shape.py for the
+  typed reads of fields).
 - A timeout on every request.
 - GETs retried with exponential backoff, honouring Retry-After on 503; writes never resent on a
   transport error: the caller gets `WriteOutcomeUnknown` and must check the BMC's state.
@@ -23,9 +26,12 @@ This wrapper fixes all of them:
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import os
 import random
 import re
+import ssl
 import time
 from collections import Counter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -41,11 +47,24 @@ from redfish.rest.v1 import (
 )
 
 from fleet_rollout.errors import RedfishError
+from fleet_rollout.redfish.shape import Resource, check_uri, json_type
 
 LOG = logging.getLogger(__name__)
 
 _TRANSIENT_STATUSES = (502, 503, 504)
 AUTH_MODES = ("auto", "session", "basic")
+MAX_BODY_BYTES = 8 * 1024 * 1024  # no Redfish resource we read comes near this
+_READ_CHUNK = 64 * 1024
+DEBIAN_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+class BodyTooLarge(Exception):
+    """Raised inside the HTTP layer when a BMC answer exceeds MAX_BODY_BYTES."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"answer to {path} is larger than {limit} bytes")
+        self.path = path
+        self.limit = limit
 
 
 class WriteOutcomeUnknown(RedfishError):
@@ -114,17 +133,32 @@ class BmcEndpoint:
 
 
 class Response:
-    """What the BMC answered: status, headers (lower-case keys) and the JSON body if any."""
+    """What the BMC answered: status, headers (lower-case keys) and the JSON body if any.
 
-    def __init__(self, status: int, headers: Dict[str, str], body: Any, text: str) -> None:
+    `body` is the decoded JSON object, or {} when the answer had no body or was not an object
+    (`get` refuses the latter for successful answers); `parsed` is whatever was decoded."""
+
+    def __init__(self, status: int, headers: Dict[str, str], body: Any, text: str,
+                 path: str = "", host: Optional[str] = None) -> None:
         self.status = status
         self.headers = headers
-        self.body = body if isinstance(body, dict) else {}
+        self.parsed = body
+        self.body: Dict[str, Any] = body if isinstance(body, dict) else {}
         self.text = text
+        self.path = path
+        self.host = host
+
+    def resource(self) -> Resource:
+        """The body as a typed Resource (errors name the host and this URI)."""
+        return Resource(self.body, self.host, self.path)
 
     @property
     def etag(self) -> Optional[str]:
-        return self.headers.get("etag") or self.body.get("@odata.etag")
+        header = self.headers.get("etag")
+        if header:
+            return header
+        value = self.body.get("@odata.etag")
+        return value if isinstance(value, str) and value else None
 
     @property
     def location(self) -> Optional[str]:
@@ -143,19 +177,48 @@ class Response:
         """The BMC's own explanation of an error response, if it gave one."""
         err = self.body.get("error") if self.body else None
         if isinstance(err, dict):
-            infos = err.get("@Message.ExtendedInfo") or []
-            texts = [str(i.get("Message") or i.get("MessageId"))
+            infos = err.get("@Message.ExtendedInfo")
+            infos = infos if isinstance(infos, list) else []
+            texts = [str(i.get("Message") or i.get("MessageId") or "")[:200]
                      for i in infos if isinstance(i, dict)]
-            return "; ".join(t for t in texts if t) or str(err.get("message") or err.get("code"))
+            return ("; ".join(t for t in texts if t)
+                    or str(err.get("message") or err.get("code") or "")[:200])
         return self.text[:200] if self.text else ""
+
+
+def decode_json(raw: str) -> Any:
+    """The JSON value of an answer's text; None when empty or not JSON (or nested absurdly)."""
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def system_ca_store(host: Optional[str] = None) -> str:
+    """The operating system's CA store (file, else directory), as OpenSSL is configured.
+
+    An empty `ca_bundle` means this store (config.schema.yaml), never certifi's bundle and never
+    "no verification": a BMC certificate must chain to a CA the machine's administrator trusts.
+    """
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, DEBIAN_CA_FILE):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    for candidate in (paths.capath, os.path.dirname(DEBIAN_CA_FILE)):
+        if candidate and os.path.isdir(candidate):
+            return candidate
+    raise RedfishError("no system CA store found (looked at "
+                       f"{paths.cafile or paths.openssl_cafile}, {DEBIAN_CA_FILE}, "
+                       f"{paths.capath or paths.openssl_capath}); give the BMC CA in the pack "
+                       "config ca_bundle", host)
 
 
 def _cafile(endpoint: BmcEndpoint) -> str:
     if endpoint.ca_bundle:
         return endpoint.ca_bundle
-    import requests.certs
-
-    return requests.certs.where()
+    return system_ca_store(endpoint.host)
 
 
 class RedfishSession:
@@ -202,7 +265,7 @@ class RedfishSession:
         # the library GETs the service root again at login unless it already holds it
         self._client.root = RisObject.parse(self.root)
         self._client.root_resp = root
-        sessions_uri = odata_id((self.root.get("Links") or {}).get("Sessions"))
+        sessions_uri = root.resource().obj("Links").link("Sessions")
         self.auth = self._choose_auth(sessions_uri)
         if sessions_uri:
             self._client.login_url = sessions_uri
@@ -227,9 +290,15 @@ class RedfishSession:
 
         def counted_send(request: Any, **kwargs: Any) -> Any:
             method = str(request.method or "GET").upper()
+            path = urlsplit(str(request.url)).path
             self.requests[method] += 1
-            self.sent.append((method, urlsplit(str(request.url)).path))
-            return send(request, **kwargs)
+            self.sent.append((method, path))
+            wanted_stream = kwargs.get("stream", False)
+            kwargs["stream"] = True
+            response = send(request, **kwargs)
+            if not wanted_stream:
+                _read_capped(response, path)
+            return response
 
         http.send = counted_send
 
@@ -252,13 +321,24 @@ class RedfishSession:
             except InvalidCredentialsError:
                 raise RedfishError(f"login as {ep.username!r} refused: invalid credentials",
                                    ep.host, status=401) from None
-            except (SessionCreationError, ServerDownOrUnreachableError,
-                    RetriesExhaustedError) as err:
+            except RetriesExhaustedError as err:
+                if isinstance(err.__cause__ or err.__context__, BodyTooLarge):
+                    raise RedfishError("session login: answer larger than "
+                                       f"{MAX_BODY_BYTES} bytes; refused", ep.host) from None
                 if attempt > ep.get_retries:
                     raise RedfishError(f"login failed after {attempt} attempts: "
                                        f"{self._scrub(str(err)).splitlines()[0]}", ep.host,
                                        transient=True) from None
                 self._sleep(self._backoff(attempt, None))
+            except (SessionCreationError, ServerDownOrUnreachableError) as err:
+                if attempt > ep.get_retries:
+                    raise RedfishError(f"login failed after {attempt} attempts: "
+                                       f"{self._scrub(str(err)).splitlines()[0]}", ep.host,
+                                       transient=True) from None
+                self._sleep(self._backoff(attempt, None))
+            except Exception as err:  # the library choked on a malformed login answer
+                raise RedfishError(f"session login at {self._client.login_url}: the BMC's answer "
+                                   f"could not be read ({type(err).__name__})", ep.host) from None
 
     def close(self) -> None:
         if self._client is None:
@@ -296,15 +376,20 @@ class RedfishSession:
                                   "max_retry": 0}
         if body is not None:
             kwargs["body"] = body
-        resp = call(path, **kwargs)
         try:
-            parsed = resp.dict
-        except Exception:
-            parsed = None
+            resp = call(path, **kwargs)
+        except RetriesExhaustedError as err:
+            too_large = err.__cause__ or err.__context__
+            if isinstance(too_large, BodyTooLarge):
+                raise RedfishError(f"{method} {path}: answer larger than {too_large.limit} bytes;"
+                                   " refused (not a Redfish resource this tool reads)",
+                                   self.host) from None
+            raise
+        text = resp.text or ""
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
         if self._logged_in and resp.status != 401:
             self._basic_confirmed = True
-        return Response(resp.status, hdrs, parsed, resp.text or "")
+        return Response(resp.status, hdrs, decode_json(text), text, path, self.host)
 
     def _transport_error(self, err: BaseException) -> str:
         cause = err.__cause__ or err.__context__ or err
@@ -344,7 +429,23 @@ class RedfishSession:
             if resp.status not in tuple(ok):
                 raise RedfishError(f"GET {path}: HTTP {resp.status} {resp.error_message()}",
                                    self.host, status=resp.status)
+            self._check_object(resp)
             return resp
+
+    def resource(self, path: str) -> Resource:
+        """GET `path` and return its JSON object as a typed Resource."""
+        return self.get(path).resource()
+
+    def _check_object(self, resp: Response) -> None:
+        """A successful answer with a body must be one JSON object (Redfish resources are)."""
+        if not 200 <= resp.status < 300 or not resp.text.strip():
+            return
+        if resp.parsed is None:
+            raise RedfishError(f"GET {resp.path}: HTTP {resp.status} answer is not JSON",
+                               self.host, status=resp.status)
+        if not isinstance(resp.parsed, dict):
+            raise RedfishError(f"GET {resp.path}: answer is {json_type(resp.parsed)}, expected "
+                               "a JSON object", self.host, status=resp.status)
 
     def _retry_after_401(self, relogged: bool) -> bool:
         """A 401: log in again once (session), or say the credentials are refused (basic)."""
@@ -397,11 +498,21 @@ class RedfishSession:
     def delete(self, path: str, **kw: Any) -> Response:
         return self.write("DELETE", path, None, **kw)
 
+    def _monitor_path(self, location: str) -> str:
+        """The task monitor path of a Location header (same BMC only)."""
+        parts = urlsplit(location)
+        if parts.scheme or parts.netloc:
+            own = urlsplit(self.endpoint.address)
+            if (parts.scheme, parts.netloc) != (own.scheme, own.netloc):
+                raise RedfishError(f"task monitor Location points to another server "
+                                   f"({parts.scheme}://{parts.netloc}); not followed", self.host)
+        return check_uri(parts.path, self.host, "task monitor Location header")
+
     def wait_task(self, response: Response, timeout: float = 300.0) -> Response:
         """Follow a 202 task monitor until the task is done, honouring Retry-After."""
         if response.status != 202 or not response.location:
             return response
-        monitor = response.location
+        monitor = self._monitor_path(response.location)
         deadline = time.monotonic() + timeout
         current = response
         while current.status == 202:
@@ -410,11 +521,30 @@ class RedfishSession:
                                    transient=True)
             self._sleep(min(self.endpoint.max_backoff, current.retry_after(1.0)))
             current = self.get(monitor, ok=(200, 201, 202, 204))
-        state = current.body.get("TaskState")
+        state = current.resource().text("TaskState")
         if state in ("Exception", "Killed", "Cancelled"):
             raise RedfishError(f"task {monitor} ended {state}: {current.error_message()}",
                                self.host)
         return current
+
+
+def _read_capped(response: Any, path: str, limit: Optional[int] = None) -> None:
+    """Read a streamed requests.Response into memory, refusing more than `limit` bytes."""
+    limit = MAX_BODY_BYTES if limit is None else limit
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        response.close()
+        raise BodyTooLarge(path, limit)
+    chunks: List[bytes] = []
+    size = 0
+    for chunk in response.iter_content(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            response.close()
+            raise BodyTooLarge(path, limit)
+        chunks.append(chunk)
+    response._content = b"".join(chunks)
+    response._content_consumed = True
 
 
 def odata_id(obj: Any) -> Optional[str]:

@@ -70,7 +70,8 @@ def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
     committed = commit(session, ctx, staged)
     report: Dict[str, Any] = {"host": ctx.host, "vendor": ctx.personality.key,
                               "targets": targets, "stage": staged.to_dict(),
-                              "commit": committed.to_dict(), "reset": None, "applied": None}
+                              "commit": committed.to_dict(), "reset": None, "applied": None,
+                              "settings_time_before": settings_time}
     if not staged.needs_reset or not do_reset:
         return report
     before_time = settings_time  # settings Time moves only when the BMC applies settings
@@ -112,7 +113,10 @@ def restore_bios(endpoint: BmcEndpoint, snap: Dict[str, Any],
                  sleep: Callable[[float], None] = time.sleep,
                  host_boot_id: Optional[HostBootId] = None,
                  boot_id_before: Optional[str] = None) -> Dict[str, Any]:
-    """Put the knob attributes back to a snapshot's values (cancelling our own pending ones)."""
+    """Put the knob attributes back to a snapshot's values (cancelling our own pending ones).
+
+    do_reset=False stages and commits only: the caller resets exactly once (hoststeps keeps a
+    reset marker across re-runs) and waits with wait_applied."""
     timeouts = timeouts or Timeouts()
     before = BiosSnapshot.from_dict({k: v for k, v in snap.items() if k != "requests"})
     with _open(endpoint, sleep) as session:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError, KnobError
 from fleet_rollout.redfish.registry import AttributeDef, AttributeRegistry
+from fleet_rollout.redfish.shape import Resource
 
 KNOBS: Dict[str, Tuple[str, ...]] = {
     "snoop_mode": ("early", "home", "cod", "osb"),
@@ -197,23 +198,25 @@ def knob_attribute(pers: Personality, registry: AttributeRegistry, knob: str) ->
     return attr.name if attr else None
 
 
-def detect(root: Dict[str, Any], system: Dict[str, Any], manager: Dict[str, Any]) -> str:
-    """Personality key from the service root, the system and its manager."""
-    oem = set((root.get("Oem") or {}).keys()) | set((system.get("Oem") or {}).keys())
-    maker = " ".join(str(x) for x in (root.get("Vendor"), system.get("Manufacturer")) if x)
+def _as_resource(doc: Any, what: str) -> Resource:
+    return doc if isinstance(doc, Resource) else Resource(doc if doc is not None else {}, None,
+                                                          what)
+
+
+def detect(root: Any, system: Any, manager: Any) -> str:
+    """Personality key from the service root, the system and its manager (dicts or Resources;
+    a field of the wrong type is a RedfishError naming it)."""
+    root_r = _as_resource(root, "/redfish/v1/")
+    system_r = _as_resource(system, "system")
+    manager_r = _as_resource(manager, "manager")
+    oem = set(root_r.obj("Oem").body) | set(system_r.obj("Oem").body)
+    maker = " ".join(x for x in (root_r.text("Vendor"), system_r.text("Manufacturer")) if x)
     maker_l = maker.lower()
-    model = str(system.get("Model") or "")
-    mgr_model = str(manager.get("Model") or "")
-    firmware = str(manager.get("FirmwareVersion") or "")
+    model = system_r.text("Model") or ""
+    mgr_model = manager_r.text("Model") or ""
+    firmware = manager_r.text("FirmwareVersion") or ""
     if "Dell" in oem or "dell" in maker_l:
-        gen = re.search(r"(\d\d)G", mgr_model)
-        if gen:
-            return "dell-idrac8" if int(gen.group(1)) <= 13 else "dell-idrac9"
-        pe = re.search(r"[RTMC]\d(\d)\d", model)  # PowerEdge R630 -> 3 -> 13G
-        if pe:
-            return "dell-idrac8" if int(pe.group(1)) <= 3 else "dell-idrac9"
-        major = re.match(r"(\d+)\.", firmware)
-        return "dell-idrac8" if major and int(major.group(1)) <= 2 else "dell-idrac9"
+        return _dell_generation(model, mgr_model, firmware)
     if "Hp" in oem or "Hpe" in oem or maker_l.startswith(("hp", "hewlett")):
         if "iLO 4" in mgr_model or "Gen9" in model or ("Hp" in oem and "Hpe" not in oem):
             return "hpe-ilo4"
@@ -223,3 +226,14 @@ def detect(root: Dict[str, Any], system: Dict[str, Any], manager: Dict[str, Any]
     if "Supermicro" in oem or "supermicro" in maker_l:
         return "supermicro"
     return "generic"
+
+
+def _dell_generation(model: str, mgr_model: str, firmware: str) -> str:
+    gen = re.search(r"(\d\d)G", mgr_model)
+    if gen:
+        return "dell-idrac8" if int(gen.group(1)) <= 13 else "dell-idrac9"
+    pe = re.search(r"[RTMC]\d(\d)\d", model)  # PowerEdge R630 -> 3 -> 13G
+    if pe:
+        return "dell-idrac8" if int(pe.group(1)) <= 3 else "dell-idrac9"
+    major = re.match(r"(\d+)\.", firmware)
+    return "dell-idrac8" if major and int(major.group(1)) <= 2 else "dell-idrac9"

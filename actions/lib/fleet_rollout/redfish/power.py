@@ -29,8 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from fleet_rollout.errors import RedfishError
+from fleet_rollout.redfish.bios import settings_messages
 from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
 from fleet_rollout.redfish.discovery import BmcContext, attributes_of
+from fleet_rollout.redfish.shape import Resource, fetch
 
 POST_DONE_STATES = ("OSRunning", "OSBootStarted", "SystemHardwareInitializationComplete")
 HP_POST_DONE = ("FinishedPost", "InPostDiscoveryComplete")
@@ -71,13 +73,14 @@ class BootMarker:
                                            self.post_state))
 
 
-def boot_marker(system: Dict[str, Any], oem_key: Optional[str]) -> BootMarker:
-    progress = system.get("BootProgress") or {}
-    post = None
-    if oem_key:
-        post = ((system.get("Oem") or {}).get(oem_key) or {}).get("PostState")
-    return BootMarker(system.get("PowerState"), progress.get("LastState"),
-                      progress.get("LastStateTime"), system.get("LastResetTime"), post)
+def boot_marker(system: Dict[str, Any], oem_key: Optional[str], host: Optional[str] = None,
+                uri: str = "system") -> BootMarker:
+    """The restart evidence a ComputerSystem shows; RedfishError when a field has a wrong type."""
+    res = Resource(system, host, uri)
+    progress = res.obj("BootProgress")
+    post = res.obj("Oem").obj(oem_key).text("PostState") if oem_key else None
+    return BootMarker(res.text("PowerState"), progress.text("LastState"),
+                      progress.text("LastStateTime"), res.text("LastResetTime"), post)
 
 
 def bmc_evidence(before: BootMarker, now: BootMarker) -> Optional[str]:
@@ -136,7 +139,8 @@ class ResetResult:
 
 
 def _marker(session: RedfishSession, ctx: BmcContext) -> BootMarker:
-    return boot_marker(session.get(ctx.system_uri).body, ctx.personality.post_state_oem)
+    return boot_marker(session.get(ctx.system_uri).body, ctx.personality.post_state_oem,
+                       ctx.host, ctx.system_uri)
 
 
 def _ask_host(host_boot_id: Optional[HostBootId]) -> Optional[str]:
@@ -351,6 +355,19 @@ def wait_post(session: RedfishSession, ctx: BmcContext, timeout: float, poll: fl
         sleep(poll)
 
 
+def _job_problems(session: RedfishSession, ctx: BmcContext, job_ids: List[str]) -> List[str]:
+    """Config jobs that did not complete."""
+    problems: List[str] = []
+    if not ctx.jobs_uri:
+        return problems
+    for job_id in job_ids:
+        job = fetch(session, f"{ctx.jobs_uri.rstrip('/')}/{job_id}", ok=(200, 404))
+        state = job.text("JobState")
+        if state and state != "Completed":
+            problems.append(f"config job {job_id} is {state}: {job.text('Message') or ''}")
+    return problems
+
+
 def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
                  settings_time_before: Optional[str] = None, job_ids: Optional[List[str]] = None,
                  timeout: float = 900.0, poll: float = 2.0,
@@ -364,23 +381,17 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
     """
     started = time.monotonic()
     wait_post(session, ctx, timeout, poll, sleep, host_boot_id, boot_id_before)
-    bios = session.get(ctx.bios_uri).body
-    values = attributes_of(bios, ctx.personality.flat_body)
-    annotation = bios.get("@Redfish.Settings") or {}
-    settings_time = annotation.get("Time")
-    problems: List[str] = []
-    for job_id in job_ids or []:
-        if ctx.jobs_uri:
-            job = session.get(f"{ctx.jobs_uri.rstrip('/')}/{job_id}", ok=(200, 404)).body
-            state = job.get("JobState")
-            if state and state != "Completed":
-                problems.append(f"config job {job_id} is {state}: {job.get('Message', '')}")
-    for message in annotation.get("Messages") or []:
-        message_id = str(message.get("MessageId", ""))
+    bios = fetch(session, ctx.bios_uri)
+    values = attributes_of(bios.body, ctx.personality.flat_body, ctx.host, ctx.bios_uri)
+    annotation = bios.obj("@Redfish.Settings")
+    settings_time = annotation.text("Time")
+    problems = _job_problems(session, ctx, job_ids or [])
+    for message in settings_messages(annotation):
+        message_id = str(message.get("MessageId") or "")
         if message_id.endswith(("Success", "SettingsApplied")):
             continue
         related = ", ".join(message.get("RelatedProperties") or []) or "no property named"
-        problems.append(f"BMC reports {message_id} ({related}): {message.get('Message', '')}")
+        problems.append(f"BMC reports {message_id} ({related}): {message.get('Message') or ''}")
     wrong = {k: (values.get(k), v) for k, v in targets.items() if values.get(k) != v}
     if wrong:
         detail = ", ".join(f"{k} is {have!r}, wanted {want!r}" for k, (have, want) in

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import RedfishError
-from fleet_rollout.redfish.client import RedfishSession, odata_id
+from fleet_rollout.redfish.client import RedfishSession
+from fleet_rollout.redfish.shape import Resource, fetch
 
 
 @dataclass
@@ -147,44 +148,58 @@ def _conditions_hold(terms: List[Dict[str, Any]], values: Dict[str, Any]) -> boo
     return bool(result)
 
 
-def parse_registry(doc: Dict[str, Any], host: Optional[str] = None) -> AttributeRegistry:
-    entries = (doc.get("RegistryEntries") or {})
-    raw = entries.get("Attributes")
-    if not isinstance(raw, list):
-        raise RedfishError(f"attribute registry {doc.get('Id')!r}: RegistryEntries.Attributes "
-                           "missing or not a list", host)
+def parse_registry(doc: Dict[str, Any], host: Optional[str] = None,
+                   uri: str = "attribute registry") -> AttributeRegistry:
+    """The registry document as typed definitions; RedfishError naming the field otherwise."""
+    res = Resource(doc, host, uri)
+    registry_id = res.text("Id") or ""
+    entries = res.obj("RegistryEntries")
+    if not isinstance(entries.raw("Attributes"), list):
+        raise RedfishError(f"attribute registry {registry_id!r} ({uri}): "
+                           "RegistryEntries.Attributes missing or not a list", host)
     attributes: Dict[str, AttributeDef] = {}
-    for index, item in enumerate(raw):
-        if not isinstance(item, dict) or not item.get("AttributeName"):
-            raise RedfishError(f"attribute registry {doc.get('Id')!r}: entry {index} has no "
-                               "AttributeName", host)
-        values = []
-        for value in item.get("Value") or []:
-            if isinstance(value, dict) and "ValueName" in value:
-                values.append((str(value["ValueName"]),
-                               str(value.get("ValueDisplayName") or value["ValueName"])))
-        attributes[item["AttributeName"]] = AttributeDef(
-            name=item["AttributeName"], display_name=str(item.get("DisplayName") or ""),
-            type=str(item.get("Type") or "Enumeration"), values=values,
-            read_only=bool(item.get("ReadOnly", False)), gray_out=bool(item.get("GrayOut", False)),
-            hidden=bool(item.get("Hidden", False)),
-            reset_required=bool(item.get("ResetRequired", True)),
-            immutable=bool(item.get("Immutable", False)),
-            lower_bound=_int_or_none(item.get("LowerBound")),
-            upper_bound=_int_or_none(item.get("UpperBound")),
-            scalar_increment=_int_or_none(item.get("ScalarIncrement")),
-            min_length=_int_or_none(item.get("MinLength")),
-            max_length=_int_or_none(item.get("MaxLength")),
-            value_expression=(str(item["ValueExpression"]) if item.get("ValueExpression")
-                              else None))
-    deps = [d for d in entries.get("Dependencies") or [] if isinstance(d, dict)]
-    return AttributeRegistry(str(doc.get("Id") or ""), attributes, deps)
+    for item in entries.objects("Attributes"):
+        attr = _parse_attribute(item)
+        attributes[attr.name] = attr
+    deps = [_parse_dependency(dep) for dep in entries.objects("Dependencies")]
+    return AttributeRegistry(registry_id, attributes, deps)
 
 
-def _int_or_none(value: Any) -> Optional[int]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value)
+def _parse_attribute(item: Resource) -> AttributeDef:
+    name = item.text("AttributeName")
+    if not name:
+        raise item.missing("AttributeName", "a non-empty string")
+    values = []
+    for value in item.objects("Value"):
+        value_name = value.text("ValueName")
+        if value_name is None:
+            continue  # an entry without a name cannot be chosen
+        values.append((value_name, value.text("ValueDisplayName") or value_name))
+    return AttributeDef(
+        name=name, display_name=item.text("DisplayName") or "",
+        type=item.text("Type") or "Enumeration", values=values,
+        read_only=item.flag("ReadOnly", False), gray_out=item.flag("GrayOut", False),
+        hidden=item.flag("Hidden", False), reset_required=item.flag("ResetRequired", True),
+        immutable=item.flag("Immutable", False),
+        lower_bound=item.integer("LowerBound"), upper_bound=item.integer("UpperBound"),
+        scalar_increment=item.integer("ScalarIncrement"),
+        min_length=item.integer("MinLength"), max_length=item.integer("MaxLength"),
+        value_expression=item.text("ValueExpression") or None)
+
+
+def _parse_dependency(dep: Resource) -> Dict[str, Any]:
+    """One Dependencies entry with every field type-checked (effective() relies on it)."""
+    rule = dep.obj("Dependency")
+    terms = []
+    for term in rule.objects("MapFrom"):
+        terms.append({"MapFromAttribute": term.text("MapFromAttribute"),
+                      "MapFromCondition": term.text("MapFromCondition") or "EQU",
+                      "MapFromValue": term.scalar("MapFromValue"),
+                      "MapTerms": term.text("MapTerms") or "AND"})
+    return {"Type": dep.text("Type") or "Map",
+            "Dependency": {"MapFrom": terms, "MapToAttribute": rule.text("MapToAttribute"),
+                           "MapToProperty": rule.text("MapToProperty"),
+                           "MapToValue": rule.scalar("MapToValue")}}
 
 
 _CACHE: Dict[Tuple[str, str], AttributeRegistry] = {}
@@ -227,29 +242,31 @@ def _member_rank(registry_id: str, member: str) -> Tuple[int, int]:
 
 
 def _fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegistry:
-    registries_uri = odata_id(session.root.get("Registries")) or "/redfish/v1/Registries"
-    listing = session.get(registries_uri).body
-    members = [odata_id(m) for m in listing.get("Members") or []]
-    members = [m for m in members if m]
+    root = Resource(session.root, session.host, "/redfish/v1/")
+    registries_uri = root.link("Registries") or "/redfish/v1/Registries"
+    members = fetch(session, registries_uri).members()
     members.sort(key=lambda m: _member_rank(registry_id, m))
     seen: List[str] = []
     opened: Dict[str, bool] = {}
     for member in members:
-        entry = session.get(member).body
-        locations = [loc for loc in entry.get("Location") or [] if isinstance(loc, dict)]
-        locations.sort(key=lambda loc: 0 if str(loc.get("Language", "")).startswith("en")
-                       else 1)
-        for location in locations:
-            uri = location.get("Uri")  # ArchiveUri/PublicationUri: not served by the BMC
-            if not uri or uri in opened:
+        for uri in _location_uris(fetch(session, member)):
+            if uri in opened:
                 continue
             opened[uri] = True
-            doc = session.get(uri, ok=(200, 404)).body
-            doc_id = str(doc.get("Id") or "")
+            doc = fetch(session, uri, ok=(200, 404))
+            doc_id = doc.text("Id") or ""
             if doc_id == registry_id:
-                return parse_registry(doc, session.host)
+                return parse_registry(doc.body, session.host, uri)
             seen.append(f"{doc_id or '(no Id)'} at {uri}")
             break  # other languages of the same entry hold the same registry
     found = "; found: " + ", ".join(seen) if seen else ""
     raise RedfishError(f"attribute registry {registry_id} not found under {registries_uri} (no "
                        f"registry document with that Id{found})", session.host)
+
+
+def _location_uris(entry: Resource) -> List[str]:
+    """Location[].Uri of a registry file entry, English first (ArchiveUri/PublicationUri are
+    not served by the BMC)."""
+    locations = entry.objects("Location")
+    locations.sort(key=lambda loc: 0 if (loc.text("Language") or "").startswith("en") else 1)
+    return [uri for uri in (loc.uri_text("Uri") for loc in locations) if uri]

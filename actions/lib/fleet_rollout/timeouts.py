@@ -1,0 +1,59 @@
+"""Action timeouts derived from the profile: each host action may run longer than every wait it
+does itself, so StackStorm's runner never kills a step in the middle of a reset or a boot.
+
+StackStorm's python runner kills an action after its `timeout` (600 s unless given); the profile
+says how long a BMC may take to shut down (graceful_timeout, then force_timeout), to boot and
+apply settings (boot_timeout, waited for twice: settings applied, then the OS back), and how long
+a drain may take. batch_info and changed_hosts hand these to the workflows, which pass them to
+each task as its `timeout`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
+MARGIN = 120.0     # process start, datastore, audit
+STEP_LOCK_WAIT = 60.0  # a forward step waits this long for the host's lock, then fails (-> restore)
+PROBE_BUILD = 300.0  # fleet-probe is compiled on first use on the controller
+
+
+def bmc_budget(redfish_timeout: float) -> float:
+    """Time for one BMC session's requests (reads, a PATCH, retries with backoff)."""
+    return 20.0 * max(1.0, float(redfish_timeout))
+
+
+def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, float]:
+    """Longest time each step can spend working (its own waits), lock wait excluded."""
+    r = profile["redfish"]
+    graceful, force, boot = float(r["graceful_timeout"]), float(r["force_timeout"]), \
+        float(r["boot_timeout"])
+    bmc = bmc_budget(redfish_timeout)
+    reset = 2 * graceful + force + bmc   # an earlier attempt's restart is awaited, then a reset
+    probe = float(profile["probe"]["budget_ms"]) / 1000.0 * 4 + PROBE_BUILD
+    return {
+        "precheck": bmc + ANSIBLE,
+        "snapshot": bmc + ANSIBLE,
+        "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
+        "stage": 2 * bmc + ANSIBLE,
+        "reboot": reset + ANSIBLE,
+        "wait": 2 * boot + bmc + ANSIBLE,     # settings applied (boot), then the OS (boot)
+        "verify": bmc + 2 * ANSIBLE + probe,
+        "undrain": ANSIBLE,
+        # health, kernel restore, BIOS restore with its reset and apply wait, a reset for the
+        # kernel, the OS back, the read-back, undrain
+        "restore": 2 * ANSIBLE + (reset + boot + bmc) + reset + boot + bmc + ANSIBLE,
+    }
+
+
+def lock_waits(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, float]:
+    """How long each action waits for the host's lock: a restore outwaits any running step."""
+    work = step_work(profile, redfish_timeout)
+    longest_step = max(v + STEP_LOCK_WAIT + MARGIN for k, v in work.items() if k != "restore")
+    return {k: (longest_step if k == "restore" else STEP_LOCK_WAIT) for k in work}
+
+
+def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, int]:
+    """Seconds per host action (step names and "restore"): work + lock wait + margin."""
+    work = step_work(profile, redfish_timeout)
+    waits = lock_waits(profile, redfish_timeout)
+    return {k: int(work[k] + waits[k] + MARGIN) for k in work}

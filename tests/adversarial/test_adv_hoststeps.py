@@ -1,0 +1,224 @@
+"""Attacks and faults on the host steps: approval, halt, restore states, claims, the host lock,
+errors that used to leave a host "running", and a restore killed in the middle of its reboot.
+
+Real parts: a sim lab (BMC simulators over HTTPS, sim hosts reached by real Ansible), the pack
+library in this process, a file datastore; no StackStorm engine (the steps are what is tested).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict
+
+import pytest
+from rollout_support import SimLab
+
+from fleet_rollout import claims, locks, service
+from fleet_rollout import timeouts as step_timeouts
+from fleet_rollout.hoststeps import Halted, HostRun, NotApproved
+from fleet_rollout.store import FileStore, RolloutState
+
+PROFILE = "lab-home-snoop"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    lab = SimLab(str(tmp_path_factory.mktemp("advsteps")), hosts=4)
+    yield lab
+    lab.down()
+
+
+@pytest.fixture()
+def cfg(sim, tmp_path):
+    """The lab's pack config with this test's own state_dir (audit, locks, claims)."""
+    return dict(sim.config, state_dir=str(tmp_path / "state"))
+
+
+def _plan(cfg: Dict[str, Any], store: FileStore, rollout_id: str,
+          targets: str = "all") -> Dict[str, Any]:
+    return service.plan_rollout(cfg, store, PROFILE, targets, rollout_id, "alice")
+
+
+def _approve(store: FileStore, cfg: Dict[str, Any], rollout_id: str, batch: int = 0) -> None:
+    ctx = service.context(cfg, store, rollout_id)
+    ctx.state.update_batch(batch, lambda s: s.update(approval={"approved": True, "by": "alice"}))
+
+
+def _run(cfg: Dict[str, Any], store: FileStore, rollout_id: str, host: str,
+         step: str) -> Dict[str, Any]:
+    return service.host_step(cfg, store, rollout_id, host, step, "ex-test", "alice")
+
+
+def _canary(store: FileStore, rollout_id: str) -> str:
+    return RolloutState(store, rollout_id).plan()["batches"][0]["hosts"][0]
+
+
+def test_no_step_without_a_recorded_approval(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-noapproval")
+    host = _canary(store, "adv-noapproval")
+    resets = len(sim.bmc(host)["resets"])
+    with pytest.raises(NotApproved, match="no recorded approval"):
+        _run(cfg, store, "adv-noapproval", host, "precheck")
+    ctx = service.context(cfg, store, "adv-noapproval")
+    ctx.state.update_batch(0, lambda s: s.update(approval={"approved": False, "by": "bob"}))
+    for step in ("precheck", "drain", "stage", "reboot", "undrain"):
+        with pytest.raises(NotApproved):
+            _run(cfg, store, "adv-noapproval", host, step)
+    assert ctx.state.host(host).get("status") in (None, "pending")
+    assert len(sim.bmc(host)["resets"]) == resets
+    assert not os.path.exists(sim.sysroot(host) + "/run/fleet-maintenance")
+
+
+def test_control_hosts_are_never_stepped(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    plan = _plan(cfg, store, "adv-control", targets="lab-001:lab-002")
+    _approve(store, cfg, "adv-control")
+    batched = {h for b in RolloutState(store, "adv-control").plan()["batches"] for h in b["hosts"]}
+    assert plan["control"] and not set(plan["control"]) & batched
+    for control in plan["control"]:
+        with pytest.raises(NotApproved, match="in no batch"):
+            _run(cfg, store, "adv-control", control, "precheck")
+
+
+def test_halt_stops_every_step_including_wait_verify_undrain(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-halt")
+    _approve(store, cfg, "adv-halt")
+    host = _canary(store, "adv-halt")
+    service.abort(cfg, store, "adv-halt", "operator", -1, "alice")
+    for step in ("precheck", "wait", "verify", "undrain"):
+        with pytest.raises(Halted):
+            _run(cfg, store, "adv-halt", host, step)
+    assert RolloutState(store, "adv-halt").halted()["reason"] == "halted by alice"
+
+
+def test_no_step_on_a_host_being_restored(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-restoring")
+    _approve(store, cfg, "adv-restoring")
+    host = _canary(store, "adv-restoring")
+    state = RolloutState(store, "adv-restoring")
+    state.save_host(host, {"host": host, "status": "restoring", "steps": {}})
+    for step in ("wait", "verify", "undrain"):
+        with pytest.raises(Exception, match="restoring"):
+            _run(cfg, store, "adv-restoring", host, step)
+    assert state.host(host)["status"] == "restoring"
+
+
+def test_one_rollout_per_host(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-first")
+    _plan(cfg, store, "adv-second")
+    _approve(store, cfg, "adv-first")
+    _approve(store, cfg, "adv-second")
+    host = _canary(store, "adv-first")
+    assert host == _canary(store, "adv-second")
+    _run(cfg, store, "adv-first", host, "precheck")
+    with pytest.raises(claims.HostClaimed, match="adv-first"):
+        _run(cfg, store, "adv-second", host, "precheck")
+    # the second rollout's rollback leaves the host alone: it changed nothing there
+    out = service.host_restore(cfg, store, "adv-second", host, "ex", "alice")
+    assert out["skipped"]
+    assert RolloutState(store, "adv-first").host(host)["steps"]["precheck"]["ok"]
+    state_dir = cfg["state_dir"]
+    assert claims.owner(state_dir, host) == "adv-first"
+    service.host_restore(cfg, store, "adv-first", host, "ex", "alice")
+    assert claims.owner(state_dir, host) is None
+
+
+def _hold(state_dir: str, host: str, ready: Any, release: Any) -> None:
+    with locks.host_lock(state_dir, host, 5, "test"):
+        ready.set()
+        release.wait(30)
+
+
+def test_host_lock_serialises_steps_and_a_busy_host_is_a_recorded_failure(sim, cfg, tmp_path,
+                                                                          monkeypatch):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-lock")
+    _approve(store, cfg, "adv-lock")
+    host = _canary(store, "adv-lock")
+    state_dir = cfg["state_dir"]
+    monkeypatch.setattr(step_timeouts, "STEP_LOCK_WAIT", 0.5)
+    mp = multiprocessing.get_context("fork")
+    ready, release = mp.Event(), mp.Event()
+    holder = mp.Process(target=_hold, args=(state_dir, host, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        started = time.monotonic()
+        with pytest.raises(locks.HostBusy):
+            _run(cfg, store, "adv-lock", host, "precheck")
+        assert time.monotonic() - started >= 0.5
+    finally:
+        release.set()
+        holder.join(10)
+    assert RolloutState(store, "adv-lock").host(host).get("status") in (None, "pending")
+    assert _run(cfg, store, "adv-lock", host, "precheck")["step"] == "precheck"
+
+
+def test_an_unexpected_error_is_recorded_never_left_running(sim, cfg, tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-crash")
+    _approve(store, cfg, "adv-crash")
+    host = _canary(store, "adv-crash")
+    ctx = service.context(cfg, store, "adv-crash")
+
+    def broken(_hosts):
+        raise TypeError("'list' object has no attribute 'get'")
+
+    ctx.hostside.health = broken  # a fault inside a step: a programming error, not input
+    with pytest.raises(Exception, match="internal error: TypeError"):
+        HostRun(ctx, host).run("precheck")
+    state = ctx.state.host(host)
+    assert state["status"] == "failed"
+    assert "TypeError" in state["error"]["message"]
+
+
+RESTORE_SCRIPT = """
+import json, sys
+from fleet_rollout import service
+from fleet_rollout.store import FileStore
+config = json.load(open(sys.argv[1]))
+service.host_restore(config, FileStore(sys.argv[2]), sys.argv[3], sys.argv[4], "ex-killed",
+                     "alice")
+"""
+
+
+def test_restore_killed_mid_reboot_resumes_without_a_second_reset(sim, cfg, tmp_path):
+    store_dir = str(tmp_path / "kv")
+    store = FileStore(store_dir)
+    rollout_id = "adv-restorekill"
+    _plan(cfg, store, rollout_id)
+    _approve(store, cfg, rollout_id)
+    host = _canary(store, rollout_id)
+    for step in ("precheck", "snapshot", "drain", "stage", "reboot", "wait"):
+        _run(cfg, store, rollout_id, host, step)
+    resets_before = len(sim.bmc(host)["resets"])
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(cfg))
+    proc = subprocess.Popen([sys.executable, "-c", RESTORE_SCRIPT, str(config_path), store_dir,
+                             rollout_id, host], start_new_session=True)
+    state = RolloutState(store, rollout_id)
+    deadline = time.time() + 120
+    while "restore_reset_marker" not in state.host(host) and time.time() < deadline:
+        assert proc.poll() is None, "restore ended before its reset"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # killed right after its reset marker was saved
+    proc.wait(10)
+    assert state.host(host)["status"] == "restoring"
+    out = service.host_restore(cfg, store, rollout_id, host, "ex-rerun", "alice")
+    assert out["status"] == "restored"
+    resets = sim.bmc(host)["resets"][resets_before:]
+    assert len(resets) == 1, resets  # the killed attempt's reset, none from the re-run
+    snap = state.host(host)["bios_snapshot"]["attributes"]
+    now = sim.bmc(host)
+    assert all(now["current"].get(k, v) == v for k, v in snap.items()), now["current"]
+    assert not now["pending"]
+    assert not os.path.exists(os.path.join(sim.sysroot(host), "run", "fleet-maintenance"))

@@ -1,0 +1,119 @@
+"""Faults on the rollout's own state: a half-written audit line, two rollbacks finishing at
+once, concurrent read-modify-write of the datastore, file modes, and action timeouts shorter
+than the waits they contain."""
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet_rollout import timeouts
+from fleet_rollout.audit import Audit
+from fleet_rollout.profile import DEFAULTS, validate_profile
+from fleet_rollout.store import FileStore, MemoryStore, RolloutState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_half_written_audit_line_is_counted_not_fatal(tmp_path):
+    audit = Audit(str(tmp_path), "r-audit")
+    audit.record("h1", "bios.SnoopMode", "Early", "Home")
+    with open(audit.path, "a") as handle:
+        handle.write('{"time": 1, "host": "h2", "setting": "bios.Sno')  # killed mid-write
+        handle.write("\n[1, 2]\n")
+    audit.record("h3", "service", "in service", "drained")
+    summary = audit.summary()
+    assert summary["entries"] == 2 and summary["unreadable_lines"] == 2
+    assert [e["host"] for e in audit.entries()] == ["h1", "h3"]
+    from fleet_rollout.report import render_report
+
+    state = RolloutState(MemoryStore(), "r-audit")
+    state.save_plan({"rollout_id": "r-audit", "profile": dict(DEFAULTS, name="p", bios={}),
+                     "batches": [], "control": [], "hosts": {}, "targets": 0,
+                     "skipped_compliant": [], "inventory": "x", "limit": "all",
+                     "created": 0, "started_by": "a"})
+    assert "h3" in render_report(state, audit)
+
+
+def test_audit_and_state_files_are_private(tmp_path):
+    audit = Audit(str(tmp_path / "state"), "r-modes")
+    audit.record("h1", "service", "in service", "drained")
+    assert stat.S_IMODE(os.stat(audit.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(audit.path)).st_mode) == 0o700
+    store = FileStore(str(tmp_path / "kv"))
+    store.set("fleet_rollout.r-modes.meta", "{}")
+    assert stat.S_IMODE(os.stat(tmp_path / "kv").st_mode) == 0o700
+    for name in os.listdir(tmp_path / "kv"):
+        assert stat.S_IMODE(os.stat(tmp_path / "kv" / name).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("lock_dir", [None, "files"])
+def test_concurrent_updates_lose_nothing(tmp_path, lock_dir):
+    store = FileStore(str(tmp_path / "kv"))
+    where = str(tmp_path / "locks") if lock_dir else None
+    states = [RolloutState(store, "r-race", where) for _ in range(8)]
+
+    def bump(state: RolloutState, n: int) -> None:
+        for i in range(25):
+            state.update_meta(**{f"k{n}-{i}": i})
+            state.update_batch(0, lambda b, n=n, i=i: b.setdefault("marks", []).append(
+                f"{n}-{i}"))
+
+    threads = [threading.Thread(target=bump, args=(s, n)) for n, s in enumerate(states)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(states[0].meta()) == 8 * 25
+    assert len(states[0].batch(0)["marks"]) == 8 * 25
+
+
+def test_two_rollbacks_finishing_at_once_announce_once_and_failed_wins(tmp_path):
+    store = FileStore(str(tmp_path / "kv"))
+    results = []
+
+    def end(status: str) -> None:
+        results.append(RolloutState(store, "r-end", str(tmp_path)).end(status))
+
+    threads = [threading.Thread(target=end, args=(s,))
+               for s in ("rolled_back", "rolled_back", "failed", "rolled_back")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    changed = [r for r in results if r["changed"]]
+    assert RolloutState(store, "r-end").meta()["status"] == "failed"
+    assert 1 <= len(changed) <= 2  # rolled_back first then failed, or failed alone
+    assert sum(1 for r in changed if r["meta"]["status"] == "rolled_back") <= 1
+    again = RolloutState(store, "r-end").end("completed")
+    assert not again["changed"] and again["meta"]["status"] == "failed"
+
+
+def _profiles():
+    for path in sorted((ROOT / "profiles").glob("*.yaml")):
+        yield path.stem, validate_profile(yaml.safe_load(path.read_text()), str(path))
+
+
+@pytest.mark.parametrize("name,profile", list(_profiles()))
+def test_action_timeouts_outlast_the_waits_inside_them(name, profile):
+    r = profile["redfish"]
+    got = timeouts.action_timeouts(profile, 30)
+    # the waits each action does itself, stated here independently of the module
+    assert got["reboot"] > r["graceful_timeout"] + r["force_timeout"]
+    assert got["wait"] > 2 * r["boot_timeout"]          # settings applied, then the OS back
+    assert got["drain"] > profile["drain"]["timeout"]
+    assert got["restore"] > 2 * (r["graceful_timeout"] + r["force_timeout"]) + \
+        2 * r["boot_timeout"] + max(v for k, v in got.items() if k != "restore")
+    assert got["wait"] > 600  # st2's python runner default would kill it mid-boot
+
+
+def test_a_profile_with_long_boots_gets_longer_timeouts():
+    base = validate_profile({"name": "p", "bios": {"snoop_mode": "home"}}, "p")
+    slow = validate_profile({"name": "p", "bios": {"snoop_mode": "home"},
+                             "redfish": {"boot_timeout": 3600}}, "p")
+    assert timeouts.action_timeouts(slow)["wait"] >= timeouts.action_timeouts(base)["wait"] + \
+        2 * (3600 - base["redfish"]["boot_timeout"])
