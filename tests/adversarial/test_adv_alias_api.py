@@ -6,7 +6,6 @@ config secrets are masked in every API response and in the stream."""
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -15,27 +14,17 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import requests
 import yaml
+from adv_support import write, write_pack_yaml
 from st2api_support import St2Api
 
 SECRET = "api-Secret-Pa55word"
 MASK = "********"
 
 
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-
 
 def make_pack(root: Path) -> Path:
     pack = root / "chat_pack"
-    write(pack / "pack.yaml", """
-        ref: advchat
-        name: advchat
-        description: aliases a chat user attacks
-        version: 0.1.0
-        author: t
-        email: t@example.com
-        """)
+    write_pack_yaml(pack, "advchat", "aliases a chat user attacks")
     write(pack / "config.schema.yaml", """
         password:
           type: string

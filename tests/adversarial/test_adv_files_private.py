@@ -7,33 +7,22 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import textwrap
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
 import yaml
+from adv_support import write, write_announce_action, write_pack_yaml
 
 from fleet_runtime import testing
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.store import Store
 
 
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-
-
 def make_pack(root: Path) -> Path:
     pack = root / "files_pack"
-    write(pack / "pack.yaml", """
-        ref: files
-        name: files
-        description: actions that write state files like the fleet_rollout pack does
-        version: 0.1.0
-        author: t
-        email: t@example.com
-        """)
+    write_pack_yaml(pack, "files",
+                    "actions that write state files like the fleet_rollout pack does")
     write(pack / "actions" / "audit.yaml", """
         name: audit
         runner_type: python-script
@@ -55,38 +44,8 @@ def make_pack(root: Path) -> Path:
                     fh.write("<html></html>")
                 return {"state": state}
         """)
-    write(pack / "actions" / "announce.yaml", """
-        name: announce
-        runner_type: announcement
-        parameters:
-          experimental:
-            immutable: true
-            default: true
-          route:
-            default: chatops
-          channel:
-            type: string
-            default: ops
-          message:
-            type: string
-            default: hello
-        """)
-    write(pack / "actions" / "other_route.yaml", """
-        name: other_route
-        runner_type: announcement
-        parameters:
-          experimental:
-            immutable: true
-            default: true
-          route:
-            default: pager
-          channel:
-            type: string
-            default: ops
-          message:
-            type: string
-            default: hello
-        """)
+    write_announce_action(pack, "announce", "chatops", 'hello')
+    write_announce_action(pack, "other_route", "pager", 'hello')
     return pack
 
 

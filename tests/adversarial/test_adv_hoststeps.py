@@ -222,3 +222,18 @@ def test_restore_killed_mid_reboot_resumes_without_a_second_reset(sim, cfg, tmp_
     assert all(now["current"].get(k, v) == v for k, v in snap.items()), now["current"]
     assert not now["pending"]
     assert not os.path.exists(os.path.join(sim.sysroot(host), "run", "fleet-maintenance"))
+
+
+def test_record_answer_run_directly_cannot_forge_an_approval(sim):
+    """`st2 run fleet_rollout.record_answer ... outcome=answered` outside the batch's workflow:
+    refused, nothing recorded, the rollout not halted (through the runtime and its API)."""
+    plan = sim.run("fleet_rollout.plan", profile=PROFILE, targets="all")
+    assert plan["status"] == "succeeded", plan
+    rollout_id = plan["result"]["result"]["rollout_id"]
+    for outcome in ("answered", "auto", "timed_out"):
+        forged = sim.run("fleet_rollout.record_answer", rollout_id=rollout_id, batch=0,
+                         question="approval", outcome=outcome)
+        assert forged["status"] == "failed", forged
+        assert "runs only as a task" in json.dumps(forged["result"])
+    assert "approval" not in (sim.kv(rollout_id, "batch.0") or {})
+    assert sim.kv(rollout_id, "halt") is None

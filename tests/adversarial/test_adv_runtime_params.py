@@ -4,12 +4,12 @@ children, rules, re-runs)."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 import yaml
+from adv_support import write, write_pack_yaml
 
 from fleet_runtime import testing
 from fleet_runtime.errors import MetadataError, ParameterError
@@ -17,21 +17,10 @@ from fleet_runtime.errors import MetadataError, ParameterError
 SECRET = "adv-Secret-Pa55word"  # the pack config's secret: true value
 
 
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-
 
 def make_pack(root: Path) -> Path:
     pack = root / "adv_pack"
-    write(pack / "pack.yaml", """
-        ref: adv
-        name: adv
-        description: adversarial fixture pack
-        version: 0.1.0
-        author: t
-        email: t@example.com
-        """)
+    write_pack_yaml(pack, "adv", "adversarial fixture pack")
     write(pack / "config.schema.yaml", """
         password:
           type: string

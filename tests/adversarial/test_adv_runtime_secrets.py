@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import textwrap
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
 import pytest
 import yaml
+from adv_support import write, write_announce_action, write_pack_yaml
 
 from fleet_runtime import chatlog, testing
 from fleet_runtime.masking import MASK
@@ -19,21 +19,10 @@ SECRET = "adv-Secret-Pa55word"
 KV_SECRET = "kv-Secret-0451"
 
 
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-
 
 def make_pack(root: Path) -> Path:
     pack = root / "leak_pack"
-    write(pack / "pack.yaml", """
-        ref: leak
-        name: leak
-        description: a pack whose actions try to leak their config secret
-        version: 0.1.0
-        author: t
-        email: t@example.com
-        """)
+    write_pack_yaml(pack, "leak", "a pack whose actions try to leak their config secret")
     write(pack / "config.schema.yaml", """
         password:
           type: string
@@ -74,22 +63,8 @@ def make_pack(root: Path) -> Path:
                 return {"password": pw, "nested": {"list": [pw, "x" + pw + "y"]},
                         "pin": self.config["pin"]}
         """)
-    write(pack / "actions" / "announce.yaml", """
-        name: announce
-        runner_type: announcement
-        parameters:
-          experimental:
-            immutable: true
-            default: true
-          route:
-            default: chatops
-          channel:
-            type: string
-            default: ops
-          message:
-            type: string
-            default: "the password is {{ config_context.password }}"
-        """)
+    write_announce_action(pack, "announce", "chatops",
+                          '"the password is {{ config_context.password }}"')
     write(pack / "actions" / "flow.yaml", """
         name: flow
         runner_type: orquesta
