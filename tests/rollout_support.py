@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class SimLab:
     def __init__(self, tmp: str, hosts: int, vendors: Optional[List[str]] = None,
-                 approvers: Optional[List[str]] = None) -> None:
+                 approvers: Optional[List[str]] = None, reboot_seconds: float = 0.5) -> None:
         self.tmp = tmp
         self.home = os.path.join(tmp, "home")
         self.state = os.path.join(tmp, "lab")
@@ -27,7 +27,7 @@ class SimLab:
         os.environ["FLEET_ROLLOUT_HOME"] = self.home  # lab.up copies the pack config there
         self.manifest = lab.up(lab.LabConfig(hosts=hosts, backend="sim",
                                              vendors=vendors or ["generic"],
-                                             reboot_seconds=0.5, hosts_per_rack=4,
+                                             reboot_seconds=reboot_seconds, hosts_per_rack=4,
                                              approvers=["alice"] if approvers is None
                                              else approvers),
                                self.state, self.inventory, progress=lambda _m: None)

@@ -279,6 +279,12 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     rollout_id = result["rollout_id"]
     batches = sim.kv(rollout_id, "plan")["batches"]
     assert odd in batches[1]["hosts"]
+    # every INCONCLUSIVE answer is recorded with who gave it (the authenticated requester)
+    answers = [a for i in range(len(batches) - 1)
+               for a in sim.kv(rollout_id, f"batch.{i}").get("answers", [])]
+    assert answers and all((a["choice"], a["by"]) == ("proceed", "alice") for a in answers)
+    status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
+    assert "proceed:alice" in output(status)["table"]
     state = sim.kv(rollout_id, f"host.{odd}")
     assert state["status"] == "restored" and state["error"]["step"] == "verify", state
     assert "fingerprint: remote_ns" in state["error"]["message"], state["error"]

@@ -191,7 +191,19 @@ service.host_restore(config, FileStore(sys.argv[2]), sys.argv[3], sys.argv[4], "
 """
 
 
-def test_restore_killed_mid_reboot_resumes_without_a_second_reset(sim, cfg, tmp_path):
+def test_restore_killed_mid_reboot_resumes_without_a_second_reset(tmp_path):
+    """The BMC takes 15 s to reboot: the re-run comes while the killed attempt's reset is still
+    rebooting the server, with the restored settings still pending (the old code staged them
+    again and sent a second reset)."""
+    sim = SimLab(str(tmp_path / "slow"), hosts=3, reboot_seconds=15)
+    try:
+        _restore_killed_mid_reboot(sim, dict(sim.config, state_dir=str(tmp_path / "state")),
+                                   tmp_path)
+    finally:
+        sim.down()
+
+
+def _restore_killed_mid_reboot(sim: SimLab, cfg: Dict[str, Any], tmp_path: Any) -> None:
     store_dir = str(tmp_path / "kv")
     store = FileStore(store_dir)
     rollout_id = "adv-restorekill"
@@ -207,10 +219,11 @@ def test_restore_killed_mid_reboot_resumes_without_a_second_reset(sim, cfg, tmp_
                              rollout_id, host], start_new_session=True)
     state = RolloutState(store, rollout_id)
     deadline = time.time() + 120
-    while "restore_reset_marker" not in state.host(host) and time.time() < deadline:
+    while len(sim.bmc(host)["resets"]) == resets_before and time.time() < deadline:
         assert proc.poll() is None, "restore ended before its reset"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # killed right after its reset marker was saved
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # killed mid-reboot: its reset was accepted
+    assert "restore_reset_marker" in state.host(host)  # saved before the reset was sent
     proc.wait(10)
     assert state.host(host)["status"] == "restoring"
     out = service.host_restore(cfg, store, rollout_id, host, "ex-rerun", "alice")
@@ -237,3 +250,40 @@ def test_record_answer_run_directly_cannot_forge_an_approval(sim):
         assert "runs only as a task" in json.dumps(forged["result"])
     assert "approval" not in (sim.kv(rollout_id, "batch.0") or {})
     assert sim.kv(rollout_id, "halt") is None
+
+
+def test_chat_cannot_set_runner_or_fixed_parameters(sim):
+    """Trailing `key=value` pairs in chat: runner parameters (env, timeout, ...) and the
+    aliases' fixed parameters are refused before anything runs (as st2 refuses overriding an
+    immutable parameter)."""
+    plan = sim.run("fleet_rollout.plan", profile=PROFILE, targets="all")
+    rollout_id = plan["result"]["result"]["rollout_id"]
+    before = len(json.loads(sim.cli("execution", "list", "--json").stdout or "[]"))
+    for command in (f'rollout status {rollout_id} env={{"HTTPS_PROXY":"http://127.0.0.1:9"}}',
+                    f"rollout status {rollout_id} timeout=1",
+                    f"rollout status {rollout_id} content_version=evil",
+                    f"rollout abort {rollout_id} cause=canary_regression",
+                    f"rollout rollback {rollout_id} batch=0"):
+        out = sim.cli("chat", command)
+        assert out.returncode != 0, command
+        assert "immutable" in (out.stdout + out.stderr).lower(), (command, out.stdout,
+                                                                   out.stderr)
+    after = len(json.loads(sim.cli("execution", "list", "--json").stdout or "[]"))
+    assert after == before
+    assert sim.kv(rollout_id, "halt") is None
+
+
+def test_an_injected_canary_regression_trigger_halts_nothing(sim, cfg, tmp_path):
+    """`fleet_rollout.canary_regression` can be injected by anyone who may post triggers: its
+    rollback halts the rollout only when a FAIL verdict is recorded for that batch."""
+    from fleet_rollout.errors import ConfigError
+
+    store = FileStore(str(tmp_path / "kv"))
+    _plan(cfg, store, "adv-trigger")
+    with pytest.raises(ConfigError, match="no FAIL verdict"):
+        service.abort(cfg, store, "adv-trigger", "canary_regression", 0, "rule")
+    state = RolloutState(store, "adv-trigger")
+    assert state.halted() is None
+    state.update_batch(0, lambda b: b.update(verdict={"verdict": "FAIL", "explanation": "x"}))
+    out = service.abort(cfg, store, "adv-trigger", "canary_regression", 0, "rule")
+    assert out["reason"] == "canary regression in batch 1: x" and state.halted()

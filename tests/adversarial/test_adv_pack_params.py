@@ -35,6 +35,8 @@ ATTACKS = [
     "x;rm -rf /",
     "x y",
     "x\ny",
+    "abc\n",  # `$` would let a final newline through; the patterns end with \Z
+    "lab-001\n",
     "",
     "A" * 600,
 ]
@@ -61,8 +63,8 @@ def test_every_string_parameter_has_a_strict_pattern_or_enum() -> None:
              if not spec.get("enum") and not (spec.get("pattern") or "").startswith("^")]
     assert not loose, f"string parameters without an anchored pattern or enum: {loose}"
     unanchored = [f"{action}.{name}" for action, name, spec in _string_params()
-                  if spec.get("pattern") and not spec["pattern"].endswith("$")]
-    assert not unanchored
+                  if spec.get("pattern") and not spec["pattern"].endswith("\\Z")]
+    assert not unanchored, unanchored
 
 
 def test_no_parameter_takes_paths_identities_or_free_text() -> None:
@@ -177,3 +179,37 @@ def test_metadata_patterns_are_the_librarys_own() -> None:
             assert spec["pattern"] == names.ROLLOUT_ID_PATTERN, action
         if name == "targets":
             assert spec["pattern"] == names.TARGETS_PATTERN, action
+
+
+def test_host_action_timeout_defaults_outlast_every_shipped_profile() -> None:
+    """A host_step or host_restore run without the workflow's timeouts (st2 run, a fallback)
+    still outlasts its own waits for every shipped profile."""
+    import yaml as _yaml
+
+    from fleet_rollout import timeouts
+    from fleet_rollout.profile import validate_profile
+
+    step = _load(ROOT / "actions" / "host_step.yaml")["parameters"]["timeout"]["default"]
+    restore = _load(ROOT / "actions" / "host_restore.yaml")["parameters"]["timeout"]["default"]
+    flow = (ROOT / "actions" / "workflows" / "host_change.yaml").read_text()
+    for path in (ROOT / "profiles").glob("*.yaml"):
+        derived = timeouts.action_timeouts(validate_profile(_yaml.safe_load(path.read_text()),
+                                                            str(path)))
+        assert step >= max(v for k, v in derived.items() if k != "restore"), path.name
+        assert restore >= derived["restore"], path.name
+    assert f'get("restore", {restore})' in flow and f'get("wait", {step})' in flow
+
+
+def test_chat_cannot_set_runner_parameters() -> None:
+    """env, debug, log_level, content_version (and timeout, except where the workflows pass
+    one) are immutable: a trailing `env=...` pair in chat is refused, as st2 refuses overriding
+    an immutable parameter."""
+    for path in ACTIONS:
+        meta = _load(path)
+        if meta["runner_type"] != "python-script":
+            continue
+        params = meta["parameters"]
+        for name in ("env", "debug", "log_level", "content_version"):
+            assert params[name]["immutable"] is True, (path.name, name)
+        if meta["name"] not in ("host_step", "host_restore"):
+            assert params["timeout"]["immutable"] is True, path.name

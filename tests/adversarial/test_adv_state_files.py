@@ -117,3 +117,15 @@ def test_a_profile_with_long_boots_gets_longer_timeouts():
                              "redfish": {"boot_timeout": 3600}}, "p")
     assert timeouts.action_timeouts(slow)["wait"] >= timeouts.action_timeouts(base)["wait"] + \
         2 * (3600 - base["redfish"]["boot_timeout"])
+
+
+def test_the_state_dir_itself_is_made_private(tmp_path):
+    from fleet_rollout.locks import private_dir
+
+    loose = tmp_path / "var" / "lib" / "fleet_rollout"
+    loose.mkdir(parents=True)
+    os.chmod(loose, 0o755)
+    private_dir(str(loose))
+    assert stat.S_IMODE(os.stat(loose).st_mode) == 0o700
+    fresh = private_dir(str(tmp_path / "new" / "state"))
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o700

@@ -65,7 +65,6 @@ def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     metric = metric_from_dict(canary_cfg.get("metric") or None, where="profile canary.metric")
     policy = policy_from_dict(canary_cfg.get("policy") or None, where="profile canary.policy")
     doc = judge_input(ctx, index)
-    batch = ctx.state.batch(index)
     if not doc["canary"] or not doc["control"]:
         verdict = {"verdict": "INCONCLUSIVE", "reason": "no_hosts",
                    "explanation": f"INCONCLUSIVE (batch {index}): "
@@ -73,8 +72,6 @@ def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                    "control host(s) left to compare; no verdict is possible."}
     else:
         verdict = judge(judge_input_from_dict(doc, metric), policy).to_dict()
-    batch["verdict"] = verdict
-    batch["judged_at"] = time.time()
-    ctx.state.save_batch(index, batch)
+    ctx.state.update_batch(index, lambda b: b.update(verdict=verdict, judged_at=time.time()))
     return {"verdict": verdict["verdict"], "reason": verdict.get("reason"),
             "explanation": verdict["explanation"]}

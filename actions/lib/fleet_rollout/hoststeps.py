@@ -26,7 +26,7 @@ from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.inventory import FleetHost
-from fleet_rollout.locks import host_lock
+from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of
 from fleet_rollout.redfish import bios as rf_bios
 from fleet_rollout.redfish import power as rf_power
@@ -60,7 +60,7 @@ class RolloutContext:
     plan: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.state_dir = self.config.resolve(self.config.state_dir)
+        self.state_dir = private_dir(self.config.resolve(self.config.state_dir))
         self.state = RolloutState(self.store, self.rollout_id, self.state_dir)
         if not self.plan:
             self.plan = self.state.plan()
@@ -412,11 +412,12 @@ class HostRun:
         if owner and owner != self.ctx.rollout_id:
             # another rollout holds the host: this one changed nothing there (claims are taken
             # at precheck, before any change), so there is nothing of ours to put back
-            state["status"] = "restored"
+            # its status stays what it was (e.g. failed at the precheck): not "restored"
             state["restore"] = {"host": self.name, "note": f"held by rollout {owner}; this "
                                 "rollout changed nothing on it"}
             self.save(state)
-            return {"host": self.name, "status": "restored", "skipped": True}
+            return {"host": self.name, "status": state["status"], "skipped": True,
+                    "held_by": owner}
         policy = self.ctx.profile["failure_budget"]["on_host_failure"]
         leave = policy == "leave_drained" if leave_drained is None else leave_drained
         started = time.time()

@@ -46,12 +46,12 @@ def _load(source: str) -> Any:
     return manager
 
 
-HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
-LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._:+()-]{0,63}$"
+HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"  # \Z: no final newline
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._:+()-]{0,63}\Z"
 LABELS = ("site", "rack", "hardware_model", "bmc_vendor", "bmc_credential")
 _HOST_NAME = re.compile(HOST_NAME_PATTERN)
 _LABEL = re.compile(LABEL_PATTERN)
-_BMC_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})$")
+_BMC_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})\Z")
 
 
 def check_host_name(name: Any, where: str) -> str:

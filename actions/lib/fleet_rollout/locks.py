@@ -25,6 +25,15 @@ class HostBusy(HostError):
     """Another step or restore holds the host's lock for longer than we may wait."""
 
 
+def private_dir(path: str) -> str:
+    """`path` as a directory only its owner can read (0700), created if missing: the pack's
+    state_dir holds the audit trail, reports, locks and claims."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
 def _lock_path(state_dir: str, name: str) -> str:
     directory = os.path.join(state_dir, LOCK_DIR)
     os.makedirs(directory, mode=0o700, exist_ok=True)

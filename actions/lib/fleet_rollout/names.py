@@ -12,10 +12,13 @@ import re
 
 from fleet_rollout.errors import ConfigError
 
-ROLLOUT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,95}$"
+# Patterns end with \Z, not $: `$` also matches before a final newline ("abc\n" would pass),
+# in Python's re and in the jsonschema st2 validates parameters with.
+
+ROLLOUT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,95}\Z"
 # Ansible host patterns over the pack config's inventory: names, groups, `*`, `:` `,` (union),
 # `!` (exclusion), `&` (intersection); never `@file`, `~regex` or `[slices]`.
-TARGETS_PATTERN = r"^[A-Za-z0-9_.*:,!&-]{1,512}$"
+TARGETS_PATTERN = r"^[A-Za-z0-9_.*:,!&-]{1,512}\Z"
 
 _ROLLOUT_ID = re.compile(ROLLOUT_ID_PATTERN)
 _TARGETS = re.compile(TARGETS_PATTERN)

@@ -16,7 +16,7 @@ import yaml
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.redfish.personalities import KNOBS, validate_desired
 
-PROFILE_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,63}$"
+PROFILE_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,63}\\Z"  # \Z: no final newline
 # Kernel command-line words: `key` or `key=value`; nothing a shell, GRUB's sh-sourced defaults
 # file or Jinja could read as syntax (no quotes, $, backticks, ;, |, &, <, >, braces, spaces).
 CMDLINE_TOKEN_PATTERN = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{1,190})?$"

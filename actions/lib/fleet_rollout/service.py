@@ -210,7 +210,9 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
         else:
             response = inquiry_answer(api, workflow, question)
             who = approvals.answer_author(workflow, response, ctx.config)
-            approved = response.get("approved", True) is True
+            # an approval counts only when it says so; the inconclusive question has no
+            # `approved` (its answer is the choice)
+            approved = response.get("approved") is True if question == "approval" else True
             record.update(approved=approved, by=who.name, via=who.via, account=who.account)
     except approvals.ApprovalRefused as err:
         record.update(approved=False, reason=f"answer not counted: {err}")
@@ -288,12 +290,11 @@ def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) ->
                   f"{budget['per_batch']} per batch, {budget['total']} total): "
                   f"{', '.join(failed[:10])}")
         ctx.state.halt(reason)
-        state = ctx.state.batch(batch)
-        state["verdict"] = {"verdict": "FAIL", "reason": "failure_budget", "explanation":
-                            f"FAIL (batch {batch + 1}): {reason}. Rolling back."}
-        ctx.state.save_batch(batch, state)
+        verdict = {"verdict": "FAIL", "reason": "failure_budget", "explanation":
+                   f"FAIL (batch {batch + 1}): {reason}. Rolling back."}
+        ctx.state.update_batch(batch, lambda b: b.update(verdict=verdict))
         result.update(verdict="FAIL", reason="failure_budget",
-                      explanation=state["verdict"]["explanation"])
+                      explanation=verdict["explanation"])
         return result
     result.update(gate.judge_batch(ctx, batch))
     if result["verdict"] == "FAIL":
@@ -307,10 +308,11 @@ def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
     timeouts to restore them with."""
     ctx = context(raw_config, datastore, rollout_id)
     states = ctx.state.hosts()
+    # every host with a recorded step or a non-pending status (its claim is released by its
+    # restore, even when only the precheck ran)
     touched = sorted(h for h, st in states.items()
-                     if st.get("steps", {}).get("drain") or st.get("steps", {}).get("stage")
-                     or st.get("steps", {}).get("snapshot")
-                     or st.get("status") in ("failed", "restoring", "restore_failed"))
+                     if any((st.get("steps") or {}).values())
+                     or st.get("status") not in (None, "pending", "done", "restored"))
     chosen = touched if not hosts else [h for h in hosts if h in states]
     unknown = sorted(set(hosts or []) - set(states))
     if unknown:
@@ -342,6 +344,11 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     if cause not in CAUSES:
         raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
+    if cause == "canary_regression":  # the trigger can be injected: trust only the record
+        verdict = (ctx.state.batch(int(batch)).get("verdict") or {}) if int(batch) >= 0 else {}
+        if verdict.get("verdict") != "FAIL":
+            raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
+                              f"{int(batch) + 1}; a canary_regression halt is refused")
     reason = _halt_reason(ctx, cause, int(batch), user)
     ctx.state.halt(reason, user)
     ctx.state.update_meta(status="aborting", aborted_by=user)
