@@ -41,6 +41,17 @@ SYSCTL_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z")
 SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9 _.,:/-]{1,256}\Z")
 NIC_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}\Z")
 NIC_LIMITS = {"rx": 65536, "tx": 65536, "combined": 1024}
+SYSCTL_DENIED = ("kernel.modprobe", "kernel.core_pattern", "kernel.hotplug",
+                 "kernel.poweroff_cmd", "kernel.usermodehelper.", "fs.binfmt_misc.")
+CMDLINE_DENIED = ("init", "rdinit", "root", "nfsroot", "rootflags", "rootfstype",
+                  "systemd.unit", "systemd.run", "systemd.run_success_action",
+                  "systemd.run_failure_action", "rd.break", "single", "emergency", "rescue",
+                  "lsm", "security", "selinux", "apparmor", "enforcing", "module.sig_enforce",
+                  "modprobe.blacklist", "module_blacklist")
+
+
+def denied(name, names):
+    return any(name == d or (d.endswith(".") and name.startswith(d)) for d in names)
 MAX_SYSCTLS, MAX_TOKENS, MAX_INTERFACES = 64, 32, 64
 
 
@@ -303,6 +314,8 @@ def check_sysctl(sysctl):
     for key, value in sysctl.items():
         if not isinstance(key, str) or not SYSCTL_KEY.match(key):
             raise Failure("settings.sysctl: bad sysctl name %r" % (key,))
+        if denied(key, SYSCTL_DENIED):
+            raise Failure("settings.sysctl: %s makes the kernel run a program: refused" % key)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise Failure("settings.sysctl.%s: a number or a short string" % key)
         if not isinstance(value, str) and not (math.isfinite(value) and abs(value) < 2 ** 64):
@@ -323,6 +336,9 @@ def check_cmdline(cmdline):
             if not isinstance(token, str) or not CMDLINE_TOKEN.match(token):
                 raise Failure("settings.cmdline.%s: bad kernel command-line word %r"
                               % (group, token))
+            if denied(token.split("=", 1)[0], CMDLINE_DENIED):
+                raise Failure("settings.cmdline.%s: %s decides what boots: refused"
+                              % (group, token.split("=", 1)[0]))
 
 
 def check_nic(nic):

@@ -230,3 +230,30 @@ def test_fuzz_profile_names_never_escape_profiles_dir(tmp_path):
             assert "no paths" in str(err) or "not found" in str(err)
             refused += 1
     assert refused == 300
+
+
+@pytest.mark.parametrize("kernel,field", [
+    ({"sysctl": {"kernel.modprobe": "/tmp/x"}}, "kernel.sysctl.kernel.modprobe"),
+    ({"sysctl": {"kernel.core_pattern": "/tmp/core"}}, "kernel.sysctl.kernel.core_pattern"),
+    ({"sysctl": {"fs.binfmt_misc.register": "x"}}, "kernel.sysctl.fs.binfmt_misc.register"),
+    ({"cmdline": {"add": ["init=/tmp/x"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["numa_balancing=disable", "rdinit=/x"]}}, "kernel.cmdline.add.1"),
+    ({"cmdline": {"remove": ["root=/dev/sda1"]}}, "kernel.cmdline.remove.0"),
+    ({"cmdline": {"add": ["systemd.run=/tmp/x"]}}, "kernel.cmdline.add.0"),
+])
+def test_settings_that_run_programs_or_change_what_boots_are_refused(kernel, field):
+    """Allowed characters are not enough: names that make the kernel run a program or boot
+    something else are refused at plan time and again by the host script."""
+    with pytest.raises(ConfigError, match=f"field {re.escape(field)}"):
+        validate_profile({"name": "p", "bios": {"snoop_mode": "home"}, "kernel": kernel}, "p")
+    host = _host_script()
+    with pytest.raises(host.Failure):
+        host.check_settings(kernel)
+
+
+def test_the_host_script_keeps_the_profile_denylists():
+    from fleet_rollout import profile
+
+    host = _host_script()
+    assert host.SYSCTL_DENIED == profile.SYSCTL_DENIED
+    assert host.CMDLINE_DENIED == profile.CMDLINE_DENIED

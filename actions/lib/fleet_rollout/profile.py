@@ -9,7 +9,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -24,6 +24,16 @@ CMDLINE_TOKEN_PATTERN = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{
 SYSCTL_KEY_PATTERN = "^[a-z0-9_]+(\\.[A-Za-z0-9_-]+){1,7}$"
 SYSCTL_VALUE_PATTERN = "^[A-Za-z0-9 _.,:/-]{1,256}$"
 NIC_NAME_PATTERN = "^[A-Za-z0-9_.:-]{1,15}$"
+# Never a tuning knob: settings that make the kernel run a program or boot something else. A
+# name ending in "." denies the whole subtree. The host script keeps the same lists.
+SYSCTL_DENIED = ("kernel.modprobe", "kernel.core_pattern", "kernel.hotplug",
+                 "kernel.poweroff_cmd", "kernel.usermodehelper.", "fs.binfmt_misc.")
+CMDLINE_DENIED = ("init", "rdinit", "root", "nfsroot", "rootflags", "rootfstype",
+                  "systemd.unit", "systemd.run", "systemd.run_success_action",
+                  "systemd.run_failure_action", "rd.break", "single", "emergency", "rescue",
+                  "lsm", "security", "selinux", "apparmor", "enforcing", "module.sig_enforce",
+                  "modprobe.blacklist", "module_blacklist")
+
 BIOS_ATTRIBUTE_PATTERN = "^[A-Za-z][A-Za-z0-9_]{0,63}$"
 BIOS_VALUE_PATTERN = "^[A-Za-z0-9_.:-]{1,64}$"
 TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f{}]*$"  # one line, no Jinja markers
@@ -220,6 +230,11 @@ def _check_plain(value: Any, parts: List[Any], where: str) -> None:
                           "(newline, tab, ...) are not allowed")
 
 
+def denied(name: str, names: Tuple[str, ...]) -> bool:
+    """`name` is one of `names` (or under one ending in ".")."""
+    return any(name == d or (d.endswith(".") and name.startswith(d)) for d in names)
+
+
 def _check_names(mapping: Any, pattern: str, parts: List[str], where: str, what: str) -> None:
     for key in mapping or {}:
         if not re.fullmatch(pattern, key):
@@ -233,6 +248,9 @@ def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
     _check_names(kernel.get("sysctl"), SYSCTL_KEY_PATTERN, ["kernel", "sysctl"], where,
                  "sysctl name")
     for key, value in (kernel.get("sysctl") or {}).items():
+        if denied(key, SYSCTL_DENIED):
+            raise ConfigError(f"{where}: field kernel.sysctl.{key}: {key} makes the kernel run "
+                              "a program; it is not a setting profiles may change")
         if isinstance(value, str) and not re.fullmatch(SYSCTL_VALUE_PATTERN, value):
             raise ConfigError(f"{where}: field kernel.sysctl.{key}: {value!r} is not a valid "
                               f"sysctl value (allowed: {SYSCTL_VALUE_PATTERN})")
@@ -241,6 +259,10 @@ def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
             if not re.fullmatch(CMDLINE_TOKEN_PATTERN, token):
                 raise ConfigError(f"{where}: field kernel.cmdline.{group}.{index}: {token!r} "
                                   f"is not a valid kernel command-line word")
+            if denied(token.split("=", 1)[0], CMDLINE_DENIED):
+                raise ConfigError(f"{where}: field kernel.cmdline.{group}.{index}: "
+                                  f"{token.split('=', 1)[0]} decides what boots or runs, not "
+                                  "how it performs; profiles may not change it")
     for index, name in enumerate((kernel.get("nic") or {}).get("interfaces") or []):
         if not re.fullmatch(NIC_NAME_PATTERN, name) or name in (".", ".."):
             raise ConfigError(f"{where}: field kernel.nic.interfaces.{index}: {name!r} is not "
