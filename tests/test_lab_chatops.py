@@ -364,17 +364,10 @@ class ChatLab:
     def secrets(self) -> List[str]:
         return [stack.read_password(Path(self.info.st2_dir), user) for user in self.info.users]
 
-    def profile(self, name: str = "home-snoop") -> Path:
-        """A shipped profile with short windows (like tests/rollout_support.SimLab.profile)."""
-        data = yaml.safe_load((bot.REPO / "profiles" / f"{name}.yaml").read_text())
-        data.setdefault("canary", {}).update({"window_seconds": 6, "soak_seconds": 1})
-        data.setdefault("probe", {})["budget_ms"] = 300
-        data.setdefault("redfish", {}).update({"graceful_timeout": 20, "poll": 0.3,
-                                               "boot_timeout": 60})
-        data["approval"] = {"required": True, "auto_approve_canary": False}
-        path = self.tmp / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return path
+    def profile(self) -> str:
+        """A shipped profile by name (callers name profiles, never paths): lab-home-snoop asks
+        for the canary batch's approval and has short canary windows."""
+        return "lab-home-snoop"
 
     def key(self, name: str) -> Any:
         out = self.cli("key", "get", name, "--json")
