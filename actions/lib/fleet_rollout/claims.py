@@ -4,17 +4,18 @@ A rollout claims a host at its first step (before anything changes) and releases
 host is done or restored. Another rollout's step on a claimed host is refused, and its restore
 leaves the host alone (it changed nothing there). A host whose restore failed stays claimed until
 a restore of its rollout succeeds (`st2 run fleet_rollout.host_restore`, or the rollback again).
-Claims are files under the pack's state_dir, changed only under the host's lock (locks.host_lock).
+Claims are files under the pack's state_dir (a FileStore keyed by host name: names are checked
+plain names), changed only under the host's lock (locks.host_lock).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from typing import Optional
 
 from fleet_rollout.errors import HostError
+from fleet_rollout.store import FileStore
 
 CLAIM_DIR = "claims"
 
@@ -23,18 +24,15 @@ class HostClaimed(HostError):
     """Another rollout holds this host."""
 
 
-def _path(state_dir: str, host: str) -> str:
-    directory = os.path.join(state_dir, CLAIM_DIR)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    return os.path.join(directory, hashlib.sha256(host.encode()).hexdigest()[:32] + ".json")
+def _claims(state_dir: str) -> FileStore:
+    return FileStore(os.path.join(state_dir, CLAIM_DIR))
 
 
 def owner(state_dir: str, host: str) -> Optional[str]:
-    """The rollout holding `host`, None when free (an unreadable claim file counts as free)."""
+    """The rollout holding `host`, None when free (an unreadable claim counts as free)."""
     try:
-        with open(_path(state_dir, host), encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        data = _claims(state_dir).get_json(host)
+    except ValueError:
         return None
     held = data.get("rollout_id") if isinstance(data, dict) else None
     return held if isinstance(held, str) and held else None
@@ -48,18 +46,11 @@ def claim(state_dir: str, host: str, rollout_id: str) -> None:
     if held is not None:
         raise HostClaimed(f"held by rollout {held} (one rollout per host at a time); finish, "
                           f"roll back or restore it there first", host)
-    path = _path(state_dir, host)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"host": host, "rollout_id": rollout_id, "at": time.time()}, handle)
-    os.replace(tmp, path)
+    _claims(state_dir).set(host, json.dumps({"host": host, "rollout_id": rollout_id,
+                                             "at": time.time()}))
 
 
 def release(state_dir: str, host: str, rollout_id: str) -> None:
     """Let go of `host` if `rollout_id` holds it."""
     if owner(state_dir, host) == rollout_id:
-        try:
-            os.remove(_path(state_dir, host))
-        except OSError:
-            pass
+        _claims(state_dir).delete(host)

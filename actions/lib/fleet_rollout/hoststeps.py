@@ -103,11 +103,12 @@ class HostRun:
         self.ctx.state.save_host(self.name, state)
 
     def _record(self, state: Dict[str, Any], step: str, ok: bool, detail: Any,
-                started: float) -> None:
+                started: float, reached: bool = True) -> None:
+        """The outcome of `step` (or "restore"); `reached`: an ok step becomes the host's step."""
         state["steps"][step] = {"ok": ok, "at": time.time(), "started": started,
                                 "seconds": round(time.time() - started, 3), "detail": detail,
                                 "execution": self.ctx.execution_id}
-        if ok:
+        if ok and reached:
             state["step"] = step
         self.save(state)
 
@@ -154,8 +155,7 @@ class HostRun:
         try:
             detail = getattr(self, f"step_{step}")(state)
         except Exception as err:  # every outcome is recorded, then re-raised
-            message = str(err) if isinstance(err, FleetRolloutError) else \
-                f"internal error: {type(err).__name__}: {err}"
+            message = _outcome_message(err)
             state["error"] = {"step": step, "message": message}
             state["status"] = "failed"
             self._record(state, step, False, {"error": message}, started)
@@ -426,22 +426,14 @@ class HostRun:
         try:
             report = self._put_back(state, leave)
         except Exception as err:  # every outcome is recorded
-            message = str(err) if isinstance(err, FleetRolloutError) else \
-                f"internal error: {type(err).__name__}: {err}"
+            message = _outcome_message(err)
             state["status"] = "restore_failed"
             state["restore_error"] = message
-            state["steps"]["restore"] = {"ok": False, "started": started, "at": time.time(),
-                                         "seconds": round(time.time() - started, 3),
-                                         "detail": {"error": message},
-                                         "execution": self.ctx.execution_id}
-            self.save(state)
+            self._record(state, "restore", False, {"error": message}, started)
             raise HostError(f"restore failed, host left drained and marked: {message}",
                             self.name) from None
         state["restore"] = report
-        state["steps"]["restore"] = {"ok": True, "started": started, "at": time.time(),
-                                     "seconds": round(time.time() - started, 3),
-                                     "detail": report, "execution": self.ctx.execution_id}
-        self.save(state)
+        self._record(state, "restore", True, report, started, reached=False)
         claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
         report["status"] = state["status"]
         return report
@@ -513,6 +505,14 @@ class HostRun:
                                   self.ctx.execution_id, self.ctx.user, action="restore")
             state["status"] = "restored"
         return report
+
+
+def _outcome_message(err: Exception) -> str:
+    """What a failed step or restore records: our own errors as they are, anything else as an
+    internal error with its type (never a traceback in the datastore)."""
+    if isinstance(err, FleetRolloutError):
+        return str(err)
+    return f"internal error: {type(err).__name__}: {err}"
 
 
 def batch_summary(ctx: RolloutContext, hosts: List[str]) -> Dict[str, Any]:

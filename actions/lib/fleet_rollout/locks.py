@@ -35,8 +35,7 @@ def private_dir(path: str) -> str:
 
 
 def _lock_path(state_dir: str, name: str) -> str:
-    directory = os.path.join(state_dir, LOCK_DIR)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    directory = private_dir(os.path.join(state_dir, LOCK_DIR))
     digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # any name becomes a safe file name
     return os.path.join(directory, f"{digest}.lock")
 

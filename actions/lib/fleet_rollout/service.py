@@ -326,11 +326,10 @@ def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
 CAUSES = ("operator", "automatic", "canary_regression")
 
 
-def _halt_reason(ctx: RolloutContext, cause: str, batch: int, user: str) -> str:
+def _halt_reason(cause: str, batch: int, verdict: Dict[str, Any], user: str) -> str:
     """Why a rollout halts, from what it recorded (never a text a caller typed)."""
     if cause == "operator":
         return f"halted by {user or 'an operator'}"
-    verdict = (ctx.state.batch(batch).get("verdict") or {}) if batch >= 0 else {}
     explanation = str(verdict.get("explanation") or "")
     where = f"batch {batch + 1}" if batch >= 0 else "a batch"
     if cause == "canary_regression":
@@ -344,12 +343,13 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     if cause not in CAUSES:
         raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
-    if cause == "canary_regression":  # the trigger can be injected: trust only the record
-        verdict = (ctx.state.batch(int(batch)).get("verdict") or {}) if int(batch) >= 0 else {}
-        if verdict.get("verdict") != "FAIL":
-            raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
-                              f"{int(batch) + 1}; a canary_regression halt is refused")
-    reason = _halt_reason(ctx, cause, int(batch), user)
+    batch = int(batch)
+    verdict = (ctx.state.batch(batch).get("verdict") or {}) if batch >= 0 else {}
+    # the canary_regression trigger can be injected: trust only the recorded verdict
+    if cause == "canary_regression" and verdict.get("verdict") != "FAIL":
+        raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
+                          f"{batch + 1}; a canary_regression halt is refused")
+    reason = _halt_reason(cause, batch, verdict, user)
     ctx.state.halt(reason, user)
     ctx.state.update_meta(status="aborting", aborted_by=user)
     return {"rollout_id": rollout_id, "halted": True, "reason": reason}
