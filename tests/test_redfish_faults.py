@@ -1,6 +1,8 @@
 """Every injected BMC fault is either recovered or reported as a clear per-host error."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from redfish_support import (
     FAST,
@@ -239,3 +241,33 @@ def test_quick_restart_seen_only_by_bmc_evidence_is_not_escalated(fleet):
     assert report["reset"]["sent"] == ["GracefulRestart"]
     assert report["reset"]["evidence"] in ("LastResetTime moved",
                                            "BootProgress.LastStateTime moved")
+
+
+def test_a_reset_asked_for_mid_boot_is_judged_against_the_settled_system():
+    """Asked while the previous boot is still under way (BootProgress OSBootStarted), the reset
+    waits for the OS to run, and the marker it hands the caller to store (the rerun's evidence
+    baseline) is the settled one: the end of the earlier boot never counts as the restart."""
+    with bmc_fleet(["generic"], reboot_seconds=6.0) as slow:
+        session = RedfishSession(endpoint(slow, 0))
+        session.open()
+        try:
+            ctx = discover(session)
+            boots = state(slow, 0)["boot_count"]
+            session.post(ctx.reset_uri, {"ResetType": "ForceRestart"})  # someone else's boot
+            deadline = time.monotonic() + 30
+            while state(slow, 0)["boot_state"] != "OSBootStarted":
+                assert time.monotonic() < deadline, state(slow, 0)
+                time.sleep(0.05)
+            stored: list = []
+            result = reset(session, ctx, graceful_timeout=30, force_timeout=10, poll=0.1,
+                           on_before=stored.append)
+            while state(slow, 0)["boot_state"] != "OSRunning":
+                assert time.monotonic() < deadline, state(slow, 0)
+                time.sleep(0.05)
+            # both restarts happened (a GracefulRestart sent mid-boot is ignored by the OS)
+            assert state(slow, 0)["boot_count"] == boots + 2
+        finally:
+            session.close()
+    assert [m.last_state for m in stored] == ["OSRunning"]
+    assert stored[0].to_dict() == result.before
+    assert result.sent == ["GracefulRestart"]

@@ -21,6 +21,7 @@ from rollout_support import SimLab
 from fleet_rollout import claims, locks, service
 from fleet_rollout import timeouts as step_timeouts
 from fleet_rollout.hoststeps import Halted, HostRun, NotApproved
+from fleet_rollout.redfish import power as rf_power
 from fleet_rollout.store import FileStore, RolloutState
 
 PROFILE = "lab-home-snoop"
@@ -223,7 +224,8 @@ def _restore_killed_mid_reboot(sim: SimLab, cfg: Dict[str, Any], tmp_path: Any) 
         assert proc.poll() is None, "restore ended before its reset"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # killed mid-reboot: its reset was accepted
-    assert "restore_reset_marker" in state.host(host)  # saved before the reset was sent
+    marker = state.host(host)["restore_reset_marker"]  # saved before the reset was sent
+    assert rf_power.settled(rf_power.BootMarker(**marker)), marker  # never a mid-boot baseline
     proc.wait(10)
     assert state.host(host)["status"] == "restoring"
     out = service.host_restore(cfg, store, rollout_id, host, "ex-rerun", "alice")

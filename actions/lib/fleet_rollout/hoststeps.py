@@ -304,15 +304,17 @@ class HostRun:
                                         host_boot_id=self._host_boot_id,
                                         boot_id_before=before.boot_id)
                 return result.to_dict()
-            now = rf_power.boot_marker(session.get(ctx.system_uri).body,
-                                       ctx.personality.post_state_oem)
-            now.boot_id = boot_id_before
-            state[key] = now.to_dict()
-            self.save(state)  # recorded before the POST: a rerun never sends a second one
+
+            def remember(before: rf_power.BootMarker) -> None:
+                # the very marker the reset is judged against, taken once the system settled
+                # (never mid-boot), saved before the POST: a rerun never sends a second one
+                state[key] = before.to_dict()
+                self.save(state)
+
             return rf_power.reset(session, ctx, timeouts.graceful, timeouts.force,
                                   timeouts.poll, sleep=self.ctx.sleep,
                                   host_boot_id=self._host_boot_id,
-                                  boot_id_before=boot_id_before).to_dict()
+                                  boot_id_before=boot_id_before, on_before=remember).to_dict()
 
     def step_reboot(self, state: Dict[str, Any]) -> Dict[str, Any]:
         if not state.get("needs_reboot"):

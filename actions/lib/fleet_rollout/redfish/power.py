@@ -256,12 +256,16 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
           force_timeout: float = 120.0, poll: float = 2.0, graceful: bool = True,
           sleep: Callable[[float], None] = time.sleep,
           host_boot_id: Optional[HostBootId] = None,
-          boot_id_before: Optional[str] = None) -> ResetResult:
+          boot_id_before: Optional[str] = None,
+          on_before: Optional[Callable[[BootMarker], None]] = None) -> ResetResult:
     """Restart the system once; escalate to one ForceRestart only if the OS positively ignored a
     GracefulRestart. RestartNotConfirmed (nothing more sent) when no evidence decides.
 
     host_boot_id: the host side's OS boot id (None while the host does not answer);
-    boot_id_before: the boot id before the reset if the caller already has it.
+    boot_id_before: the boot id before the reset if the caller already has it;
+    on_before: called with the marker the restart evidence is judged against, once the system
+    has settled and before anything is sent (a caller that must survive a crash stores it: a
+    marker taken mid-boot would show the end of that boot as a restart).
     """
     started = time.monotonic()
     result = ResetResult(ctx.host)
@@ -275,6 +279,8 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
     if host_boot_id is not None:
         before.boot_id = boot_id_before or _ask_host(host_boot_id)
     result.before = before.to_dict()
+    if on_before is not None:
+        on_before(before)
     allowed = ctx.reset_types or ["GracefulRestart", "ForceRestart", "On"]
     if before.power_state == "Off":
         first = "On"
