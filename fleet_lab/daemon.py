@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -43,7 +45,10 @@ class SimLabBackend(SimBackend):
 
 
 def free_port_range(count: int) -> int:
-    for base in range(24000, 60000 - count, 97):
+    """A free block of `count` ports, searched from a random start so that labs started at the
+    same moment (parallel tests, two users) do not race for the same block."""
+    start = random.randrange(24000, 60000 - count)
+    for base in itertools.chain(range(start, 60000 - count, 97), range(24000, start, 97)):
         ok = True
         for port in range(base, base + count):
             with socket.socket() as s:

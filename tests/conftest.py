@@ -1,12 +1,23 @@
 """Fixtures shared by test modules."""
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
+
+# Never the user's: a test that names no runtime home or host-vars cache of its own gets this
+# process's private one (each xdist worker is its own process), removed at exit.
+_PRIVATE = tempfile.mkdtemp(prefix="fleet-tests-")
+atexit.register(shutil.rmtree, _PRIVATE, True)
+os.environ["FLEET_ROLLOUT_HOME"] = os.path.join(_PRIVATE, "home")
+os.environ["FLEET_ROLLOUT_CACHE_DIR"] = os.path.join(_PRIVATE, "cache")
 
 
 @pytest.fixture
