@@ -9,7 +9,7 @@ ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
-        bench-lab bench-rollout bench-st2api clean
+        bench-lab bench-rollout bench-st2api bench-host-step clean
 
 $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.txt
 	./scripts/install-system-packages.sh system-packages.txt
@@ -44,7 +44,8 @@ test: install probe lint
 demo: install probe
 	$(VPY) -m fleet_runtime.demo
 
-bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api
+bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api \
+       bench-host-step
 
 bench-redfish: install
 	$(VPY) bench/bench_redfish.py
@@ -66,6 +67,9 @@ bench-rollout: install probe
 
 bench-st2api: install
 	$(VPY) bench/bench_st2api.py
+
+bench-host-step: install
+	$(VPY) bench/bench_host_step.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -33,7 +33,7 @@ def lab(tmp_path):
                       "ansible_user": "root"}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    return backend, HostSide(str(inventory), forks=5)
+    return backend, HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
 
 
 def test_health_and_unreachable_host_is_a_per_host_error(lab):

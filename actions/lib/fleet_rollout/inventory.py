@@ -4,6 +4,10 @@ scripts, plugins), so any inventory users already have works.
 Per host: BMC address, vendor (optional: detected), credential name (credentials themselves come
 from the pack config, never from the inventory), labels (site, rack, hardware model).
 
+Loading the inventory also stores every host's resolved Ansible variables in the host-variable
+cache (fleet_rollout.hostvars): the host steps that follow read only their hosts' rows instead of
+parsing the whole inventory again.
+
 Everything is checked before use: host names are plain names (HOST_NAME_PATTERN; they become
 Ansible --limit patterns, so `web*`, `a,b`, `!x`, `~re`, `@file` and group names are refused),
 bmc_address is scheme://host[:port] with no user:password@, path, query or fragment, and labels
@@ -37,13 +41,9 @@ class FleetHost:
 
 
 def _load(source: str) -> Any:
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from fleet_rollout.hostvars import load_manager
 
-    if not os.path.exists(source):
-        raise ConfigError(f"inventory {source}: no such file or directory")
-    manager = InventoryManager(loader=DataLoader(), sources=[source])
-    return manager
+    return load_manager(source)
 
 
 HOST_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z"  # \Z: no final newline
@@ -134,12 +134,19 @@ def _check_bmc_host(parts: Any, shown: str, where: str) -> None:
         raise ConfigError(f"{where}: bmc_address {shown} has no valid host name or address")
 
 
-def load_inventory(source: str, limit: str = "all") -> List[FleetHost]:
-    """Hosts matching the Ansible pattern `limit`, validated; ConfigError names host and field."""
+def load_inventory(source: str, limit: str = "all", cache_hostvars: bool = False,
+                   cache_dir: Optional[str] = None) -> List[FleetHost]:
+    """Hosts matching the Ansible pattern `limit`, validated; ConfigError names host and field.
+
+    `cache_hostvars`: also store every host's resolved variables for the host steps (once per
+    version of the inventory's files; `cache_dir` as in fleet_rollout.hostvars)."""
     from ansible.inventory.helpers import get_group_vars
     from ansible.utils.vars import combine_vars
 
-    manager = _load(source)
+    from fleet_rollout import hostvars
+
+    digest = hostvars.fingerprint(source) if cache_hostvars and os.path.exists(source) else None
+    manager, loader = _load(source)
     if not manager.hosts:
         raise ConfigError(f"inventory {source}: no hosts (unparseable, or empty)")
     group_names = list(manager.groups)
@@ -155,6 +162,8 @@ def load_inventory(source: str, limit: str = "all") -> List[FleetHost]:
         groups = host.get_groups()
         merged = combine_vars(get_group_vars(groups), host.get_vars())
         out.append(_fleet_host(host.name, merged, groups, f"inventory {source}: host {host.name}"))
+    if digest is not None:
+        hostvars.warm(source, manager, loader, cache_dir, digest)
     return sorted(out, key=lambda h: h.name)
 
 

@@ -40,6 +40,11 @@ def pack_config(raw: Any) -> PackConfig:
     return load_pack_config(raw, PACK_DIR)
 
 
+def hostvars_dir(config: Any) -> str:
+    """Resolved Ansible host vars (hostvars.py) live with the pack's state, never in a home."""
+    return os.path.join(config.state_dir, "hostvars")
+
+
 def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str = "",
             user: str = "") -> RolloutContext:
     config = pack_config(raw_config)
@@ -47,7 +52,8 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
     plan = RolloutState(store, check_rollout_id(rollout_id)).plan()
     side = HostSide(config.resolve(plan["inventory"]),
                     config.resolve(config.ansible_private_key or "") or None,
-                    known_hosts=config.resolve(config.ssh_known_hosts) or None)
+                    known_hosts=config.resolve(config.ssh_known_hosts) or None,
+                    cache_dir=hostvars_dir(config))
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
 
 
@@ -65,7 +71,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
         approvals.require_approvers(config, prof.name)
     source = config.resolve(config.inventory)
-    everyone = load_inventory(source)
+    everyone = load_inventory(source, cache_hostvars=True, cache_dir=hostvars_dir(config))
     hosts = load_inventory(source, targets)
     for host in hosts:
         config.endpoint(host)  # every credential name resolves, before anything else

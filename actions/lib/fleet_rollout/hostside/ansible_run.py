@@ -4,8 +4,14 @@ No screen scraping: results come from ansible-runner's events. Each playbook end
 named `fleet_result` that sets a fact of that name; its value is the host's result. A failed task
 or an unreachable host is a per-host error (task name and message), never a crash.
 
+Inventory: each run gets an inventory of only its hosts, their variables resolved once per
+fleet inventory by ansible-core and cached (fleet_rollout.hostvars): a run's cost does not grow
+with the fleet. The values are data: a string with a Jinja marker is written `!unsafe`.
+
 Safety: host names must be plain names (never an Ansible pattern: `web*`, `all`, `a,b` would
-widen the run) and a run that still reports a host outside the requested set is an error;
+widen the run), a requested name that is a group of the fleet inventory is refused, `--limit`
+names exactly the run's hosts and a run that still reports a host outside the requested set is
+an error;
 extravars never carry Jinja markers (Ansible would render them); SSH host keys are verified
 (StrictHostKeyChecking=yes against the given known_hosts, else the runner's default one).
 """
@@ -22,6 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
+from fleet_rollout import hostvars
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import check_host_name
 
@@ -162,15 +169,46 @@ def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
         entry.error = entry.error or f"unreachable: {_error_text(res)}"
 
 
+def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
+              cache_dir: Optional[str] = None) -> List[hostvars.HostEntry]:
+    """The cached entries of the hosts to run (names already checked). A name that is a group
+    of the inventory is refused (as a --limit it would select the group's hosts); a host
+    missing from the inventory, or with a variable that cannot be carried as data, gets its
+    error in `results` and is left out of the run."""
+    found = hostvars.lookup(inventory, names, cache_dir)
+    if found.groups:
+        members = sorted({m for _count, sample in found.groups.values() for m in sample})
+        extra = sum(count for count, _sample in found.groups.values()) - len(members)
+        more = f" and {extra} more" if extra > 0 else ""
+        raise ConfigError(f"host name(s) {', '.join(sorted(found.groups))}: group(s) of "
+                          f"inventory {inventory}; as --limit they would run on host(s) outside "
+                          f"the requested set: {', '.join(members[:10])}{more}. Rename the "
+                          "host or the group")
+    entries: List[hostvars.HostEntry] = []
+    for name in names:
+        entry = found.hosts.get(name)
+        if entry is None:
+            results[name].error = f"no result: host not in inventory {inventory}"
+        elif entry.errors:
+            var, why = sorted(entry.errors.items())[0]
+            results[name].error = (f"inventory {inventory}: host {name}: variable {var} cannot "
+                                   f"be resolved to plain data ({why}); no Jinja template that "
+                                   "needs run-time variables, no vault-encrypted value")
+        else:
+            entries.append(entry)
+    return entries
+
+
 def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
                  extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
                  private_key: Optional[str] = None, timeout: Optional[int] = None,
-                 verbose: bool = False, known_hosts: Optional[str] = None
-                 ) -> Dict[str, HostResult]:
+                 verbose: bool = False, known_hosts: Optional[str] = None,
+                 cache_dir: Optional[str] = None) -> Dict[str, HostResult]:
     """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
 
     `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
-    ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable."""
+    ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
+    `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir)."""
     import ansible_runner  # imported here: the pack's other actions need not load it
 
     names = check_host_names(hosts)
@@ -189,14 +227,22 @@ def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
     check_extravars(extra)
     cmdline = f"--private-key {shlex.quote(private_key)}" if private_key else None
     results = {h: HostResult(h) for h in names}
-    with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
-        runner = ansible_runner.run(
-            private_data_dir=data_dir, playbook=path, inventory=os.path.abspath(inventory),
-            limit=",".join(names), extravars=extra, forks=max(1, min(forks, len(names))),
-            envvars=runner_env(known_hosts), cmdline=cmdline, quiet=not verbose,
-            timeout=timeout, suppress_env_files=True)
-        strangers = _collect(runner.events, results)
-        status = runner.status
+    entries = run_hosts(inventory, names, results, cache_dir)
+    if not entries:
+        status = "successful"  # nothing to run: every host is already an error
+        strangers: List[str] = []
+    else:
+        run_names = sorted(e.name for e in entries)
+        with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
+            run_inventory = hostvars.write_run_inventory(
+                os.path.join(data_dir, "fleet-run-inventory.yml"), entries)
+            runner = ansible_runner.run(
+                private_data_dir=data_dir, playbook=path, inventory=run_inventory,
+                limit=",".join(run_names), extravars=extra,
+                forks=max(1, min(forks, len(run_names))), envvars=runner_env(known_hosts),
+                cmdline=cmdline, quiet=not verbose, timeout=timeout, suppress_env_files=True)
+            strangers = _collect(runner.events, results)
+            status = runner.status
     if strangers:
         raise ConfigError(f"playbook {os.path.basename(path)} ran on host(s) outside the "
                           f"requested set: {', '.join(strangers[:10])} (requested: "

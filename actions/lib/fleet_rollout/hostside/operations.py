@@ -16,20 +16,25 @@ class HostSide:
     """Where the hosts are (an Ansible inventory) and how to reach them.
 
     `known_hosts`: the SSH known_hosts file host keys are verified against (None or "": the
-    runner's ~/.ssh/known_hosts); keys are always checked."""
+    runner's ~/.ssh/known_hosts); keys are always checked. `cache_dir`: where the inventory's
+    resolved host variables are cached (None: fleet_rollout.hostvars.default_cache_dir()); a
+    run reads only its hosts' variables, never the whole inventory."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
-                 timeout: Optional[int] = None, known_hosts: Optional[str] = None) -> None:
+                 timeout: Optional[int] = None, known_hosts: Optional[str] = None,
+                 cache_dir: Optional[str] = None) -> None:
         self.inventory = inventory
         self.private_key = private_key or None
         self.forks = forks
         self.timeout = timeout
         self.known_hosts = known_hosts or None
+        self.cache_dir = cache_dir or None
 
     def _run(self, playbook: str, hosts: Iterable[str],
              extravars: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
-                            self.private_key, self.timeout, known_hosts=self.known_hosts)
+                            self.private_key, self.timeout, known_hosts=self.known_hosts,
+                            cache_dir=self.cache_dir)
 
     def health(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
         return self._run("health", hosts)
