@@ -215,3 +215,48 @@ def test_auth_is_chosen_per_host_from_the_pack_config():
         load_pack_config({"credentials": {"x": {"username": "u", "password": "p",
                                                 "auth": "digest"}}})
     assert "credentials.x.auth" in str(err.value)
+
+
+def test_recent_reuses_a_read_only_until_the_next_write(fleet):
+    """session.recent: a document read since the session's last write is not read again (the
+    BIOS state between snapshot and stage); any write, even a failed one, forgets it."""
+    with RedfishSession(endpoint(fleet, 0)) as session:
+        ctx = discover(session)  # read the Bios resource
+        reset_counters(fleet, 0)
+        first = session.recent(ctx.bios_uri)
+        assert session.recent(ctx.bios_uri) is first
+        assert state(fleet, 0)["counters"].get("GET", 0) == 0  # discovery's read, reused
+        session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Disabled"}})
+        after = session.recent(ctx.bios_uri)
+        assert after is not first and state(fleet, 0)["counters"].get("GET") == 1
+        set_faults(fleet, 0, drop_after_write=1)
+        with pytest.raises(WriteOutcomeUnknown):
+            session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Enabled"}})
+        assert session.recent(ctx.bios_uri) is not after
+        assert state(fleet, 0)["counters"].get("GET") == 2
+        assert session.recent(ctx.bios_uri, max_age=0.0) is not None  # too old: read again
+        assert state(fleet, 0)["counters"].get("GET") == 3
+        session.patch(ctx.settings_uri, {"Attributes": {"ProcTurboMode": "Enabled"}})
+    assert state(fleet, 0)["pending"] == {}
+
+
+def test_stage_after_snapshot_reads_nothing_again(fleet):
+    """snapshot -> stage in one session: the BIOS state is read once; the PATCH carries the
+    settings ETag that read showed (lenovo-xcc, which requires If-Match, is covered end to end in
+    test_redfish_personalities); only the post-PATCH check reads again (Bios + Settings)."""
+    from fleet_rollout.redfish.bios import plan, snapshot, stage
+
+    index = 2  # dell-idrac8: the job queue is part of the state
+    with RedfishSession(endpoint(fleet, index)) as session:
+        ctx = discover(session)
+        snap = snapshot(session, ctx)
+        reads = list(session.sent)
+        other = "disabled" if snap.logical.get("node_interleaving") == "enabled" else "enabled"
+        targets = plan(ctx, {"node_interleaving": other}, snap.attributes)
+        staged = stage(session, ctx, targets, owned=set(snap.attributes))
+        after = session.sent[len(reads):]
+        session.post(ctx.clear_pending_uri, {})  # leave the BMC as it was
+    assert staged.writes == 1 and staged.active_jobs == []
+    assert [m for m, _ in after] == ["PATCH", "GET", "GET"]
+    assert [p for _, p in after[1:]] == [ctx.bios_uri, ctx.settings_uri]
+    assert sum(1 for m, p in reads if p == ctx.bios_uri) == 1  # discovery's read served both

@@ -144,8 +144,8 @@ def test_a_prefix_never_picks_another_version():
         "/v12": _doc("BiosReg.v1_2"),
     })
     assert _fetch_registry(session, "BiosReg.v1_2").id == "BiosReg.v1_2"
-    assert session.fetched[:3] == ["/redfish/v1/Registries", "/redfish/v1/Registries/BiosReg.v1_2",
-                                   "/v12"]
+    # the entry named like the registry is tried first: the collection is not even read
+    assert session.fetched == ["/redfish/v1/Registries/BiosReg.v1_2", "/v12"]
     with pytest.raises(RedfishError) as err:
         _fetch_registry(FakeSession({
             "/redfish/v1/Registries": _listing("BiosReg"),
@@ -153,3 +153,27 @@ def test_a_prefix_never_picks_another_version():
             "/v11": _doc("BiosReg.v1_1"),
         }), "BiosReg.v1_2")
     assert "BiosReg.v1_2 not found" in str(err.value) and "BiosReg.v1_1 at /v11" in str(err.value)
+
+
+def test_an_entry_named_like_the_registry_but_holding_another_falls_back_to_the_collection():
+    """The direct guess is only a guess: its document's Id decides, then the collection."""
+    session = FakeSession({
+        "/redfish/v1/Registries": _listing("BiosReg.v1_2", "Other"),
+        "/redfish/v1/Registries/BiosReg.v1_2": _entry("BiosReg.v1_2", "BiosReg.v1_2", "/old"),
+        "/old": _doc("BiosReg.v1_1"),
+        "/redfish/v1/Registries/Other": _entry("Other", "BiosReg.v1_2", "/v12"),
+        "/v12": _doc("BiosReg.v1_2"),
+    })
+    assert _fetch_registry(session, "BiosReg.v1_2").id == "BiosReg.v1_2"
+    assert session.fetched == ["/redfish/v1/Registries/BiosReg.v1_2", "/old",
+                               "/redfish/v1/Registries", "/redfish/v1/Registries/Other", "/v12"]
+
+
+def test_a_registry_id_that_is_no_plain_name_is_never_put_in_a_path():
+    session = FakeSession({
+        "/redfish/v1/Registries": _listing("Entry"),
+        "/redfish/v1/Registries/Entry": _entry("Entry", "x", "/doc"),
+        "/doc": _doc("../Bios Reg?x=1"),
+    })
+    assert _fetch_registry(session, "../Bios Reg?x=1").id == "../Bios Reg?x=1"
+    assert session.fetched == ["/redfish/v1/Registries", "/redfish/v1/Registries/Entry", "/doc"]

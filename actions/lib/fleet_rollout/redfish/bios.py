@@ -44,7 +44,7 @@ def settings_messages(annotation: Resource) -> List[Dict[str, Any]]:
 
 
 def _active_job(session: RedfishSession, ctx: BmcContext, uri: str) -> Optional[Dict[str, Any]]:
-    job = fetch(session, uri)
+    job = Resource(session.recent(uri).body, session.host, uri)
     target = job.text("TargetSettingsURI") or ""
     bios_job = "BIOS" in (job.text("JobType") or "").upper() or (
         target.rstrip("/") == ctx.settings_uri.rstrip("/"))
@@ -58,11 +58,14 @@ def _active_job(session: RedfishSession, ctx: BmcContext, uri: str) -> Optional[
 
 
 def active_jobs(session: RedfishSession, ctx: BmcContext, limit: int = 50) -> List[Dict[str, Any]]:
-    """Scheduled or running BIOS configuration jobs (Dell job queue)."""
+    """Scheduled or running BIOS configuration jobs (Dell job queue).
+
+    What this session read of the queue since its last write is reused (session.recent)."""
     if not ctx.jobs_uri:
         return []
     out = []
-    for uri in fetch(session, ctx.jobs_uri).members()[-limit:]:
+    listing = Resource(session.recent(ctx.jobs_uri).body, session.host, ctx.jobs_uri)
+    for uri in listing.members()[-limit:]:
         job = _active_job(session, ctx, uri)
         if job is not None:
             out.append(job)
@@ -78,13 +81,17 @@ def _apply_time_supported(settings: Resource) -> bool:
 
 
 def read_state(session: RedfishSession, ctx: BmcContext) -> BiosState:
+    """The BIOS as the BMC shows it: current values, pending ones, settings ETag, config jobs.
+
+    Documents this session read since its last write (discovery's Bios, a snapshot's reads just
+    before staging) are reused, not read again (session.recent); after any write all is read
+    afresh."""
     flat = ctx.personality.flat_body
-    bios = fetch(session, ctx.bios_uri)
+    bios = Resource(session.recent(ctx.bios_uri).body, ctx.host, ctx.bios_uri)
     current = attributes_of(bios.body, flat, ctx.host, ctx.bios_uri)
-    settings_resp = session.get(ctx.settings_uri)
+    settings_resp = session.recent(ctx.settings_uri)
     settings = Resource(settings_resp.body, ctx.host, ctx.settings_uri)
-    view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
-    pending = {k: v for k, v in view.items() if current.get(k) != v}
+    pending = _pending(settings, current, flat, ctx)
     annotation = bios.obj("@Redfish.Settings")
     return BiosState(
         current=current, pending=pending,
@@ -92,6 +99,12 @@ def read_state(session: RedfishSession, ctx: BmcContext) -> BiosState:
         settings_time=annotation.text("Time"), messages=settings_messages(annotation),
         active_jobs=active_jobs(session, ctx),
         apply_time_supported=_apply_time_supported(settings))
+
+
+def _pending(settings: Resource, current: Dict[str, Any], flat: bool, ctx: BmcContext
+             ) -> Dict[str, Any]:
+    view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
+    return {k: v for k, v in view.items() if current.get(k) != v}
 
 
 @dataclass
@@ -177,6 +190,9 @@ class StageResult:
     deleted_jobs: List[str] = field(default_factory=list)
     apply_time: bool = False
     needs_reset: bool = False  # pending settings (ours) wait for a reset
+    # ids of the scheduled BIOS config jobs as staging last saw them (None: not looked at);
+    # commit() relies on it instead of reading the job queue again
+    active_jobs: Optional[List[str]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -226,6 +242,7 @@ def stage(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
         result.already = {k: v for k, v in targets.items() if k not in needed}
         if not needed and not cancel:
             result.needs_reset = any(state.pending.get(k) == v for k, v in targets.items())
+            result.active_jobs = [str(j["id"]) for j in state.active_jobs]
             return result
         if state.active_jobs:
             if not ctx.clear_pending_uri:
@@ -263,15 +280,23 @@ def stage(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
         result.changed.update(needed)
         result.cleared.update({k: state.pending[k] for k in cancel if k in state.pending})
         result.apply_time = use_apply_time
-        check = read_state(session, ctx)
-        after = dict(check.current)
-        after.update(check.pending)
+        # check the BMC shows them pending (or applied: some services, sushy-tools, apply at
+        # once): the BIOS and its settings object again; not the job queue, which this PATCH
+        # cannot have changed (its jobs were deleted above, or there were none)
+        current = attributes_of(fetch(session, ctx.bios_uri).body, ctx.personality.flat_body,
+                                ctx.host, ctx.bios_uri)
+        pending = _pending(fetch(session, ctx.settings_uri), current,
+                           ctx.personality.flat_body, ctx)
+        after = dict(current)
+        after.update(pending)
         missing = {k: v for k, v in targets.items() if after.get(k) != v}
         if missing:
             raise RedfishError(f"BMC accepted the BIOS settings but does not show them pending: "
                                f"{', '.join(f'{k}={v}' for k, v in sorted(missing.items()))}",
                                ctx.host)
-        result.needs_reset = any(check.pending.get(k) == v for k, v in targets.items())
+        result.needs_reset = any(pending.get(k) == v for k, v in targets.items())
+        # the jobs seen were deleted above (a settings PATCH is refused while one is scheduled)
+        result.active_jobs = []
         return result
     raise RedfishError("BIOS settings kept changing under us (3 attempts); another tool is "
                        "writing them", ctx.host)
@@ -297,9 +322,13 @@ def commit(session: RedfishSession, ctx: BmcContext, staged: StageResult) -> Com
         return CommitResult(ctx.host, "apply_time")
     if mode in ("job", "apply_time_or_job"):
         assert ctx.jobs_uri
-        existing = active_jobs(session, ctx)
-        if existing:
-            return CommitResult(ctx.host, "job", str(existing[0]["id"]))
+        if staged.active_jobs is not None:  # staging just looked at the queue (or emptied it)
+            if staged.active_jobs:
+                return CommitResult(ctx.host, "job", staged.active_jobs[0])
+        else:
+            existing = active_jobs(session, ctx)
+            if existing:
+                return CommitResult(ctx.host, "job", str(existing[0]["id"]))
         try:
             response = session.post(ctx.jobs_uri, {"TargetSettingsURI": ctx.settings_uri})
         except WriteOutcomeUnknown:

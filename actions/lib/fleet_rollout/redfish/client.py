@@ -19,6 +19,10 @@ This wrapper fixes all of them:
   a 401 means the BMC did not act on it. Under basic auth a 401 is a refused password: no re-login.
 - The session is always logged out (context manager), and passwords and session tokens never
   reach exceptions or logs.
+- Reads are not repeated needlessly: the service root is read once per session, and a document
+  read since the session's last write may be reused for a few seconds (`recent`, opt-in: BIOS
+  state between snapshot and stage). Any write forgets them all; restart evidence and the
+  post-reset reads always go to the wire.
 - Request accounting is what went on the wire: every HTTP request the library sends (its own
   service-root GET and logout included, no logout under basic auth) is counted by method and kept
   in order (`sent`), so counts can be checked against the server's access log.
@@ -55,6 +59,7 @@ _TRANSIENT_STATUSES = (502, 503, 504)
 AUTH_MODES = ("auto", "session", "basic")
 MAX_BODY_BYTES = 8 * 1024 * 1024  # no Redfish resource we read comes near this
 _READ_CHUNK = 64 * 1024
+RECENT_MAX_AGE = 5.0  # seconds a document read since the last write may be reused (`recent`)
 DEBIAN_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -235,6 +240,8 @@ class RedfishSession:
         self.sent: List[Tuple[str, str]] = []
         self.root: Dict[str, Any] = {}
         self.auth: Optional[str] = None  # "session" | "basic" once open
+        # documents read since the last write: path -> (monotonic time read, answer)
+        self._recent: Dict[str, Tuple[float, Response]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RedfishSession:
@@ -430,7 +437,22 @@ class RedfishSession:
                 raise RedfishError(f"GET {path}: HTTP {resp.status} {resp.error_message()}",
                                    self.host, status=resp.status)
             self._check_object(resp)
+            if resp.status == 200:
+                self._recent[path] = (time.monotonic(), resp)
             return resp
+
+    def recent(self, path: str, max_age: float = RECENT_MAX_AGE) -> Response:
+        """`path` as read by this session since its last write and at most `max_age` seconds
+        ago, else GET it. Only for documents that change by our writes (or a reset, which is a
+        write): never for restart evidence."""
+        seen = self._recent.get(path)
+        if seen is not None and time.monotonic() - seen[0] <= max_age:
+            return seen[1]
+        return self.get(path)
+
+    def forget(self) -> None:
+        """Drop every document `recent` could reuse (done before every write)."""
+        self._recent.clear()
 
     def resource(self, path: str) -> Resource:
         """GET `path` and return its JSON object as a typed Resource."""
@@ -472,6 +494,7 @@ class RedfishSession:
         learn whether the write happened. 503 raises a transient RedfishError (not carried out).
         """
         relogged = False
+        self.forget()  # whatever happens to this write, what was read before may be stale
         while True:
             try:
                 resp = self._raw(method, path, body, headers)

@@ -21,16 +21,21 @@ from fleet_rollout.redfish.bios import (
 from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
 from fleet_rollout.redfish.discovery import BmcContext, discover
 from fleet_rollout.redfish.personalities import validate_desired
-from fleet_rollout.redfish.power import HostBootId, reset, wait_applied
+from fleet_rollout.redfish.power import BootMarker, HostBootId, reset, wait_applied
 
 
 class Timeouts:
+    """Waits of a reset, in seconds. poll: the shortest spacing of two looks at the BMC;
+    reboot: how long a reboot is expected to take (None: unknown), which paces the looks during
+    one (power.Pacer): sparse at first, then following the expected timing."""
+
     def __init__(self, graceful: float = 300.0, force: float = 120.0, boot: float = 900.0,
-                 poll: float = 2.0) -> None:
+                 poll: float = 2.0, reboot: Optional[float] = None) -> None:
         self.graceful = graceful
         self.force = force
         self.boot = boot
         self.poll = poll
+        self.reboot = reboot
 
 
 def _open(endpoint: BmcEndpoint, sleep: Callable[[float], None]) -> RedfishSession:
@@ -75,13 +80,18 @@ def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
     if not staged.needs_reset or not do_reset:
         return report
     before_time = settings_time  # settings Time moves only when the BMC applies settings
-    report["reset"] = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll,
-                            sleep=sleep, host_boot_id=host_boot_id,
-                            boot_id_before=boot_id_before).to_dict()
+    done = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll, sleep=sleep,
+                 host_boot_id=host_boot_id, boot_id_before=boot_id_before,
+                 expected=timeouts.reboot)
+    returned = time.monotonic()
+    report["reset"] = done.to_dict()
     jobs = [committed.job_id] if committed.job_id else []
-    report["applied"] = wait_applied(session, ctx, targets, before_time, jobs, timeouts.boot,
-                                     timeouts.poll, sleep, host_boot_id,
-                                     (report["reset"]["before"] or {}).get("boot_id")).to_dict()
+    # the look that showed the restart is where the wait for POST starts (not read again)
+    seen = BootMarker(**done.after) if done.after else None
+    report["applied"] = wait_applied(
+        session, ctx, targets, before_time, jobs, timeouts.boot, timeouts.poll, sleep,
+        host_boot_id, (report["reset"]["before"] or {}).get("boot_id"), timeouts.reboot,
+        done.since_sent + (time.monotonic() - returned), seen).to_dict()
     return report
 
 

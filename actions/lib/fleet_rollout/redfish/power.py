@@ -18,6 +18,13 @@ callback) a BMC that reports reset evidence shows none. Without any evidence (a 
 properties and no host callback, or a host that does not answer) the reset is reported as
 `restart not confirmed` and nothing more is sent.
 
+Polling: one look (a GET of the system) per wait, spaced by `Pacer`. With an expected reboot
+time the first look after a reset comes when part of it has passed, and each next one after a
+fraction of what remains (never sooner than `poll`); without one, and once the expected time
+has passed, the spacing grows from `poll`. A wait's deadline is never overslept by more than
+`poll`, and what the last look showed is handed on (wait_post starts from it) instead of being
+read again.
+
 wait_applied(): POST finished (BootProgress.LastState, or HPE's Oem PostState), then the BIOS
 settings: @Redfish.Settings Time moved, Messages clean, config jobs completed, and the current
 values equal the desired ones.
@@ -40,6 +47,10 @@ HP_POST_DONE = ("FinishedPost", "InPostDiscoveryComplete")
 # what the host side says: the OS boot id, or None when the host does not answer
 HostBootId = Callable[[], Optional[str]]
 
+REMAINING_FRACTION = 0.75  # of the expected reboot time still to come, slept before a look
+BACKOFF_FACTOR = 1.5  # growth of the spacing without (or beyond) an expected reboot time
+MAX_BACKOFF = 30.0  # seconds: the spacing's ceiling (never below poll)
+
 RESTARTED = "restarted"
 NOT_RESTARTED = "not_restarted"  # positive evidence: the system runs on from before the reset
 UNKNOWN = "unknown"  # no evidence either way: a restart may be in progress
@@ -52,6 +63,36 @@ class RestartNotConfirmed(RedfishError):
                  ) -> None:
         super().__init__(message, host, transient=True)
         self.result = result
+
+
+class Pacer:
+    """How long to sleep before the next look while a system reboots.
+
+    expected: seconds the reboot is expected to take, counted from `elapsed` seconds ago (when
+    the reset was sent); None when unknown. deadline: the wait's end (monotonic)."""
+
+    def __init__(self, poll: float, expected: Optional[float] = None, elapsed: float = 0.0,
+                 deadline: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.poll = max(0.0, float(poll))
+        self.expected = float(expected) if expected and expected > 0 else None
+        self.clock = clock
+        self.start = clock() - max(0.0, elapsed)
+        self.deadline = deadline
+        self._backoff = self.poll
+        self._ceiling = max(self.poll, min(MAX_BACKOFF, 8 * self.poll))
+
+    def next_sleep(self) -> float:
+        now = self.clock()
+        remaining = self.expected - (now - self.start) if self.expected is not None else 0.0
+        if remaining > 0:
+            delay = max(self.poll, REMAINING_FRACTION * remaining)
+        else:
+            delay = self._backoff
+            self._backoff = min(self._ceiling, max(self.poll, self._backoff * BACKOFF_FACTOR))
+        if self.deadline is not None:
+            delay = min(delay, max(self.poll, self.deadline - now))
+        return delay
 
 
 @dataclass
@@ -133,6 +174,8 @@ class ResetResult:
     before: Optional[Dict[str, Any]] = None
     seconds: float = 0.0
     evidence: Optional[str] = None  # what showed the restart
+    after: Optional[Dict[str, Any]] = None  # the system as the look that showed it saw it
+    since_sent: float = 0.0  # seconds from the last reset sent to that look
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -183,6 +226,7 @@ class _Watch:
         self.before = before
         self.host_boot_id = host_boot_id if before.boot_id else None
         self.evidence: Optional[str] = None
+        self.last: Optional[BootMarker] = None  # what the last look at the BMC showed
         self.host_answered = False  # last host answer: the old boot id (OS up, not restarted)
 
     def _host(self) -> Optional[str]:
@@ -193,8 +237,10 @@ class _Watch:
         return None
 
     def poll(self) -> bool:
+        self.last = None
         try:
-            self.evidence = bmc_evidence(self.before, _marker(self.session, self.ctx))
+            self.last = _marker(self.session, self.ctx)
+            self.evidence = bmc_evidence(self.before, self.last)
         except RedfishError as err:
             if not err.transient:
                 raise  # a BMC busy rebooting its host may be slow: keep looking
@@ -220,22 +266,28 @@ def await_restart(session: RedfishSession, ctx: BmcContext, before: BootMarker, 
     """Wait up to `timeout` for evidence of a restart since `before`.
 
     Returns RESTARTED, NOT_RESTARTED (the system positively runs on from before) or UNKNOWN.
+    The first look is immediate (a restart may be long over); the next ones are paced.
     """
     return _await(session, ctx, before, timeout, poll, sleep, host_boot_id)[0]
 
 
 def _await(session: RedfishSession, ctx: BmcContext, before: BootMarker, timeout: float,
-           poll: float, sleep: Callable[[float], None], host_boot_id: Optional[HostBootId]
-           ) -> tuple:
+           poll: float, sleep: Callable[[float], None], host_boot_id: Optional[HostBootId],
+           expected: Optional[float] = None, look_first: bool = True) -> tuple:
+    """(verdict, evidence, last marker seen or None). look_first=False: a reset was just sent,
+    so the first look waits for the pacer (nothing to see the instant after)."""
     watch = _Watch(session, ctx, before, host_boot_id)
     deadline = time.monotonic() + timeout
+    pacer = Pacer(poll, expected, deadline=deadline)
+    if not look_first:
+        sleep(pacer.next_sleep())
     while True:
         if watch.poll():
-            return RESTARTED, watch.evidence
+            return RESTARTED, watch.evidence, watch.last
         if time.monotonic() >= deadline:
             verdict = watch.verdict()
-            return verdict, watch.evidence
-        sleep(poll)
+            return verdict, watch.evidence, watch.last
+        sleep(pacer.next_sleep())
 
 
 def _no_evidence_text(before: BootMarker, host: bool) -> str:
@@ -257,7 +309,8 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
           sleep: Callable[[float], None] = time.sleep,
           host_boot_id: Optional[HostBootId] = None,
           boot_id_before: Optional[str] = None,
-          on_before: Optional[Callable[[BootMarker], None]] = None) -> ResetResult:
+          on_before: Optional[Callable[[BootMarker], None]] = None,
+          expected: Optional[float] = None) -> ResetResult:
     """Restart the system once; escalate to one ForceRestart only if the OS positively ignored a
     GracefulRestart. RestartNotConfirmed (nothing more sent) when no evidence decides.
 
@@ -265,14 +318,17 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
     boot_id_before: the boot id before the reset if the caller already has it;
     on_before: called with the marker the restart evidence is judged against, once the system
     has settled and before anything is sent (a caller that must survive a crash stores it: a
-    marker taken mid-boot would show the end of that boot as a restart).
+    marker taken mid-boot would show the end of that boot as a restart);
+    expected: seconds a reboot is expected to take (paces the looks, see Pacer).
     """
     started = time.monotonic()
     result = ResetResult(ctx.host)
     before = _marker(session, ctx)
     deadline = time.monotonic() + graceful_timeout
+    settle = Pacer(poll, deadline=deadline)
     while not settled(before) and time.monotonic() < deadline:
-        sleep(poll)  # never reset a system mid-boot: its restart evidence would be ambiguous
+        # never reset a system mid-boot: its restart evidence would be ambiguous
+        sleep(settle.next_sleep())
         before = _marker(session, ctx)
     if not settled(before):
         graceful = False  # an OS that never finished booting will not act on an ACPI request
@@ -289,8 +345,10 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
     else:
         first = "ForceRestart"
     _post_reset(session, ctx, first, result, sleep)
+    sent_at = time.monotonic()
     timeout = graceful_timeout if first == "GracefulRestart" else force_timeout
-    verdict, result.evidence = _await(session, ctx, before, timeout, poll, sleep, host_boot_id)
+    verdict, result.evidence, last = _await(session, ctx, before, timeout, poll, sleep,
+                                            host_boot_id, expected, look_first=False)
     host_known = host_boot_id is not None and before.boot_id is not None
     if verdict == UNKNOWN:
         raise RestartNotConfirmed(
@@ -303,8 +361,9 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
                                f"{timeout:.0f}s", ctx.host, transient=True)
         result.escalated = True
         _post_reset(session, ctx, "ForceRestart", result, sleep)
-        verdict, result.evidence = _await(session, ctx, before, force_timeout, poll, sleep,
-                                          host_boot_id)
+        sent_at = time.monotonic()
+        verdict, result.evidence, last = _await(session, ctx, before, force_timeout, poll,
+                                                sleep, host_boot_id, expected, look_first=False)
         if verdict == UNKNOWN:
             raise RestartNotConfirmed(
                 f"restart not confirmed: GracefulRestart ignored for {graceful_timeout:.0f}s, "
@@ -314,6 +373,8 @@ def reset(session: RedfishSession, ctx: BmcContext, graceful_timeout: float = 30
             raise RedfishError(f"GracefulRestart ignored for {graceful_timeout:.0f}s and "
                                f"ForceRestart showed no effect after {force_timeout:.0f}s",
                                ctx.host, transient=True)
+    result.after = last.to_dict() if last is not None else None
+    result.since_sent = round(time.monotonic() - sent_at, 3)
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -334,14 +395,20 @@ class AppliedResult:
 def wait_post(session: RedfishSession, ctx: BmcContext, timeout: float, poll: float,
               sleep: Callable[[float], None] = time.sleep,
               host_boot_id: Optional[HostBootId] = None,
-              boot_id_before: Optional[str] = None) -> BootMarker:
+              boot_id_before: Optional[str] = None, expected: Optional[float] = None,
+              since_reset: float = 0.0, seen: Optional[BootMarker] = None) -> BootMarker:
     """Wait until POST has finished. A BMC that reports no boot progress (no BootProgress, no
     PostState) shows only power: then, given the host side, wait for the host to answer with a
-    new boot id (its OS came up after POST)."""
+    new boot id (its OS came up after POST).
+
+    expected/since_reset: the expected reboot time and how long ago the reset was sent (pace the
+    looks, see Pacer); seen: what a look at the system just showed (judged before any GET)."""
     deadline = time.monotonic() + timeout
+    pacer = Pacer(poll, expected, since_reset, deadline)
     while True:
         try:
-            marker = _marker(session, ctx)
+            marker = seen if seen is not None else _marker(session, ctx)
+            seen = None
             if post_finished(marker):
                 blind = marker.last_state is None and marker.post_state is None
                 if not (blind and host_boot_id is not None and boot_id_before):
@@ -358,7 +425,7 @@ def wait_post(session: RedfishSession, ctx: BmcContext, timeout: float, poll: fl
             state = marker.to_dict() if marker else "unreachable"
             raise RedfishError(f"POST not finished after {timeout:.0f}s (last seen: {state})",
                                ctx.host, transient=True)
-        sleep(poll)
+        sleep(pacer.next_sleep())
 
 
 def _job_problems(session: RedfishSession, ctx: BmcContext, job_ids: List[str]) -> List[str]:
@@ -379,14 +446,19 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
                  timeout: float = 900.0, poll: float = 2.0,
                  sleep: Callable[[float], None] = time.sleep,
                  host_boot_id: Optional[HostBootId] = None,
-                 boot_id_before: Optional[str] = None) -> AppliedResult:
+                 boot_id_before: Optional[str] = None, expected: Optional[float] = None,
+                 since_reset: float = 0.0, seen: Optional[BootMarker] = None) -> AppliedResult:
     """Wait until POST is done, then check that the BIOS now holds `targets`.
+
+    expected, since_reset, seen: see wait_post (a caller that just reset passes
+    ResetResult.after and since_sent).
 
     Raises RedfishError naming every problem (failed job, SettingsFailed message, values that did
     not apply silently) so the caller can restore the host.
     """
     started = time.monotonic()
-    wait_post(session, ctx, timeout, poll, sleep, host_boot_id, boot_id_before)
+    wait_post(session, ctx, timeout, poll, sleep, host_boot_id, boot_id_before, expected,
+              since_reset, seen)
     bios = fetch(session, ctx.bios_uri)
     values = attributes_of(bios.body, ctx.personality.flat_body, ctx.host, ctx.bios_uri)
     annotation = bios.obj("@Redfish.Settings")

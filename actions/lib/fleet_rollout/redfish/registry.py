@@ -17,6 +17,7 @@ MinLength/MaxLength, matching ValueExpression).
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -203,7 +204,10 @@ def _parse_dependency(dep: Resource) -> Dict[str, Any]:
 
 
 _CACHE: Dict[Tuple[str, str], AttributeRegistry] = {}
+_PLAIN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CACHE_MAX = 64
+_CACHE_LOCK = threading.Lock()
+_FETCHING: Dict[Tuple[str, str], threading.Lock] = {}  # key -> lock held while one fetches it
 
 
 def fetch_registry(session: RedfishSession, registry_id: str,
@@ -218,10 +222,20 @@ def fetch_registry(session: RedfishSession, registry_id: str,
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    registry = _fetch_registry(session, registry_id)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = registry
+    with _CACHE_LOCK:
+        lock = _FETCHING.setdefault(key, threading.Lock())
+    # sessions of the same model at once (a fleet in a thread pool) wait for one fetch instead of
+    # all fetching it; if that fetch fails, the next one tries on its own
+    with lock:
+        cached = _CACHE.get(key)
+        if cached is not None:
+            return cached
+        registry = _fetch_registry(session, registry_id)
+        with _CACHE_LOCK:
+            if len(_CACHE) >= _CACHE_MAX:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = registry
+            _FETCHING.pop(key, None)
     return registry
 
 
@@ -244,12 +258,11 @@ def _member_rank(registry_id: str, member: str) -> Tuple[int, int]:
 def _fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegistry:
     root = Resource(session.root, session.host, "/redfish/v1/")
     registries_uri = root.link("Registries") or "/redfish/v1/Registries"
-    members = fetch(session, registries_uri).members()
-    members.sort(key=lambda m: _member_rank(registry_id, m))
     seen: List[str] = []
     opened: Dict[str, bool] = {}
-    for member in members:
-        for uri in _location_uris(fetch(session, member)):
+
+    def open_entry(entry: Resource) -> Optional[AttributeRegistry]:
+        for uri in _location_uris(entry):
             if uri in opened:
                 continue
             opened[uri] = True
@@ -259,6 +272,23 @@ def _fetch_registry(session: RedfishSession, registry_id: str) -> AttributeRegis
                 return parse_registry(doc.body, session.host, uri)
             seen.append(f"{doc_id or '(no Id)'} at {uri}")
             break  # other languages of the same entry hold the same registry
+        return None
+
+    # most services name the file entry after the registry (DSP0266 mockups, iLO, iDRAC): try it
+    # first, which saves reading the collection; only the document's own Id decides, and the
+    # collection is searched when the guess is absent or holds another registry
+    direct = registries_uri.rstrip("/") + "/" + registry_id
+    if _PLAIN_ID.match(registry_id):
+        found = open_entry(fetch(session, direct, ok=(200, 404)))
+        if found is not None:
+            return found
+    members = [m for m in fetch(session, registries_uri).members()
+               if m.rstrip("/") != direct]
+    members.sort(key=lambda m: _member_rank(registry_id, m))
+    for member in members:
+        found = open_entry(fetch(session, member))
+        if found is not None:
+            return found
     found = "; found: " + ", ".join(seen) if seen else ""
     raise RedfishError(f"attribute registry {registry_id} not found under {registries_uri} (no "
                        f"registry document with that Id{found})", session.host)
