@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.locks import private_dir
 
 SCHEMA = 1
 JINJA_MARKERS = ("{{", "{%", "{#")
@@ -58,13 +59,6 @@ def default_cache_dir() -> str:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "fleet_rollout")
-
-
-def _private_dir(path: str) -> str:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    if os.stat(path).st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
 
 
 def _ttl() -> float:
@@ -244,7 +238,7 @@ def resolve_all(manager: Any, loader: Any) -> Tuple[List[HostEntry], Dict[str, L
 # ---------------------------------------------------------------- cache
 
 def _cache_file(source: str, cache_dir: Optional[str]) -> str:
-    directory = _private_dir(os.path.join(cache_dir or default_cache_dir(), "hostvars"))
+    directory = private_dir(os.path.join(cache_dir or default_cache_dir(), "hostvars"))
     key = hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:32]
     return os.path.join(directory, f"{key}.sqlite")
 
@@ -335,10 +329,13 @@ def build(source: str, cache_dir: Optional[str] = None, manager: Any = None,
 
 
 def ensure(source: str, cache_dir: Optional[str] = None, manager: Any = None,
-           loader: Any = None, force: bool = False) -> str:
-    """The cache file of `source`, rebuilt first if the inventory changed (one at a time)."""
+           loader: Any = None, force: bool = False,
+           digest: Optional[Tuple[str, bool]] = None) -> str:
+    """The cache file of `source`, rebuilt first if the inventory changed (one at a time).
+    `manager`/`loader`: an InventoryManager already loaded from `source`; `digest`: the
+    fingerprint taken before it was loaded."""
     path = _cache_file(source, cache_dir)
-    digest = fingerprint(source)
+    digest = digest or fingerprint(source)
     if not force and _fresh(_meta(path), digest[0]):
         return path
     with _locked(path):
@@ -356,14 +353,7 @@ def warm(source: str, manager: Any, loader: Any, cache_dir: Optional[str] = None
     """Plan time: store the cache from an inventory already loaded (fingerprint taken before
     loading). Best effort: a cache that cannot be written is built again by the first run."""
     try:
-        path = _cache_file(source, cache_dir)
-        digest = digest or fingerprint(source)
-        if _fresh(_meta(path), digest[0]):
-            return path
-        with _locked(path):
-            if _fresh(_meta(path), digest[0]):
-                return path
-            return build(source, cache_dir, manager, loader, digest)
+        return ensure(source, cache_dir, manager, loader, digest=digest)
     except (OSError, sqlite3.Error):
         return None
 

@@ -19,7 +19,7 @@ import ipaddress
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from fleet_rollout.errors import ConfigError
@@ -140,6 +140,13 @@ def load_inventory(source: str, limit: str = "all", cache_hostvars: bool = False
 
     `cache_hostvars`: also store every host's resolved variables for the host steps (once per
     version of the inventory's files; `cache_dir` as in fleet_rollout.hostvars)."""
+    return load_fleet(source, limit, cache_hostvars, cache_dir)[1]
+
+
+def load_fleet(source: str, limit: str = "all", cache_hostvars: bool = False,
+               cache_dir: Optional[str] = None) -> Tuple[List[FleetHost], List[FleetHost]]:
+    """(every host of the inventory, the hosts matching `limit`) from one read of it (a large
+    inventory takes seconds to parse), each validated as load_inventory does."""
     from ansible.inventory.helpers import get_group_vars
     from ansible.utils.vars import combine_vars
 
@@ -154,17 +161,19 @@ def load_inventory(source: str, limit: str = "all", cache_hostvars: bool = False
         where = f"inventory {source}: host {name}"
         check_host_name(name, f"inventory {source}")
         _check_not_a_group(name, group_names, where)
-    hosts = manager.get_hosts(pattern=limit or "all")
-    if not hosts:
-        raise ConfigError(f"inventory {source}: no host matches {limit!r}")
-    out: List[FleetHost] = []
-    for host in hosts:
+    everyone: Dict[str, FleetHost] = {}
+    for host in manager.get_hosts(pattern="all"):
         groups = host.get_groups()
         merged = combine_vars(get_group_vars(groups), host.get_vars())
-        out.append(_fleet_host(host.name, merged, groups, f"inventory {source}: host {host.name}"))
+        everyone[host.name] = _fleet_host(host.name, merged, groups,
+                                          f"inventory {source}: host {host.name}")
+    selected = manager.get_hosts(pattern=limit or "all")
+    if not selected:
+        raise ConfigError(f"inventory {source}: no host matches {limit!r}")
     if digest is not None:
         hostvars.warm(source, manager, loader, cache_dir, digest)
-    return sorted(out, key=lambda h: h.name)
+    return (sorted(everyone.values(), key=lambda h: h.name),
+            sorted((everyone[h.name] for h in selected), key=lambda h: h.name))
 
 
 def _fleet_host(name: str, merged: Dict[str, Any], groups: Any, where: str) -> FleetHost:

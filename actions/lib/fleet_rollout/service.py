@@ -14,7 +14,7 @@ from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
-from fleet_rollout.inventory import load_inventory
+from fleet_rollout.inventory import load_fleet
 from fleet_rollout.names import check_rollout_id, check_targets
 from fleet_rollout.plan import (
     batch_of,
@@ -40,11 +40,6 @@ def pack_config(raw: Any) -> PackConfig:
     return load_pack_config(raw, PACK_DIR)
 
 
-def hostvars_dir(config: Any) -> str:
-    """Resolved Ansible host vars (hostvars.py) live with the pack's state, never in a home."""
-    return os.path.join(config.state_dir, "hostvars")
-
-
 def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str = "",
             user: str = "") -> RolloutContext:
     config = pack_config(raw_config)
@@ -53,7 +48,7 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
     side = HostSide(config.resolve(plan["inventory"]),
                     config.resolve(config.ansible_private_key or "") or None,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
-                    cache_dir=hostvars_dir(config))
+                    cache_dir=config.state_dir)  # host vars cached under state_dir/hostvars
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
 
 
@@ -71,8 +66,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
         approvals.require_approvers(config, prof.name)
     source = config.resolve(config.inventory)
-    everyone = load_inventory(source, cache_hostvars=True, cache_dir=hostvars_dir(config))
-    hosts = load_inventory(source, targets)
+    everyone, hosts = load_fleet(source, targets, cache_hostvars=True, cache_dir=config.state_dir)
     for host in hosts:
         config.endpoint(host)  # every credential name resolves, before anything else
     bios = prof.bios

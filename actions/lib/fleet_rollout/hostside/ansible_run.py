@@ -37,7 +37,7 @@ PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
 PLAYBOOK_DIR = os.path.join(PACK_DIR, "playbooks")
 HOST_SCRIPT = os.path.join(PLAYBOOK_DIR, "files", "fleet_host.py")
 RESERVED_HOST_NAMES = ("all", "ungrouped")
-JINJA_MARKERS = ("{{", "{%", "{#")
+JINJA_MARKERS = hostvars.JINJA_MARKERS
 
 
 @dataclass

@@ -14,7 +14,7 @@ from fleet_rollout.errors import KnobError, RedfishError
 from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
 from fleet_rollout.redfish.discovery import BmcContext, attributes_of
 from fleet_rollout.redfish.personalities import KNOBS, knob_attribute, resolve, to_logical
-from fleet_rollout.redfish.shape import Resource, fetch
+from fleet_rollout.redfish.shape import Resource
 
 ACTIVE_JOB_STATES = ("Scheduled", "Running", "New", "Starting", "Waiting", "Downloaded",
                      "ReadyForExecution", "Pending")
@@ -44,7 +44,7 @@ def settings_messages(annotation: Resource) -> List[Dict[str, Any]]:
 
 
 def _active_job(session: RedfishSession, ctx: BmcContext, uri: str) -> Optional[Dict[str, Any]]:
-    job = Resource(session.recent(uri).body, session.host, uri)
+    job = session.recent(uri).resource()
     target = job.text("TargetSettingsURI") or ""
     bios_job = "BIOS" in (job.text("JobType") or "").upper() or (
         target.rstrip("/") == ctx.settings_uri.rstrip("/"))
@@ -64,8 +64,7 @@ def active_jobs(session: RedfishSession, ctx: BmcContext, limit: int = 50) -> Li
     if not ctx.jobs_uri:
         return []
     out = []
-    listing = Resource(session.recent(ctx.jobs_uri).body, session.host, ctx.jobs_uri)
-    for uri in listing.members()[-limit:]:
+    for uri in session.recent(ctx.jobs_uri).resource().members()[-limit:]:
         job = _active_job(session, ctx, uri)
         if job is not None:
             out.append(job)
@@ -80,31 +79,27 @@ def _apply_time_supported(settings: Resource) -> bool:
     return "OnReset" in allowed or apply_time.text("ApplyTime") == "OnReset"
 
 
-def read_state(session: RedfishSession, ctx: BmcContext) -> BiosState:
-    """The BIOS as the BMC shows it: current values, pending ones, settings ETag, config jobs.
+def read_state(session: RedfishSession, ctx: BmcContext, jobs: bool = True) -> BiosState:
+    """The BIOS as the BMC shows it: current values, pending ones, settings ETag, config jobs
+    (jobs=False: the job queue is not read, active_jobs is empty).
 
     Documents this session read since its last write (discovery's Bios, a snapshot's reads just
     before staging) are reused, not read again (session.recent); after any write all is read
     afresh."""
     flat = ctx.personality.flat_body
-    bios = Resource(session.recent(ctx.bios_uri).body, ctx.host, ctx.bios_uri)
+    bios = session.recent(ctx.bios_uri).resource()
     current = attributes_of(bios.body, flat, ctx.host, ctx.bios_uri)
     settings_resp = session.recent(ctx.settings_uri)
-    settings = Resource(settings_resp.body, ctx.host, ctx.settings_uri)
-    pending = _pending(settings, current, flat, ctx)
+    settings = settings_resp.resource()
+    view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
+    pending = {k: v for k, v in view.items() if current.get(k) != v}
     annotation = bios.obj("@Redfish.Settings")
     return BiosState(
         current=current, pending=pending,
         settings_etag=settings_resp.etag or annotation.text("ETag"),
         settings_time=annotation.text("Time"), messages=settings_messages(annotation),
-        active_jobs=active_jobs(session, ctx),
+        active_jobs=active_jobs(session, ctx) if jobs else [],
         apply_time_supported=_apply_time_supported(settings))
-
-
-def _pending(settings: Resource, current: Dict[str, Any], flat: bool, ctx: BmcContext
-             ) -> Dict[str, Any]:
-    view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
-    return {k: v for k, v in view.items() if current.get(k) != v}
 
 
 @dataclass
@@ -283,18 +278,15 @@ def stage(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
         # check the BMC shows them pending (or applied: some services, sushy-tools, apply at
         # once): the BIOS and its settings object again; not the job queue, which this PATCH
         # cannot have changed (its jobs were deleted above, or there were none)
-        current = attributes_of(fetch(session, ctx.bios_uri).body, ctx.personality.flat_body,
-                                ctx.host, ctx.bios_uri)
-        pending = _pending(fetch(session, ctx.settings_uri), current,
-                           ctx.personality.flat_body, ctx)
-        after = dict(current)
-        after.update(pending)
+        check = read_state(session, ctx, jobs=False)  # the PATCH forgot what was read: fresh
+        after = dict(check.current)
+        after.update(check.pending)
         missing = {k: v for k, v in targets.items() if after.get(k) != v}
         if missing:
             raise RedfishError(f"BMC accepted the BIOS settings but does not show them pending: "
                                f"{', '.join(f'{k}={v}' for k, v in sorted(missing.items()))}",
                                ctx.host)
-        result.needs_reset = any(pending.get(k) == v for k, v in targets.items())
+        result.needs_reset = any(check.pending.get(k) == v for k, v in targets.items())
         # the jobs seen were deleted above (a settings PATCH is refused while one is scheduled)
         result.active_jobs = []
         return result
@@ -322,13 +314,11 @@ def commit(session: RedfishSession, ctx: BmcContext, staged: StageResult) -> Com
         return CommitResult(ctx.host, "apply_time")
     if mode in ("job", "apply_time_or_job"):
         assert ctx.jobs_uri
-        if staged.active_jobs is not None:  # staging just looked at the queue (or emptied it)
-            if staged.active_jobs:
-                return CommitResult(ctx.host, "job", staged.active_jobs[0])
-        else:
-            existing = active_jobs(session, ctx)
-            if existing:
-                return CommitResult(ctx.host, "job", str(existing[0]["id"]))
+        # staging just looked at the queue (or emptied it): no second read
+        existing = staged.active_jobs if staged.active_jobs is not None else \
+            [str(j["id"]) for j in active_jobs(session, ctx)]
+        if existing:
+            return CommitResult(ctx.host, "job", existing[0])
         try:
             response = session.post(ctx.jobs_uri, {"TargetSettingsURI": ctx.settings_uri})
         except WriteOutcomeUnknown:
