@@ -13,14 +13,27 @@ from fleet_runtime import commands, home
 RUNTIME_COMMANDS = ("api", "chat", "engine", "execution", "inquiry", "key", "pack", "run")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_modules(argv: Optional[List[str]]) -> List[str]:
+    """The command modules to load: only the named command's when the first argument names one
+    (`key get` need not import the judge's scipy or the lab), else all of them (help, errors)."""
+    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__)
+                   if not i.name.startswith("_"))
+    first = next((a for a in (argv or []) if not a.startswith("-")), None)
+    wanted = first.replace("-", "_") if first else None
+    if wanted in names and (argv or [])[0] == first:
+        return [wanted]
+    return names
+
+
+def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
+    """The parser; given `argv`, with only the sub-command it names (see _command_modules)."""
     parser = argparse.ArgumentParser(
         prog="fleet-rollout",
         description="Staged BIOS/kernel rollouts: embedded StackStorm runtime, lab and tools.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    for name in _command_modules(argv):
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
@@ -28,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

@@ -178,3 +178,32 @@ def test_cli_entry_point_end_to_end(home: Path) -> None:
     assert "text: hello cli" in proc.stdout
     proc = cli(home, "chat", "greet zed")
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "hello zed"
+
+
+LOADED = """
+import sys
+from fleet_runtime import cli
+parser = cli.build_parser(sys.argv[1:])
+print(sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("fleet_runtime.commands.")
+             and not m.endswith("._common")))
+print("scipy" in sys.modules)
+"""
+
+
+def test_a_sub_command_loads_only_its_own_module() -> None:
+    """`fleet-rollout key get ...` (called often by scripts and tests) imports the key command
+    only, not the engine (orquesta, networkx, scipy), the judge or the lab; help and unknown commands still see every command."""
+    def loaded(*argv: str) -> list:
+        out = subprocess.run([sys.executable, "-c", LOADED, *argv], cwd=str(REPO_ROOT),
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        return [out[0], out[1]]
+
+    assert loaded("key", "get", "x") == ["['key']", "False"]
+    assert loaded("bmc-sim", "--count", "2") == ["['bmc_sim']", "False"]
+    everything, _ = loaded("--help")
+    for name in ("api", "bmc_sim", "judge", "key", "lab", "run"):
+        assert f"'{name}'" in everything
+    assert loaded("no-such-command") == [everything, "True"]
+    wrong = subprocess.run([sys.executable, "-m", "fleet_runtime.cli", "no-such-command"],
+                           cwd=str(REPO_ROOT), capture_output=True, text=True)
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr and "judge" in wrong.stderr

@@ -5,8 +5,6 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from fleet_runtime import client
-
 
 def command_group(subparsers: Any, name: str, help: str, dest: str) -> Any:
     """A command with sub-commands (`fleet-rollout NAME COMMAND`); without one it prints its
@@ -25,6 +23,8 @@ def finish(
 ) -> None:
     """Add the common options (--home, --pack, --no-default-pack, --json) after the command's
     own arguments and set the function that runs it."""
+    from fleet_runtime import client  # the engine's client: only for commands that run it
+
     client.add_common_options(parser, json_flag=json_flag)
     parser.set_defaults(func=func, **defaults)
 

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from fleet_runtime import client, render
+from fleet_runtime import render
 from fleet_runtime.commands._common import command_group, fail
 from fleet_runtime.datastore import Datastore, DatastoreError
 from fleet_runtime.home import RuntimeHome
@@ -91,4 +91,3 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["client"]

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from fleet_rollout import approvals, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.estimate import approval_needed, estimate_plan, render_estimate
 from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
@@ -86,10 +87,12 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     state.update_meta(status="planned", planned_at=time.time(), started=time.time(),
                       planned_by=user, started_by=user,
                       profile=prof.name, batches=len(plan["batches"]))
+    estimate = estimate_plan(plan)
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
             "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
-            "channel": config.chat_channel}
+            "channel": config.chat_channel, "estimate": estimate,
+            "batch_table": render_estimate(estimate)}
 
 
 def profile_dir(config: PackConfig, name: str) -> str:
@@ -136,8 +139,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
 
 
 def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
-    approval = profile["approval"]
-    return bool(approval["required"]) and not (batch == 0 and approval["auto_approve_canary"])
+    return approval_needed(profile, batch)
 
 
 ASK_TASKS = {"approval": "approval", "inconclusive": "ask_inconclusive"}

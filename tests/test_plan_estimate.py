@@ -1,0 +1,199 @@
+"""The plan's duration estimate (estimate.py): per-batch parts add up to the totals, each profile
+knob moves the estimate the right way, and the batch table names every batch.
+
+Built on real plans (plan.build_plan over the shipped home-snoop profile, synthetic FleetHosts);
+nothing touches a BMC or StackStorm."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List
+
+import pytest
+
+from fleet_rollout import service
+from fleet_rollout.estimate import (
+    STEPS,
+    Assumptions,
+    approval_needed,
+    duration,
+    estimate_plan,
+    render_estimate,
+    waves,
+)
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.plan import build_plan
+from fleet_rollout.profile import load_profile
+
+PARTS = ("approval_wait", "overhead", "windows", "host_work", "soak")
+
+
+def fleet(n: int, sites: int = 20, racks: int = 40) -> List[FleetHost]:
+    return [FleetHost(name=f"h{i:05d}", bmc_address=f"10.{i // 62500}.{i // 250 % 250}."
+                      f"{i % 250}", site=f"s{i % sites:02d}", rack=f"r{i // sites % racks:02d}",
+                      hardware_model="m1") for i in range(n)]
+
+
+def planned(n: int, sites: int = 20) -> Dict[str, Any]:
+    hosts = fleet(n, sites)
+    return build_plan(load_profile("home-snoop"), "inventories/x.yaml", "all", hosts, hosts,
+                      {h.name: {"compliant": False} for h in hosts}, rollout_id="est-1")
+
+
+@pytest.fixture(scope="module")
+def big() -> Dict[str, Any]:
+    return planned(20000)
+
+
+@pytest.fixture(scope="module")
+def small() -> Dict[str, Any]:
+    return planned(300, sites=6)
+
+
+def with_profile(plan: Dict[str, Any], section: str, **values: Any) -> Dict[str, Any]:
+    changed = dict(plan, profile=copy.deepcopy(plan["profile"]))
+    changed["profile"][section].update(values)
+    return changed
+
+
+def test_totals_are_the_sums_of_the_batches(big: Dict[str, Any]) -> None:
+    est = estimate_plan(big)
+    rows, totals = est["batches"], est["totals"]
+    assert len(rows) == len(big["batches"]) > 400
+    assert totals["hosts"] == sum(len(b["hosts"]) for b in big["batches"]) == big["targets"]
+    for part in PARTS:
+        assert totals[part] == pytest.approx(sum(r[part] for r in rows))
+    for row in rows:
+        assert row["seconds"] == pytest.approx(sum(row[p] for p in PARTS))
+        assert row["best_case"] == pytest.approx(row["seconds"] - row["approval_wait"])
+        assert row["waves"] == waves(row["hosts"], est["parallel"])
+        assert row["host_work"] == pytest.approx(row["waves"] * est["per_host"])
+    assert totals["expected"] == pytest.approx(sum(totals[p] for p in PARTS))
+    assert totals["expected"] == pytest.approx(rows[-1]["cumulative"])
+    assert totals["best_case"] == pytest.approx(totals["expected"] - totals["approval_wait"])
+    assert est["per_host"] == pytest.approx(sum(est["host_steps"].values()))
+    assert tuple(est["host_steps"]) == STEPS
+    # 20,000 hosts at at most 2 per site and 1 per rack: weeks, not hours
+    assert totals["expected_days"] > 7
+
+
+def test_expected_parts_follow_the_profile(small: Dict[str, Any]) -> None:
+    est = estimate_plan(small)
+    profile = small["profile"]
+    row = est["batches"][1]
+    assert row["windows"] == 2 * profile["canary"]["window_seconds"]
+    assert row["soak"] == profile["canary"]["soak_seconds"]
+    assert row["approval_wait"] == Assumptions().approval_response
+    assert est["assumptions"]["approval_response"] == 600.0
+
+
+def test_more_soak_takes_longer(small: Dict[str, Any]) -> None:
+    base = estimate_plan(small)["totals"]
+    longer = estimate_plan(with_profile(small, "canary", soak_seconds=3600))["totals"]
+    assert longer["soak"] > base["soak"]
+    assert longer["expected"] - base["expected"] == pytest.approx(
+        (3600 - small["profile"]["canary"]["soak_seconds"]) * base["batches"])
+    wider = estimate_plan(with_profile(small, "canary", window_seconds=600))["totals"]
+    assert wider["windows"] > base["windows"] and wider["expected"] > base["expected"]
+
+
+def test_approvals_cost_time_only_when_required(small: Dict[str, Any]) -> None:
+    base = estimate_plan(small)
+    assert base["batches"][0]["approval_wait"] > 0
+    auto = estimate_plan(with_profile(small, "approval", auto_approve_canary=True))
+    assert auto["batches"][0]["approval_wait"] == 0
+    assert auto["totals"]["expected"] < base["totals"]["expected"]
+    none = estimate_plan(with_profile(small, "approval", required=False))
+    assert none["totals"]["approval_wait"] == 0
+    assert none["totals"]["expected"] == pytest.approx(base["totals"]["best_case"])
+    slow = estimate_plan(small, Assumptions(approval_response=3600))
+    assert slow["totals"]["expected"] > base["totals"]["expected"]
+    assert slow["totals"]["best_case"] == pytest.approx(base["totals"]["best_case"])
+    # an approver slower than the question's ttl: the wait ends at the ttl, and a note says so
+    short = estimate_plan(with_profile(small, "approval", ttl_minutes=5))
+    assert short["batches"][1]["approval_wait"] == 300
+    assert any("ttl" in note for note in short["notes"])
+
+
+def test_approval_rule_is_the_services(small: Dict[str, Any]) -> None:
+    for required in (True, False):
+        for auto in (True, False):
+            profile = with_profile(small, "approval", required=required,
+                                   auto_approve_canary=auto)["profile"]
+            for index in (0, 1, 5):
+                assert approval_needed(profile, index) == service.needs_approval(profile, index)
+
+
+def test_more_hosts_at_once_take_less_time(small: Dict[str, Any]) -> None:
+    base = estimate_plan(small)
+    wide = estimate_plan(with_profile(small, "batches", parallel=100))
+    narrow = estimate_plan(with_profile(small, "batches", parallel=1))
+    assert wide["totals"]["waves"] == len(small["batches"])
+    assert narrow["totals"]["waves"] == small["targets"]
+    assert wide["totals"]["expected"] < base["totals"]["expected"] < \
+        narrow["totals"]["expected"]
+    assert all(r["in_flight"] <= 1 for r in narrow["batches"])
+
+
+def test_fewer_unavailable_per_site_means_more_batches_and_longer() -> None:
+    hosts = fleet(400, sites=4)
+    compliance = {h.name: {"compliant": False} for h in hosts}
+    tight, loose = load_profile("home-snoop"), load_profile("home-snoop")
+    tight.data["batches"].update(max_unavailable_per_site=2)
+    loose.data["batches"].update(max_unavailable_per_site=10, max_unavailable_per_rack=10)
+    one = estimate_plan(build_plan(tight, "x", "all", hosts, hosts, compliance, "t-1"))
+    two = estimate_plan(build_plan(loose, "x", "all", hosts, hosts, compliance, "t-2"))
+    assert one["totals"]["batches"] > two["totals"]["batches"]
+    assert one["totals"]["expected"] > two["totals"]["expected"]
+
+
+def test_reboot_time_is_capped_by_the_boot_timeout(small: Dict[str, Any]) -> None:
+    slow = estimate_plan(small, Assumptions(reboot=5000))
+    assert slow["host_steps"]["wait"] < 5000  # home-snoop: boot_timeout 900
+    base = estimate_plan(small)
+    assert base["host_steps"]["wait"] < slow["host_steps"]["wait"]
+
+
+def test_the_table_names_every_batch(small: Dict[str, Any]) -> None:
+    est = estimate_plan(small)
+    table = render_estimate(est)
+    lines = table.splitlines()
+    for row in est["batches"]:
+        label = f"{row['index'] + 1}{'*' if row['canary'] else ''}"
+        assert any(line.split()[0] == label and int(line.split()[1]) == row["hosts"]
+                   for line in lines[1:]), label
+    assert sum(1 for line in lines[1:] if line.split()[0].rstrip("*").isdigit()) == \
+        len(est["batches"])
+    assert f"expected {duration(est['totals']['expected'])}" in table
+    assert "best case" in table and "assumed: an approver answers in 10m00s" in table
+
+
+def test_duration_text() -> None:
+    assert [duration(s) for s in (0, 45, 450, 7500, 3 * 86400 + 4 * 3600 + 59)] == \
+        ["0s", "45s", "7m30s", "2h05m", "3d04h"]
+
+
+def test_empty_plan(small: Dict[str, Any]) -> None:
+    est = estimate_plan(dict(small, batches=[]))
+    assert est["totals"]["expected"] == 0 and est["batches"] == []
+    assert "0 batch(es)" in render_estimate(est)
+
+
+def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet_rollout.store import MemoryStore, RolloutState
+
+    hosts = fleet(30, sites=3, racks=7)
+    monkeypatch.setattr(service, "load_inventory", lambda source, *args, **kwargs: hosts)
+    monkeypatch.setattr(service, "check_desired",
+                        lambda endpoint, bios: {"compliant": False, "vendor": "generic"})
+    config = {"credentials": {"default": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path), "inventory": str(tmp_path / "inv.yml"),
+              "approvers": ["alice"]}
+    store = MemoryStore()
+    result = service.plan_rollout(config, store, "home-snoop", "all", "est-2", "alice")
+    assert result["estimate"]["totals"]["batches"] == result["batches"]
+    assert result["estimate"]["totals"]["hosts"] == result["targets"] == 30
+    assert result["batch_table"] == render_estimate(result["estimate"])
+    stored = RolloutState(store, "est-2").plan()
+    assert "estimate" not in stored and "batch_table" not in stored
+    assert estimate_plan(stored) == result["estimate"]
