@@ -183,7 +183,7 @@ def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
     from fleet_rollout.store import MemoryStore, RolloutState
 
     hosts = fleet(30, sites=3, racks=7)
-    monkeypatch.setattr(service, "load_inventory", lambda source, *args, **kwargs: hosts)
+    monkeypatch.setattr(service, "load_fleet", lambda source, *args, **kwargs: (hosts, hosts))
     monkeypatch.setattr(service, "check_desired",
                         lambda endpoint, bios: {"compliant": False, "vendor": "generic"})
     config = {"credentials": {"default": {"username": "u", "password": "p"}},

@@ -192,7 +192,8 @@ print("scipy" in sys.modules)
 
 def test_a_sub_command_loads_only_its_own_module() -> None:
     """`fleet-rollout key get ...` (called often by scripts and tests) imports the key command
-    only, not the engine (orquesta, networkx, scipy), the judge or the lab; help and unknown commands still see every command."""
+    only, not the engine (orquesta, networkx, scipy), the judge or the lab; help and unknown
+    commands still see every command."""
     def loaded(*argv: str) -> list:
         out = subprocess.run([sys.executable, "-c", LOADED, *argv], cwd=str(REPO_ROOT),
                              capture_output=True, text=True, check=True).stdout.splitlines()
