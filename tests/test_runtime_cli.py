@@ -151,7 +151,7 @@ def test_processes_delegate_to_the_running_engine(home: Path) -> None:
         while not (home / "runtime.lock").exists() or not (home / "runtime.lock").read_text():
             assert time.time() < deadline and engine_proc.poll() is None
             time.sleep(0.1)
-        values = [f"x{i}" for i in range(10)]
+        values = [f"x{i}" for i in range(15)]  # 30 s of items: room for pause on a busy machine
         started = cli(home, "run", "-a", "rt_test.items", "values=" + ",".join(values),
                       "concurrency=1", "sleep=2", "tag=bg", "--json", check=True)
         ex_id = json.loads(started.stdout)["id"]

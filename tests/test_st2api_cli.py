@@ -57,7 +57,8 @@ def test_st2_run_and_execution_list_get(st2_api: St2Api) -> None:
     assert run["id"] in [e["id"] for e in listed]
     got = st2_api.st2_json(["execution", "get", run["id"]], user="sre-bob")
     assert got["parameters"] == {"name": "ops"}
-    table = st2_api.st2(["execution", "list"]).stdout
+    # by action: the module's API has run many executions, more than one page of the list
+    table = st2_api.st2(["execution", "list", "--action", "rt_test.greet"]).stdout
     assert "rt_test.greet" in table and "sre-alice" in table
     st2_api.st2(["run", "rt_test.greet", "name=bob"], user="sre-bob")
     mine = st2_api.http("GET", "/api/v1/executions?user=sre-bob&limit=1&parent=null")
@@ -114,7 +115,9 @@ def test_workflow_inquiry_respond_refused_then_allowed(st2_api: St2Api) -> None:
 
 
 def test_pause_resume_cancel_and_rerun(st2_api: St2Api) -> None:
-    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=5"])
+    # steps long enough that pause, resume and cancel (three st2 CLI processes) land inside the
+    # second step even on a loaded machine
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=15"])
     st2_api.wait_status(wf_id, ("running",))
     paused = st2_api.st2(["execution", "pause", wf_id], user="sre-bob")
     assert "pausing" in paused.stdout or "paused" in paused.stdout
@@ -138,7 +141,8 @@ def test_pause_resume_cancel_and_rerun(st2_api: St2Api) -> None:
 
 
 def test_execution_tail_follows_a_workflow_to_its_end(st2_api: St2Api) -> None:
-    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=1"])
+    # long enough for the tail (a st2 CLI process) to attach before the first step ends
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=6"])
     tail = st2_api.st2(["execution", "tail", wf_id], timeout=90)
     out = tail.stdout
     assert "Child execution (task=first)" in out and "has finished (status=succeeded)" in out
