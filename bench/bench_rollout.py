@@ -72,8 +72,12 @@ def judge_scale(canary: int, control: int) -> Dict[str, Any]:
     doc = {"schema_version": 1, "canary": names["canary"], "control": names["control"],
            "hosts": hosts}
     t0 = time.monotonic()
-    verdict = judge(judge_input_from_dict(doc), Policy())
-    return {"canary": canary, "control": control, "seconds": round(time.monotonic() - t0, 2),
+    inp = judge_input_from_dict(doc)
+    t1 = time.monotonic()
+    verdict = judge(inp, Policy())
+    t2 = time.monotonic()
+    return {"canary": canary, "control": control, "seconds": round(t2 - t0, 2),
+            "parse_seconds": round(t1 - t0, 2), "judge_seconds": round(t2 - t1, 2),
             "verdict": verdict.verdict}
 
 

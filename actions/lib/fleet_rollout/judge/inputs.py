@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -40,6 +41,8 @@ TOP_KEYS = ("schema_version", "rollout", "batch", "comment", "windows", "canary"
 HOST_KEYS = ("pre", "post", "note")
 WINDOW_KEYS = ("drops", "packets", "coverage", "seconds", "problem", "wraps", "resets", "detail")
 EQUAL_WINDOW_TOLERANCE = 0.02
+_HOST_KEY_SET = frozenset(HOST_KEYS)
+_WINDOW_KEY_SET = frozenset(WINDOW_KEYS)
 
 
 @dataclass
@@ -68,6 +71,10 @@ class JudgeInput:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid number here")
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # dict first: the ABC is slow
 
 
 def _is_number(value: Any) -> bool:
@@ -110,7 +117,7 @@ def _window(value: Any, where: str, metric: MetricDefinition,
             expected_seconds: Optional[float]) -> Optional[WindowCounts]:
     if value is None:
         return None
-    if not isinstance(value, Mapping):
+    if not _is_mapping(value):
         raise ConfigError(f"{where}: must be an object (drops/packets or start/end snapshots) "
                           "or null")
     if "start" in value or "end" in value:
@@ -120,7 +127,7 @@ def _window(value: Any, where: str, metric: MetricDefinition,
             raise ConfigError(f"{where}: a snapshot window needs both start and end")
         return window_from_snapshots(value["start"], value["end"], metric, expected_seconds,
                                      where)
-    unknown = sorted(set(value) - set(WINDOW_KEYS))
+    unknown = sorted(set(value) - _WINDOW_KEY_SET)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} "
                           f"(allowed: {', '.join(WINDOW_KEYS)}, or start/end snapshots)")
@@ -168,7 +175,7 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
             raise ConfigError(f"{where}: {name} must be a list of host names")
         if not hosts:
             raise ConfigError(f"{where}: {name} is empty; the judge needs {name} hosts")
-        duplicates = sorted({h for h in hosts if hosts.count(h) > 1})
+        duplicates = sorted(h for h, times in Counter(hosts).items() if times > 1)
         if duplicates:
             raise ConfigError(f"{where}: {name} lists {', '.join(duplicates)} more than once")
         groups[name] = list(hosts)
@@ -221,9 +228,9 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
             result[host] = item
             continue
         path = f"{where}.hosts.{host}"
-        if not isinstance(entry, Mapping):
+        if not _is_mapping(entry):
             raise ConfigError(f"{path}: must be an object with pre and post windows")
-        unknown = sorted(set(entry) - set(HOST_KEYS))
+        unknown = sorted(set(entry) - _HOST_KEY_SET)
         if unknown:
             raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} "
                               f"(allowed: {', '.join(HOST_KEYS)})")
