@@ -71,6 +71,9 @@ bench-st2api: install
 bench-host-step: install
 	$(VPY) bench/bench_host_step.py
 
+bench-warm: install
+	$(VPY) bench/bench_warm.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe clean; fi

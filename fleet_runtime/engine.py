@@ -83,6 +83,7 @@ from fleet_runtime.errors import (
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.packs import Action, Registry
 from fleet_runtime.store import Store, new_id
+from fleet_runtime.warm import WarmPool
 
 # Names other modules import from here (the engine used to be this one module).
 __all__ = [
@@ -169,6 +170,7 @@ class Runtime(
         self.api: Any = None
         self.queue: queue.Queue = queue.Queue()
         self.pool: Optional[ThreadPoolExecutor] = None
+        self.warm_pool: Optional[WarmPool] = None
         self.active: Dict[str, ExecInfo] = {}
         self.workflows: Dict[str, WorkflowRun] = {}
         self._timers: List[_Timer] = []
@@ -201,6 +203,7 @@ class Runtime(
         self._lock_fd = fd
         self.is_engine = True
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="action")
+        self.warm_pool = self._new_warm_pool()
         from fleet_runtime.api import LocalApi
 
         self.api = LocalApi(self)
@@ -214,6 +217,9 @@ class Runtime(
                     info.handle.cancel()
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
+        if self.warm_pool is not None:
+            self.warm_pool.close()
+            self.warm_pool = None
         if self.api is not None:
             self.api.close()
             self.api = None
@@ -224,6 +230,21 @@ class Runtime(
                 os.close(self._lock_fd)
                 self._lock_fd = None
         self.is_engine = False
+
+    def _new_warm_pool(self) -> Optional[WarmPool]:
+        """Warm python workers (fleet_runtime.warm) for the packs with python-script actions,
+        unless `python_workers: cold`; a pack with `content_version` runs cold."""
+        if self.home.python_workers != "warm":
+            return None
+        packs: Dict[str, List[str]] = {}
+        for pack in self.registry.packs.values():
+            if pack.path is None or pack.meta.get("content_version"):
+                continue
+            entries = sorted({a.entry_point for a in pack.actions.values()
+                              if a.runner_type == "python-script" and a.entry_point})
+            if entries:
+                packs[pack.path] = entries
+        return WarmPool(packs, self.home.warm_preload)
 
     def engine_pid(self) -> Optional[int]:
         try:

@@ -5,7 +5,8 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
     runtime.db            SQLite: executions, workflow state, events, datastore, inquiries
     runtime.lock          held (flock) by the process that runs the engine
     config.yaml           runtime settings: user, roles, user_roles, system_user, chatops_user,
-                          chat_webhook_url, workers, packs, time_factor
+                          chat_webhook_url, workers, packs, time_factor, python_workers
+                          (warm|cold), warm_preload
     configs/<pack>.yaml   pack configs (like /opt/stackstorm/configs/<pack>.yaml)
     chat.jsonl            what reached chat (route chatops: post_message, alias replies)
     announcements.jsonl   post_message on other routes (no chat bot listens; chatlog.py)
@@ -34,6 +35,8 @@ ENV_TIME_FACTOR = "FLEET_ROLLOUT_TIME_FACTOR"
 ENV_WEBHOOK = "FLEET_ROLLOUT_CHAT_WEBHOOK"
 ENV_PACKS = "FLEET_ROLLOUT_PACKS"
 ENV_CHATOPS_USER = "FLEET_ROLLOUT_CHATOPS_USER"
+ENV_PYTHON_WORKERS = "FLEET_ROLLOUT_PYTHON_WORKERS"
+PYTHON_WORKERS = ("warm", "cold")
 
 _SETTINGS_KEYS = {
     "user": str,
@@ -45,6 +48,8 @@ _SETTINGS_KEYS = {
     "system_user": str,
     "chatops_user": str,
     "user_roles": dict,
+    "python_workers": str,
+    "warm_preload": list,
 }
 
 
@@ -145,6 +150,23 @@ class RuntimeHome:
     @property
     def workers(self) -> int:
         return int(self.settings.get("workers", 16))
+
+    @property
+    def python_workers(self) -> str:
+        """`warm`: python actions are forked from a per-pack zygote (fleet_runtime.warm);
+        `cold`: a new interpreter per execution."""
+        value = (os.environ.get(ENV_PYTHON_WORKERS) or self.settings.get("python_workers")
+                 or "warm").strip().lower()
+        if value not in PYTHON_WORKERS:
+            raise MetadataError(str(self.path / "config.yaml"), "python_workers",
+                                f"{value!r} is not one of {', '.join(PYTHON_WORKERS)}"
+                                f" (or ${ENV_PYTHON_WORKERS})")
+        return value
+
+    @property
+    def warm_preload(self) -> List[str]:
+        """More modules the warm worker zygotes import (e.g. ansible_runner)."""
+        return [str(m) for m in self.settings.get("warm_preload") or []]
 
     @property
     def extra_packs(self) -> List[str]:

@@ -120,7 +120,7 @@ class PythonActionWrapper:
         self.key_path = spec["key_path"]
 
     def _action_class(self, base: type) -> type:
-        module_name = "st2_action_" + os.path.splitext(os.path.basename(self._file_path))[0]
+        module_name = action_module_name(self._file_path)
         module_spec = importlib.util.spec_from_file_location(module_name, self._file_path)
         if module_spec is None or module_spec.loader is None:
             raise ImportError(f'Cannot load action module "{self._file_path}"')
@@ -168,17 +168,59 @@ class PythonActionWrapper:
         sys.stdout.flush()
 
 
-def _setup_paths(spec: Dict[str, Any]) -> None:
+def action_module_name(file_path: str) -> str:
+    """The name st2's loader gives an action's entry module."""
+    return "st2_action_" + os.path.splitext(os.path.basename(file_path))[0]
+
+
+def _shim_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "st2shim")
+
+
+def setup_paths(spec: Dict[str, Any]) -> None:
     for path in reversed(spec.get("sys_path") or []):
         if path not in sys.path:
             sys.path.insert(0, path)
+    shim = _shim_path()
+    loaded = sys.modules.get("st2common")
+    if loaded is not None:
+        # a warm worker: the zygote imported st2common already (the shim or the real one)
+        module_file = str(getattr(loaded, "__file__", "") or "")
+        if module_file.startswith(os.path.join(shim, "")) and shim not in sys.path:
+            sys.path.insert(0, shim)
+        return
     try:
         import st2common.runners.base_action  # noqa: F401
     except ImportError:
-        shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "st2shim")
         sys.path.insert(0, shim)
         for name in [m for m in sys.modules if m == "st2common" or m.startswith("st2common.")]:
             del sys.modules[name]
+
+
+_setup_paths = setup_paths
+
+
+def child_main(spec: Dict[str, Any]) -> int:
+    """Run the execution `spec` describes in this process; the exit code (an action's
+    sys.exit and the invalid-status exit propagate as SystemExit). Used by the cold path
+    (`main`, a new interpreter) and by warm workers (a child forked by fleet_runtime.zygote,
+    whose spec also carries the execution's `env` and `cwd`)."""
+    env = spec.get("env")
+    if isinstance(env, dict):
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+    cwd = spec.get("cwd")
+    if cwd:
+        os.chdir(str(cwd))
+    setup_paths(spec)
+    try:
+        PythonActionWrapper(spec).run()
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def main() -> int:
@@ -189,15 +231,7 @@ def main() -> int:
     except Exception:
         pass
     spec = json.loads(sys.stdin.readline())
-    _setup_paths(spec)
-    try:
-        PythonActionWrapper(spec).run()
-    except SystemExit:
-        raise
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    return 0
+    return child_main(spec)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ Each returns `(status, result)` with st2's result shapes:
   "failed"} (+ "error" on timeout);
 - announcement (chatops.post_message): the posted message.
 Subprocesses run in their own process group and die with the runtime (PR_SET_PDEATHSIG).
+python-script actions run in a child forked by the pack's warm worker zygote when the runtime
+gives a `fleet_runtime.warm.WarmPool` (same spec, result, exit codes, kill), else in a new
+`python -u -m fleet_runtime.python_wrapper` process.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from urllib.parse import urlparse
 
 from fleet_runtime import chatlog
 from fleet_runtime.python_wrapper import ACTION_OUTPUT_RESULT_DELIMITER, INVALID_STATUS_EXIT_CODE
+from fleet_runtime.warm import WORKER_DIED, WarmPool
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
@@ -44,14 +48,16 @@ def _child_setup() -> None:
 
 
 class ProcessHandle:
-    """A running action subprocess that the engine can cancel."""
+    """A running action subprocess that the engine can cancel (a Popen or a WarmProcess:
+    either runs in its own session, so killpg(pid) kills it and its children)."""
 
     def __init__(self) -> None:
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Any = None
         self.canceled = False
+        self.worker_died = False  # the warm worker zygote of the process died
         self._lock = threading.Lock()
 
-    def attach(self, proc: subprocess.Popen) -> None:
+    def attach(self, proc: Any) -> None:
         with self._lock:
             self.proc = proc
             if self.canceled:
@@ -70,6 +76,28 @@ class ProcessHandle:
                 pass
 
 
+Spawner = Callable[[], Tuple[Any, Optional[str]]]
+"""Starts an action process: (a Popen-like process, the text to write on its stdin)."""
+
+
+def _popen_spawner(argv: List[str], stdin_text: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> Spawner:
+    def spawn() -> Tuple[Any, Optional[str]]:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd or None,
+            preexec_fn=_child_setup,
+            text=True,
+        )
+        return proc, stdin_text
+
+    return spawn
+
+
 def _run_process(
     argv: List[str],
     handle: ProcessHandle,
@@ -77,17 +105,9 @@ def _run_process(
     stdin_text: Optional[str] = None,
     env: Optional[Dict[str, str]] = None,
     cwd: Optional[str] = None,
+    spawn: Optional[Spawner] = None,
 ) -> Tuple[int, str, str, bool]:
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=cwd or None,
-        preexec_fn=_child_setup,
-        text=True,
-    )
+    proc, stdin_text = (spawn or _popen_spawner(argv, stdin_text, env, cwd))()
     handle.attach(proc)
     timed_out = False
     try:
@@ -99,6 +119,9 @@ def _run_process(
         except ProcessLookupError:
             pass
         stdout, stderr = proc.communicate()
+    if getattr(proc, "worker_died", False):
+        handle.worker_died = True
+        stderr = (stderr or "") + f"{WORKER_DIED}\n"
     return proc.returncode, stdout or "", stderr or "", timed_out
 
 
@@ -114,7 +137,10 @@ def run_python(
     key_path: str,
     env_extra: Dict[str, str],
     handle: ProcessHandle,
+    pool: Optional[WarmPool] = None,
 ) -> Tuple[str, Dict[str, Any]]:
+    """st2's python runner; with `pool`, in a child forked by the pack's warm zygote (when
+    the pool has one for the pack, else cold)."""
     sys_path = [os.path.dirname(entry_point)]
     if pack_path:
         sys_path.append(os.path.join(pack_path, "actions", "lib"))
@@ -137,14 +163,17 @@ def run_python(
         [p for p in [runtime_root, env.get("PYTHONPATH", "")] if p]
     )
     timeout = runner_params.get("timeout") or 600
-    code, stdout, stderr, timed_out = _run_process(
-        [sys.executable, "-u", "-m", "fleet_runtime.python_wrapper"],
-        handle,
-        timeout,
-        stdin_text=json.dumps(spec, default=str) + "\n",
-        env=env,
-        cwd=os.path.dirname(entry_point),
-    )
+    argv = [sys.executable, "-u", "-m", "fleet_runtime.python_wrapper"]
+    cwd = os.path.dirname(entry_point)
+    cold = _popen_spawner(argv, json.dumps(spec, default=str) + "\n", env, cwd)
+
+    def spawn() -> Tuple[Any, Optional[str]]:
+        warm = pool.spawn(pack_path, cwd) if pool is not None and pack_path else None
+        if warm is None:
+            return cold()
+        return warm, json.dumps({**spec, "env": env, "cwd": cwd}, default=str) + "\n"
+
+    code, stdout, stderr, timed_out = _run_process(argv, handle, timeout, spawn=spawn)
     if handle.canceled:
         return CANCELED, {"stdout": stdout, "stderr": stderr, "exit_code": code, "result": None}
     if code == INVALID_STATUS_EXIT_CODE:
@@ -173,6 +202,9 @@ def run_python(
     if timed_out:
         result["error"] = f"Action failed to complete in {timeout} seconds"
         return TIMEOUT, result
+    if handle.worker_died:
+        result["error"] = WORKER_DIED
+        return FAILED, result
     if action_status is not None:
         status = SUCCEEDED if (code == 0 and action_status is True) else FAILED
     else:
