@@ -27,13 +27,57 @@ sys.path.insert(0, ROOT)
 
 import yaml  # noqa: E402
 
-from fleet_rollout.inventory import load_inventory  # noqa: E402
+from fleet_rollout.inventory import load_fleet  # noqa: E402
 from fleet_rollout.judge import Policy, judge, judge_input_from_dict  # noqa: E402
 from fleet_rollout.plan import build_plan  # noqa: E402
 from fleet_rollout.profile import load_profile  # noqa: E402
+from fleet_rollout.store import MemoryStore, RolloutState  # noqa: E402
+
+
+def _runtime_store(directory: str) -> Any:
+    """The embedded runtime's datastore (SQLite, what actions get as action_service)."""
+    from pathlib import Path
+
+    from fleet_rollout.store import Store
+    from fleet_runtime.datastore import Datastore
+
+    class RuntimeStore(Store):
+        def __init__(self) -> None:
+            self.ds = Datastore(os.path.join(directory, "kv.sqlite"),
+                                Path(directory) / "kv.key")
+
+        def get(self, key: str) -> Any:
+            return self.ds.get(key)
+
+        def set(self, key: str, value: str) -> None:
+            self.ds.set(key, value)
+
+        def delete(self, key: str) -> None:
+            self.ds.delete(key)
+
+        def list(self, prefix: str) -> Dict[str, str]:
+            return {d["name"]: d["value"] for d in self.ds.list(prefix)}
+
+    return RuntimeStore()
+
+
+_COLD = """
+import os, sys, time
+sys.path.insert(0, os.path.join(os.getcwd(), "actions", "lib"))
+from fleet_rollout.inventory import load_fleet
+t0 = time.monotonic()
+load_fleet(sys.argv[1], "all", cache_hostvars=True, cache_dir=sys.argv[2])
+print(time.monotonic() - t0)
+"""
 
 
 def plan_scale(hosts: int) -> Dict[str, Any]:
+    """Planning `hosts` hosts: the inventory read cold (Ansible parse + storing the host-variable
+    cache) and warm (from the cache), build_plan, save_plan (split keys, into the runtime's
+    datastore; a file store too), the stored plan's bytes and its largest value, and what one
+    host step reads of it."""
+    from fleet_rollout.store import FileStore, RolloutState
+
     with tempfile.TemporaryDirectory() as tmp:
         groups: Dict[str, Any] = {}
         for i in range(hosts):
@@ -44,18 +88,52 @@ def plan_scale(hosts: int) -> Dict[str, Any]:
         path = os.path.join(tmp, "inventory.yml")
         with open(path, "w") as handle:
             yaml.safe_dump({"all": {"children": groups}}, handle)
-        t0 = time.monotonic()
-        everyone = load_inventory(path)
+        cache = os.path.join(tmp, "cache")
+        # cold (Ansible parse, cache stored) in a process of its own, as a plan action is: its
+        # parse leaves a heap of Ansible objects that would slow this process's GC afterwards
+        cold = subprocess.run([sys.executable, "-c", _COLD, path, cache], check=True,
+                              capture_output=True, text=True, cwd=ROOT)
+        cold_seconds = float(cold.stdout.strip().splitlines()[-1])
         t1 = time.monotonic()
+        everyone, targets = load_fleet(path, "all", cache_hostvars=True, cache_dir=cache)
+        t2 = time.monotonic()
         profile = load_profile("home-snoop")
         profile.data["batches"].update({"max_batch": 1000, "max_unavailable_per_site": 250,
                                         "max_unavailable_per_rack": 5})
-        compliance = {h.name: {"compliant": False} for h in everyone}
-        plan = build_plan(profile, path, "all", everyone, everyone, compliance)
-        t2 = time.monotonic()
-    return {"hosts": hosts, "inventory_seconds": round(t1 - t0, 2),
-            "plan_seconds": round(t2 - t1, 2), "batches": len(plan["batches"]),
-            "plan_bytes": len(json.dumps(plan))}
+        compliance = {h.name: {"compliant": False} for h in targets}
+        plan = build_plan(profile, path, "all", targets, everyone, compliance)
+        t3 = time.monotonic()
+        store = _runtime_store(tmp)
+        state = RolloutState(store, plan["rollout_id"])
+        state.save_plan(plan)
+        t4 = time.monotonic()
+        RolloutState(FileStore(os.path.join(tmp, "files")), plan["rollout_id"]).save_plan(plan)
+        file_save = time.monotonic() - t4
+        values = store.list("")
+        one_doc = json.dumps(plan, sort_keys=True)
+        host = plan["batches"][-1]["hosts"][-1]
+        t5 = time.monotonic()
+        for _ in range(20):  # a host step before the split: the whole plan, parsed
+            json.loads(one_doc)["hosts"][host]
+        t6 = time.monotonic()
+        for _ in range(20):  # now: the head, the host's bucket, its batch's hosts
+            view = RolloutState(store, plan["rollout_id"]).plan_view()
+            view["hosts"].get(host)
+            batch = view.batch_of(host)
+            len(view["batches"][batch]["hosts"])
+        t7 = time.monotonic()
+        assert state.plan() == json.loads(one_doc)
+    return {"hosts": hosts, "inventory_cold_seconds": round(cold_seconds, 2),
+            "inventory_warm_seconds": round(t2 - t1, 3),
+            "build_plan_seconds": round(t3 - t2, 3), "save_plan_seconds": round(t4 - t3, 3),
+            "save_plan_filestore_seconds": round(file_save, 3),
+            "warm_total_seconds": round(t4 - t1, 3),
+            "batches": len(plan["batches"]), "plan_keys": len(values),
+            "plan_bytes": sum(len(v) for v in values.values()),
+            "largest_value_bytes": max(len(v) for v in values.values()),
+            "one_document_bytes": len(one_doc),
+            "host_step_read_ms_before": round((t6 - t5) / 20 * 1000, 2),
+            "host_step_read_ms_after": round((t7 - t6) / 20 * 1000, 2)}
 
 
 def judge_scale(canary: int, control: int) -> Dict[str, Any]:
@@ -200,7 +278,10 @@ def _critical_path(home: str, rollout_id: Any, window: float, soak: float,
     prefix = f"fleet_rollout.{rollout_id}."
     rows = db.execute("SELECT name, value FROM kv WHERE name LIKE ?", (prefix + "%",)).fetchall()
     values = {name: value for name, value in rows}
-    plan = json.loads(values[prefix + "plan"])
+    store = MemoryStore()
+    for name, value in values.items():
+        store.set(name, value)
+    plan = RolloutState(store, rollout_id).plan()  # the plan is stored per batch and host
     total = 0.0
     for batch in plan["batches"]:
         slowest = 0.0
@@ -230,7 +311,12 @@ def main() -> int:
     parser.add_argument("--skip-scale", action="store_true",
                         help="only the rollout (not the 20,000-host plan and judge)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--plan-only", type=int, metavar="HOSTS", default=0,
+                        help="only the plan scale measure, with this many inventory hosts")
     args = parser.parse_args()
+    if args.plan_only:
+        print(json.dumps(plan_scale(args.plan_only), indent=1))
+        return 0
     out: Dict[str, Any] = {} if args.skip_scale else {
         "plan": plan_scale(20000), "judge": judge_scale(4000, 16000)}
     if not args.skip_rollout:
@@ -240,8 +326,13 @@ def main() -> int:
         return 0
     if "plan" in out:
         p, j = out["plan"], out["judge"]
-        print(f"plan, {p['hosts']} inventory hosts: inventory {p['inventory_seconds']} s, plan "
-              f"{p['plan_seconds']} s, {p['batches']} batches, plan {p['plan_bytes']} bytes")
+        print(f"plan, {p['hosts']} inventory hosts: inventory cold {p['inventory_cold_seconds']}"
+              f" s, warm {p['inventory_warm_seconds']} s; build_plan {p['build_plan_seconds']} s;"
+              f" save_plan {p['save_plan_seconds']} s (warm total {p['warm_total_seconds']} s); "
+              f"{p['batches']} batches; plan {p['plan_bytes']} bytes in {p['plan_keys']} keys, "
+              f"largest {p['largest_value_bytes']} bytes (one document: "
+              f"{p['one_document_bytes']}); host step plan read "
+              f"{p['host_step_read_ms_before']} ms before, {p['host_step_read_ms_after']} ms now")
         print(f"judge, {j['canary']} canary + {j['control']} control hosts: {j['seconds']} s "
               f"({j['verdict']})")
     if "rollout" in out:

@@ -145,11 +145,30 @@ class SimLab:
         """Rollout ids in the datastore, oldest first (by plan time)."""
         out = self.cli("key", "list", "--prefix", "fleet_rollout.", "--json")
         items = json.loads(out.stdout) if out.stdout.strip() else []
-        plans = [i for i in items if str(i.get("name", "")).endswith(".plan")]
-        plans.sort(key=lambda i: json.loads(i["value"]).get("created", 0))
-        return [i["name"][len("fleet_rollout."):-len(".plan")] for i in plans]
+        # the plan's head (plan.head; `plan`: one document, planned before the split)
+        plans = [(i, suffix) for i in items for suffix in (".plan.head", ".plan")
+                 if str(i.get("name", "")).endswith(suffix)]
+        plans.sort(key=lambda p: json.loads(p[0]["value"]).get("created", 0))
+        return list(dict.fromkeys(i["name"][len("fleet_rollout."):-len(suffix)]
+                                  for i, suffix in plans))
+
+    def plan(self, rollout_id: str) -> Any:
+        """The whole plan document, assembled from its keys (store.RolloutState.plan)."""
+        from fleet_rollout.errors import ConfigError
+        from fleet_rollout.store import MemoryStore, RolloutState
+
+        out = self.cli("key", "list", "--prefix", f"fleet_rollout.{rollout_id}.plan", "--json")
+        items = json.loads(out.stdout) if out.stdout.strip() else []
+        store = MemoryStore()
+        store.data = {i["name"]: i["value"] for i in items}
+        try:
+            return RolloutState(store, rollout_id).plan()
+        except ConfigError:
+            return None
 
     def kv(self, rollout_id: str, key: str) -> Any:
+        if key == "plan":  # stored split (store.split_plan): assembled
+            return self.plan(rollout_id)
         out = self.cli("key", "get", f"fleet_rollout.{rollout_id}.{key}", "--json")
         if out.returncode != 0:
             return None

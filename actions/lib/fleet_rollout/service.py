@@ -45,7 +45,8 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
             user: str = "") -> RolloutContext:
     config = pack_config(raw_config)
     store = as_store(datastore)
-    plan = RolloutState(store, check_rollout_id(rollout_id)).plan()
+    # the plan's head only: a batch's hosts or a host's info are read when asked for (PlanView)
+    plan = RolloutState(store, check_rollout_id(rollout_id)).plan_view()
     side = HostSide(config.resolve(plan["inventory"]),
                     config.resolve(config.ansible_private_key or "") or None,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
@@ -81,7 +82,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
     store = as_store(datastore)
     state = RolloutState(store, plan["rollout_id"], config.resolve(config.state_dir))
-    if store.get_json(f"fleet_rollout.{plan['rollout_id']}.plan") is not None:
+    if state.plan_exists():
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
     state.update_meta(status="planned", planned_at=time.time(), started=time.time(),
@@ -394,9 +395,12 @@ def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
     meta = ctx.state.meta()
     states = ctx.state.hosts()
     batches = []
+    where: Dict[str, int] = {}  # host -> batch, from the batches read here (no host infos)
     for batch in ctx.plan["batches"]:
         info = ctx.state.batch(batch["index"])
         hosts = {h: states.get(h, {}) for h in batch["hosts"]}
+        for h in batch["hosts"]:
+            where.setdefault(h, batch["index"])
         batches.append({
             "index": batch["index"], "hosts": len(batch["hosts"]),
             "done": sum(1 for s in hosts.values() if s.get("status") == "done"),
@@ -407,7 +411,7 @@ def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
             "answers": [{"choice": a.get("choice"), "by": a.get("by"), "at": a.get("at")}
                         for a in info.get("answers") or []],
             "verdict": (info.get("verdict") or {}).get("verdict")})
-    host_rows = [{"host": h, "batch": batch_of(ctx.plan, h),
+    host_rows = [{"host": h, "batch": where.get(h),
                   "status": st.get("status"), "step": st.get("step"),
                   "error": (st.get("error") or {}).get("message")}
                  for h, st in sorted(states.items())]

@@ -1,7 +1,16 @@
 """Rollout state in a key-value store: the st2 datastore in production, a file or memory here.
 
 Keys (all under `fleet_rollout.<rollout id>.`):
-  plan                  the plan: batches, control group, profile, inventory
+  plan.head             the plan's head: profile, inventory, limit, counts, control group, one
+                        short entry per batch and the layout of the keys below (written last:
+                        its presence means the whole plan is stored)
+  plan.batch.<n>.<k>    batch n's host names (and sites), PLAN_PART names a key
+  plan.hosts.<b>        per-host plan info (FleetHost fields, batch index) of the hosts that
+                        hash (crc32) to bucket b: at most ~PLAN_BUCKET hosts a key
+  plan.compliant.<k>    names of the hosts skipped as already compliant, PLAN_PART a key
+  plan                  the whole plan as one document: rollouts planned before the split
+                        (still read; never written any more)
+No plan key grows with the fleet: a host step reads the head and its host's bucket.
   meta                  status, current batch, who started it, timestamps
   halt                  present = stop touching hosts (abort, over budget, canary FAIL)
   host.<name>           per-host state: step reached, snapshots, result, errors
@@ -13,10 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+import zlib
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from fleet_rollout.names import check_rollout_id
 
@@ -150,6 +162,252 @@ def key(rollout_id: str, *parts: str) -> str:
     return ".".join([PREFIX, rollout_id, *parts])
 
 
+PLAN_SCHEMA = 2
+PLAN_BUCKET = 256  # hosts per plan.hosts.<b> key (on average; crc32 spreads them)
+PLAN_PART = 1000  # host names per plan.batch.<n>.<k> and plan.compliant.<k> key
+_SPLIT = ("batches", "hosts", "skipped_compliant")  # the parts that grow with the fleet
+
+
+def host_bucket(name: str, buckets: int) -> int:
+    """The plan.hosts.<b> key that holds host `name` (stable across processes and versions)."""
+    return zlib.crc32(name.encode("utf-8")) % max(1, int(buckets))
+
+
+def _parts(items: Sequence[Any], size: int) -> List[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [items[:0]]
+
+
+def split_plan(plan: Dict[str, Any]) -> Dict[str, Any]:
+    """The datastore values of `plan`, key part (after `<id>.`) -> JSON value; `plan.head` is
+    the last item (written last). Nothing but the head's per-batch entries grows with the
+    number of batches, and nothing grows with the number of hosts."""
+    values: Dict[str, Any] = {}
+    head = {k: v for k, v in plan.items() if k not in _SPLIT}
+    layout: Dict[str, Any] = {"schema": PLAN_SCHEMA, "present": [k for k in _SPLIT if k in plan]}
+    if "batches" in plan:
+        summaries = []
+        for position, batch in enumerate(plan["batches"]):
+            names = list(batch.get("hosts") or [])
+            chunks = _parts(names, PLAN_PART)
+            for k, chunk in enumerate(chunks):
+                doc: Dict[str, Any] = {"hosts": list(chunk)}
+                if k == 0 and "sites" in batch:
+                    doc["sites"] = batch["sites"]
+                values[f"plan.batch.{position}.{k}"] = doc
+            summaries.append({"entry": {f: v for f, v in batch.items()
+                                        if f not in ("hosts", "sites")},
+                              "size": len(names), "parts": len(chunks),
+                              "fields": [f for f in batch if f in ("hosts", "sites")]})
+        layout["batches"] = summaries
+    if "hosts" in plan:
+        infos = plan["hosts"] or {}
+        batch_of: Dict[str, int] = {}
+        for position, batch in enumerate(plan.get("batches") or []):
+            for name in batch.get("hosts") or []:
+                batch_of.setdefault(name, batch.get("index", position))
+        buckets = max(1, int(math.ceil(len(infos) / float(PLAN_BUCKET))))
+        docs: List[Dict[str, Any]] = [{} for _ in range(buckets)]
+        for name, info in infos.items():
+            docs[host_bucket(name, buckets)][name] = {"host": info, "batch": batch_of.get(name)}
+        for b, doc in enumerate(docs):
+            values[f"plan.hosts.{b}"] = doc
+        layout.update(host_buckets=buckets, host_count=len(infos))
+    if "skipped_compliant" in plan:
+        names = list(plan["skipped_compliant"] or [])
+        chunks = _parts(names, PLAN_PART)
+        for k, chunk in enumerate(chunks):
+            values[f"plan.compliant.{k}"] = list(chunk)
+        layout.update(compliant_parts=len(chunks), compliant_count=len(names))
+    head["_layout"] = layout
+    values["plan.head"] = head
+    return values
+
+
+class _LazyBatch(Mapping):
+    """One batch of a stored plan: index, canary (the head's entry) at once; hosts and sites
+    read from its keys when asked for."""
+
+    def __init__(self, view: PlanView, position: int, summary: Dict[str, Any]) -> None:
+        self._view = view
+        self._position = position
+        self._summary = summary
+        self._loaded: Optional[Dict[str, Any]] = None
+
+    def _fields(self) -> List[str]:
+        return list(self._summary["entry"]) + list(self._summary["fields"])
+
+    def _load(self) -> Dict[str, Any]:
+        if self._loaded is None:
+            self._loaded = self._view.state.plan_batch_doc(self._position, self._summary)
+        return self._loaded
+
+    def __getitem__(self, name: str) -> Any:
+        entry = self._summary["entry"]
+        if name in entry:
+            return entry[name]
+        if name in self._summary["fields"]:
+            return self._load()[name]
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields())
+
+    def __len__(self) -> int:
+        return len(self._fields())
+
+    @property
+    def size(self) -> int:
+        return int(self._summary["size"])
+
+
+class _LazyHosts(Mapping):
+    """plan["hosts"] of a stored plan: `get(name)` reads only that host's bucket."""
+
+    def __init__(self, view: PlanView) -> None:
+        self._view = view
+
+    def __getitem__(self, name: str) -> Any:
+        entry = self._view.host_entry(name)
+        if entry is None:
+            raise KeyError(name)
+        return entry["host"]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._view.host_entry(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view.all_hosts())
+
+    def __len__(self) -> int:
+        return int(self._view.layout.get("host_count", 0))
+
+
+class PlanView(Mapping):
+    """A stored plan, read lazily: the head at once (profile, inventory, counts, control group,
+    batch count), a batch's hosts, a host's info or the compliant list only when asked for.
+    Reads like the plan document (`view["batches"][i]["hosts"]`, `view["hosts"].get(name)`);
+    `dict(view)`/`view.full()` assembles all of it. A plan stored before the split (one
+    document) is served from that document."""
+
+    def __init__(self, state: RolloutState, head: Dict[str, Any],
+                 legacy: Optional[Dict[str, Any]] = None) -> None:
+        self.state = state
+        self.legacy = legacy
+        self.head = head
+        self.layout: Dict[str, Any] = head.get("_layout") or {}
+        self._buckets: Dict[int, Dict[str, Any]] = {}
+        self._batches: Optional[List[_LazyBatch]] = None
+        self._compliant: Optional[List[str]] = None
+        self._where: Optional[Dict[str, Optional[int]]] = None
+
+    def __bool__(self) -> bool:
+        return True
+
+    def _keys(self) -> List[str]:
+        if self.legacy is not None:
+            return list(self.legacy)
+        return [k for k in self.head if k != "_layout"] + list(self.layout.get("present", []))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._keys()
+
+    def __getitem__(self, name: str) -> Any:
+        if self.legacy is not None:
+            return self.legacy[name]
+        if name == "_layout":
+            raise KeyError(name)
+        if name in self.head:
+            return self.head[name]
+        if name not in self.layout.get("present", []):
+            raise KeyError(name)
+        if name == "batches":
+            if self._batches is None:
+                self._batches = [_LazyBatch(self, i, s)
+                                 for i, s in enumerate(self.layout["batches"])]
+            return self._batches
+        if name == "hosts":
+            return _LazyHosts(self)
+        if self._compliant is None:
+            self._compliant = self.state.plan_compliant(self.layout)
+        return self._compliant
+
+    # -- cheap questions
+    def batch_count(self) -> int:
+        if self.legacy is not None:
+            return len(self.legacy.get("batches") or [])
+        return len(self.layout.get("batches") or [])
+
+    def batch_size(self, position: int) -> int:
+        if self.legacy is not None:
+            return len(self.legacy["batches"][position]["hosts"])
+        return int(self.layout["batches"][position]["size"])
+
+    def compliant_count(self) -> int:
+        """How many hosts were skipped as compliant (without reading their names)."""
+        if self.legacy is not None or "compliant_count" not in self.layout:
+            return len(self.get("skipped_compliant") or [])
+        return int(self.layout["compliant_count"])
+
+    def host_entry(self, name: str) -> Optional[Dict[str, Any]]:
+        """{"host": FleetHost fields, "batch": index or None}; None when not in the plan."""
+        if self.legacy is not None:
+            info = (self.legacy.get("hosts") or {}).get(name)
+            if self._where is None:
+                self._where = {}
+                for position, b in enumerate(self.legacy.get("batches") or []):
+                    for h in b.get("hosts") or []:
+                        self._where.setdefault(h, b.get("index", position))
+            if info is None:
+                return None
+            return {"host": info, "batch": self._where.get(name)}
+        if "hosts" not in self.layout.get("present", []):
+            return None
+        bucket = host_bucket(name, self.layout["host_buckets"])
+        if bucket not in self._buckets:
+            self._buckets[bucket] = self.state.plan_bucket(bucket)
+        return self._buckets[bucket].get(name)
+
+    def batch_of(self, name: str) -> Optional[int]:
+        """The index of the batch that changes `name`: one bucket read, no batch read."""
+        if self.legacy is not None:
+            self.host_entry(name)
+            return (self._where or {}).get(name)
+        entry = self.host_entry(name)
+        return None if entry is None else entry.get("batch")
+
+    def all_hosts(self) -> Dict[str, Any]:
+        if self.legacy is not None:
+            return dict(self.legacy.get("hosts") or {})
+        out: Dict[str, Any] = {}
+        for b in range(int(self.layout.get("host_buckets", 0))):
+            if b not in self._buckets:
+                self._buckets[b] = self.state.plan_bucket(b)
+            out.update({n: e["host"] for n, e in self._buckets[b].items()})
+        return dict(sorted(out.items()))
+
+    def full(self) -> Dict[str, Any]:
+        """The whole plan document (as stored before the split)."""
+        if self.legacy is not None:
+            return self.legacy
+        plan: Dict[str, Any] = {}
+        for name in self._keys():
+            value = self[name]
+            if name == "batches":
+                value = [dict(b) for b in value]
+            elif name == "hosts":
+                value = self.all_hosts()
+            elif name == "skipped_compliant":
+                value = list(value)
+            plan[name] = value
+        return plan
+
+
 class RolloutState:
     """Typed access to one rollout's keys.
 
@@ -161,6 +419,7 @@ class RolloutState:
         self.store = store
         self.id = check_rollout_id(rollout_id)
         self.lock_dir = lock_dir
+        self._view: Optional[PlanView] = None
 
     @contextlib.contextmanager
     def locked(self, part: str) -> Iterator[None]:
@@ -176,15 +435,78 @@ class RolloutState:
             yield
 
     def plan(self) -> Dict[str, Any]:
-        plan = self.store.get_json(key(self.id, "plan"))
-        if plan is None:
+        """The whole plan document (every batch, every host's info): for what shows all of it.
+        A host step reads plan_view() instead."""
+        return self.plan_view().full()
+
+    def plan_exists(self) -> bool:
+        return self.store.get(key(self.id, "plan", "head")) is not None or \
+            self.store.get(key(self.id, "plan")) is not None
+
+    def plan_view(self) -> PlanView:
+        """The plan, read lazily (PlanView): one small key now, the rest when asked for (kept:
+        a plan does not change once stored)."""
+        if self._view is not None:
+            return self._view
+        head = self.store.get_json(key(self.id, "plan", "head"))
+        if head is not None:
+            self._view = PlanView(self, head)
+            return self._view
+        legacy = self.store.get_json(key(self.id, "plan"))  # planned before the split
+        if legacy is None:
             from fleet_rollout.errors import ConfigError
 
             raise ConfigError(f"rollout {self.id}: no plan in the datastore (unknown id?)")
-        return plan
+        self._view = PlanView(self, {k: v for k, v in legacy.items() if k not in _SPLIT},
+                              legacy)
+        return self._view
+
+    def plan_head(self) -> Dict[str, Any]:
+        """The plan without its batches' hosts, host infos and compliant list (one key)."""
+        return {k: v for k, v in self.plan_view().head.items() if k != "_layout"}
+
+    def plan_batch(self, index: int) -> List[str]:
+        """The host names of batch `index` (its keys only)."""
+        view = self.plan_view()
+        batches = view["batches"]
+        for batch in batches:
+            if batch["index"] == index:
+                return list(batch["hosts"])
+        raise IndexError(f"rollout {self.id} has batches 0..{len(batches) - 1}")
+
+    def plan_host(self, name: str) -> Optional[Dict[str, Any]]:
+        """{"host": FleetHost fields, "batch": index or None} of `name` (the head and its
+        bucket only); None when the plan does not name it."""
+        return self.plan_view().host_entry(name)
+
+    def plan_batch_doc(self, position: int, summary: Dict[str, Any]) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {}
+        names: List[str] = []
+        for k in range(int(summary["parts"])):
+            part = self.store.get_json(key(self.id, "plan", "batch", str(position), str(k)))
+            if part is None:
+                raise KeyError(f"rollout {self.id}: plan batch {position} part {k} missing")
+            names.extend(part.pop("hosts", []))
+            doc.update(part)
+        doc["hosts"] = names
+        return doc
+
+    def plan_bucket(self, bucket: int) -> Dict[str, Any]:
+        return self.store.get_json(key(self.id, "plan", "hosts", str(bucket)), {}) or {}
+
+    def plan_compliant(self, layout: Dict[str, Any]) -> List[str]:
+        names: List[str] = []
+        for k in range(int(layout.get("compliant_parts", 0))):
+            names.extend(self.store.get_json(key(self.id, "plan", "compliant", str(k)), []) or [])
+        return names
 
     def save_plan(self, plan: Dict[str, Any]) -> None:
-        self.store.set_json(key(self.id, "plan"), plan)
+        """Store `plan` split (split_plan): the head last, so a reader finds all or nothing.
+        (Once per rollout: plan_rollout refuses an id that has a plan.)"""
+        self._view = None
+        for part, value in split_plan(plan).items():
+            self.store.set(key(self.id, part), json.dumps(value, sort_keys=True,
+                                                          separators=(",", ":")))
 
     def meta(self) -> Dict[str, Any]:
         return self.store.get_json(key(self.id, "meta"), {}) or {}
