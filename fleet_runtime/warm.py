@@ -39,6 +39,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from fleet_runtime.zygote import drain
+
 LOG = logging.getLogger("fleet_runtime.warm")
 
 MAX_FAILURES = 3
@@ -449,11 +451,7 @@ class WarmPool:
     def _step(self, poller: Any) -> None:
         for fd, _ in poller.poll(1000):
             if fd == self._wake_r:
-                try:
-                    while os.read(self._wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                drain(self._wake_r)
             else:
                 zygote = self._zygotes.get(fd)
                 if zygote is not None:

@@ -48,6 +48,15 @@ ALWAYS_PRELOAD = (
 )
 
 
+
+def drain(fd: int) -> None:
+    """Read a non-blocking wake-up pipe empty."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
 def pdeathsig() -> None:
     """Be SIGKILLed when the thread that started this process ends."""
     try:
@@ -206,11 +215,7 @@ class Zygote:
         while True:
             for fd, _ in poller.poll(1000):
                 if fd == self.wake_r:
-                    try:
-                        while os.read(self.wake_r, 512):
-                            pass
-                    except BlockingIOError:
-                        pass
+                    drain(self.wake_r)
                 elif not self._message():
                     return 0
             if not self._reap():
