@@ -48,7 +48,6 @@ ALWAYS_PRELOAD = (
 )
 
 
-
 def drain(fd: int) -> None:
     """Read a non-blocking wake-up pipe empty."""
     try:
@@ -56,6 +55,7 @@ def drain(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
+
 
 def pdeathsig() -> None:
     """Be SIGKILLed when the thread that started this process ends."""
