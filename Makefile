@@ -9,7 +9,7 @@ ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
-        bench-lab bench-rollout bench-st2api bench-host-step clean
+        bench-lab bench-rollout bench-st2api bench-host-step bench-host-change bench-warm bench-fleet clean
 
 $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.txt
 	./scripts/install-system-packages.sh system-packages.txt
@@ -45,7 +45,7 @@ demo: install probe
 	$(VPY) -m fleet_runtime.demo
 
 bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api \
-       bench-host-step
+       bench-host-step bench-host-change bench-warm bench-fleet
 
 bench-redfish: install
 	$(VPY) bench/bench_redfish.py
@@ -70,6 +70,12 @@ bench-st2api: install
 
 bench-host-step: install
 	$(VPY) bench/bench_host_step.py
+
+bench-host-change: install probe
+	$(VPY) bench/bench_host_change.py
+
+bench-fleet: install probe
+	$(VPY) bench/bench_fleet.py
 
 bench-warm: install
 	$(VPY) bench/bench_warm.py

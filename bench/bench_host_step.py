@@ -13,6 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any, Dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "actions", "lib")]
@@ -54,46 +55,56 @@ def step(side: HostSide) -> float:
     return elapsed
 
 
+def measure(hosts: int = 20000, small: int = 10, repeat: int = 3,
+            say: Any = print) -> Dict[str, Any]:
+    """The health step with a `hosts`-host inventory against a `small`-host one (median of
+    `repeat` interleaved runs each), and the one-time resolution of the big inventory."""
+    with tempfile.TemporaryDirectory(prefix="bench-host-step-") as tmp:
+        backend = SimBackend(os.path.join(tmp, "hosts"))
+        backend.power_on(boot_config(SIM, "early", "disabled"))
+        cache = os.path.join(tmp, "cache")
+        big = write_inventory(os.path.join(tmp, "big.yml"), backend.sysroot(SIM), hosts)
+        little = write_inventory(os.path.join(tmp, "small.yml"), backend.sysroot(SIM), small)
+        say(f"inventory: {hosts} hosts, {os.path.getsize(big) / 1e6:.1f} MB YAML")
+
+        start = time.perf_counter()
+        hostvars.ensure(big, cache)
+        resolve = time.perf_counter() - start
+        hostvars.ensure(little, cache)
+        say(f"one-time resolution ({hosts} hosts: parse, resolve, store): {resolve:.2f} s")
+
+        start = time.perf_counter()
+        hostvars.lookup(big, [SIM], cache)
+        lookup_ms = (time.perf_counter() - start) * 1000
+        say(f"cached lookup of one host (fingerprint + one row): {lookup_ms:.1f} ms")
+
+        big_side = HostSide(big, forks=1, cache_dir=cache)
+        small_side = HostSide(little, forks=1, cache_dir=cache)
+        step(small_side)  # warm-up: imports, ssh/ansible caches
+        big_times, small_times = [], []
+        for _ in range(repeat):  # interleaved: a busy machine slows both alike
+            big_times.append(step(big_side))
+            small_times.append(step(small_side))
+    big_t, small_t = statistics.median(big_times), statistics.median(small_times)
+    say(f"health step, {hosts}-host inventory: {big_t:.2f} s "
+        f"(runs {', '.join(f'{t:.2f}' for t in big_times)})")
+    say(f"health step, {small}-host inventory: {small_t:.2f} s "
+        f"(runs {', '.join(f'{t:.2f}' for t in small_times)})")
+    ratio = big_t / small_t
+    say(f"ratio {hosts}/{small}: {ratio:.2f} (target <= 1.2): "
+        f"{'OK' if ratio <= 1.2 else 'ABOVE TARGET'}")
+    return {"hosts": hosts, "small": small, "resolve_seconds": round(resolve, 2),
+            "lookup_ms": round(lookup_ms, 1), "big_seconds": round(big_t, 2),
+            "small_seconds": round(small_t, 2), "ratio": round(ratio, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=20000)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-host-step-") as tmp:
-        backend = SimBackend(os.path.join(tmp, "hosts"))
-        backend.power_on(boot_config(SIM, "early", "disabled"))
-        cache = os.path.join(tmp, "cache")
-        big = write_inventory(os.path.join(tmp, "big.yml"), backend.sysroot(SIM), args.hosts)
-        small = write_inventory(os.path.join(tmp, "small.yml"), backend.sysroot(SIM), args.small)
-        print(f"inventory: {args.hosts} hosts, {os.path.getsize(big) / 1e6:.1f} MB YAML")
-
-        start = time.perf_counter()
-        hostvars.ensure(big, cache)
-        resolve = time.perf_counter() - start
-        hostvars.ensure(small, cache)
-        print(f"one-time resolution ({args.hosts} hosts: parse, resolve, store): {resolve:.2f} s")
-
-        start = time.perf_counter()
-        hostvars.lookup(big, [SIM], cache)
-        print(f"cached lookup of one host (fingerprint + one row): "
-              f"{(time.perf_counter() - start) * 1000:.1f} ms")
-
-        big_side = HostSide(big, forks=1, cache_dir=cache)
-        small_side = HostSide(small, forks=1, cache_dir=cache)
-        step(small_side)  # warm-up: imports, ssh/ansible caches
-        big_times, small_times = [], []
-        for _ in range(args.repeat):  # interleaved: a busy machine slows both alike
-            big_times.append(step(big_side))
-            small_times.append(step(small_side))
-        big_t, small_t = statistics.median(big_times), statistics.median(small_times)
-        print(f"health step, {args.hosts}-host inventory: {big_t:.2f} s "
-              f"(runs {', '.join(f'{t:.2f}' for t in big_times)})")
-        print(f"health step, {args.small}-host inventory: {small_t:.2f} s "
-              f"(runs {', '.join(f'{t:.2f}' for t in small_times)})")
-        ratio = big_t / small_t
-        print(f"ratio {args.hosts}/{args.small}: {ratio:.2f} (target <= 1.2): "
-              f"{'OK' if ratio <= 1.2 else 'ABOVE TARGET'}")
+    measure(args.hosts, args.small, args.repeat)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import yaml  # noqa: E402
 
@@ -159,7 +161,34 @@ def judge_scale(canary: int, control: int) -> Dict[str, Any]:
             "verdict": verdict.verdict}
 
 
-def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
+@dataclass
+class RolloutBench:
+    """One sim rollout through the embedded runtime (bench-rollout's defaults; bench-fleet sets
+    its own)."""
+    hosts: int = 200
+    reboot: float = 10.0  # the sim's reboot seconds (POST + OS boot as the BMC reports it)
+    canary: int = 10
+    growth: int = 2
+    max_batch: int = 80
+    per_site: int = 40
+    per_rack: int = 10
+    parallel: int = 40  # batches.parallel: hosts in flight
+    window: float = 10.0
+    soak: float = 5.0
+    sites: int = 4
+    hosts_per_rack: int = 10
+    vendors: List[str] = field(default_factory=lambda: ["generic"])
+    probe_budget_ms: int = 300
+    workers: int = 0  # the runtime's action workers; 0: parallel + 16 (every host in flight)
+    rate_scale: float = 1.0  # the lab's traffic (sim counters) scale
+
+
+def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
+    """The rollout's wall time against its critical path, the controller's CPU (the engine's
+    process tree: engine, action processes, Ansible), the largest datastore value and workflow
+    context, and the plan's estimate against the measured time."""
+    from cpu_account import CpuAccount
+
     from fleet_lab import lab
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,37 +199,56 @@ def rollout_scale(hosts: int, reboot: float) -> Dict[str, Any]:
         os.environ["FLEET_ROLLOUT_HOME"] = env["FLEET_ROLLOUT_HOME"]
         state = os.path.join(tmp, "lab")
         inventory = os.path.join(tmp, "inventory.yml")
-        lab.up(lab.LabConfig(hosts=hosts, backend="sim", vendors=["generic"],
-                             reboot_seconds=reboot, sites=4, hosts_per_rack=10),
-               state, inventory, progress=lambda _m: None, timeout=1800)
-        window, soak, parallel = 10, 5, 40
+        t_lab = time.monotonic()
+        lab.up(lab.LabConfig(hosts=bench.hosts, backend="sim", vendors=list(bench.vendors),
+                             reboot_seconds=bench.reboot, sites=bench.sites,
+                             hosts_per_rack=bench.hosts_per_rack, rate_scale=bench.rate_scale),
+               state, inventory, progress=lambda _m: None, timeout=3600)
+        lab_seconds = time.monotonic() - t_lab
         _set_profiles_dir(env["FLEET_ROLLOUT_HOME"], os.path.dirname(profile))
+        _set_workers(env["FLEET_ROLLOUT_HOME"], bench.workers or bench.parallel + 16)
         with open(profile, "w") as handle:
             yaml.safe_dump({
                 "name": "bench-home", "bios": {"snoop_mode": "home"},
-                "probe": {"budget_ms": 300},
-                "canary": {"window_seconds": window, "soak_seconds": soak,
+                "probe": {"budget_ms": bench.probe_budget_ms},
+                "canary": {"window_seconds": bench.window, "soak_seconds": bench.soak,
                            "policy": {"min_canary_hosts": 3, "min_control_hosts": 5}},
-                "batches": {"canary_size": 10, "growth": 2, "max_batch": 80,
-                            "max_unavailable_per_site": 40, "max_unavailable_per_rack": 10,
-                            "parallel": parallel},
+                "batches": {"canary_size": bench.canary, "growth": bench.growth,
+                            "max_batch": bench.max_batch,
+                            "max_unavailable_per_site": bench.per_site,
+                            "max_unavailable_per_rack": bench.per_rack,
+                            "parallel": bench.parallel},
                 "approval": {"required": False},
-                "redfish": {"graceful_timeout": reboot * 3, "poll": 1}}, handle)
+                "redfish": {"graceful_timeout": bench.reboot * 3, "poll": 1}}, handle)
+        cpu = CpuAccount()
         try:
             t0 = time.monotonic()
-            out = _run_answering(env)
+            out = _run_answering(env, preexec=cpu.preexec())
             total = time.monotonic() - t0
+            controller_cpu = cpu.seconds()
             rollout_id = ((out.get("result") or {}).get("output") or {}).get("rollout_id")
-            bound, batches = _critical_path(env["FLEET_ROLLOUT_HOME"], rollout_id, window, soak,
-                                            parallel)
+            plan, hosts = _stored_rollout(env["FLEET_ROLLOUT_HOME"], rollout_id)
+            bound = _critical_path(plan, hosts, bench)
             context = _largest_context(env["FLEET_ROLLOUT_HOME"])
+            largest_value = _largest_value(env["FLEET_ROLLOUT_HOME"])
+            estimate = _estimate_check(plan, hosts, bench, total)
         finally:
+            cpu.close()
             lab.down(state, progress=lambda _m: None)
-    return {"hosts": hosts, "reboot_seconds": reboot, "status": out.get("status"),
-            "batches": batches, "total_seconds": round(total, 1),
-            "critical_path_seconds": round(bound, 1),
-            "ratio": round(total / bound, 2) if bound else None,
-            "largest_context_bytes": context}
+    changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
+    return {"hosts": bench.hosts, "reboot_seconds": bench.reboot, "status": out.get("status"),
+            "parallel": bench.parallel, "batches": len(plan.get("batches") or []),
+            "batch_sizes": [len(b["hosts"]) for b in plan.get("batches") or []],
+            "lab_up_seconds": round(lab_seconds, 1),
+            "total_seconds": round(total, 1),
+            "critical_path_seconds": round(bound["measured"], 1),
+            "ratio": round(total / bound["measured"], 2) if bound["measured"] else None,
+            "pure_bound_seconds": round(bound["pure"], 1),
+            "pure_ratio": round(total / bound["pure"], 2) if bound["pure"] else None,
+            "hosts_changed": changed, "controller_cpu_seconds": round(controller_cpu, 1),
+            "cpu_per_host": round(controller_cpu / changed, 2) if changed else None,
+            "cpu_method": cpu.method, "largest_context_bytes": context,
+            "largest_datastore_value_bytes": largest_value, "estimate": estimate}
 
 
 def _set_profiles_dir(home: str, directory: str) -> None:
@@ -214,12 +262,25 @@ def _set_profiles_dir(home: str, directory: str) -> None:
         yaml.safe_dump(doc, handle)
 
 
+def _set_workers(home: str, workers: int) -> None:
+    """The runtime's action workers (home config.yaml `workers`, like st2's action runners):
+    enough for every host in flight."""
+    path = os.path.join(home, "config.yaml")
+    doc: Dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path) as handle:
+            doc = yaml.safe_load(handle) or {}
+    doc["workers"] = int(workers)
+    with open(path, "w") as handle:
+        yaml.safe_dump(doc, handle)
+
+
 def _cli(env: Dict[str, str], *args: str) -> str:
     return subprocess.run([sys.executable, "-m", "fleet_runtime.cli", *args], env=env,
                           capture_output=True, text=True, cwd=ROOT, check=True).stdout
 
 
-def _run_answering(env: Dict[str, str]) -> Dict[str, Any]:
+def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
     """Run the rollout with a background engine, as st2 would; every question it asks (an
     INCONCLUSIVE verdict: extend, proceed or roll back) is answered at once like the demo's SRE
     (proceed), so the time measured is the rollout's own."""
@@ -229,7 +290,7 @@ def _run_answering(env: Dict[str, str]) -> Dict[str, Any]:
     home = env["FLEET_ROLLOUT_HOME"]
     engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"],
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              stderr=subprocess.DEVNULL, preexec_fn=preexec)
     try:
         started = time.monotonic()
         execution = json.loads(_cli(env, "run", "-a", "fleet_rollout.rollout",
@@ -268,31 +329,74 @@ def _progress(home: str, elapsed: float) -> None:
           file=sys.stderr, flush=True)
 
 
-def _critical_path(home: str, rollout_id: Any, window: float, soak: float,
-                   parallel: int) -> Tuple[float, int]:
-    """Sum over batches of the slowest host's reboot..verify time (times the waves the batch's
-    parallelism limit needs), plus the soak and the two counter windows."""
+def _stored_rollout(home: str, rollout_id: Any) -> Tuple[Dict[str, Any],
+                                                        Dict[str, Dict[str, Any]]]:
+    """The rollout's plan (stored per batch and host) and every host's state."""
     if not rollout_id:
-        return 0.0, 0
+        return {}, {}
     db = sqlite3.connect(os.path.join(home, "runtime.db"))
     prefix = f"fleet_rollout.{rollout_id}."
     rows = db.execute("SELECT name, value FROM kv WHERE name LIKE ?", (prefix + "%",)).fetchall()
-    values = {name: value for name, value in rows}
     store = MemoryStore()
-    for name, value in values.items():
+    hosts: Dict[str, Dict[str, Any]] = {}
+    for name, value in rows:
         store.set(name, value)
-    plan = RolloutState(store, rollout_id).plan()  # the plan is stored per batch and host
-    total = 0.0
-    for batch in plan["batches"]:
+        if name.startswith(prefix + "host."):
+            hosts[name[len(prefix + "host."):]] = json.loads(value)
+    return RolloutState(store, rollout_id).plan(), hosts
+
+
+def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
+                   bench: RolloutBench) -> Dict[str, float]:
+    """Per batch, waves (ceil(hosts / parallel)) x the slowest host's time from reset to
+    verified, plus the soak and the two counter windows (measured: what the hosts took); and
+    the same with each host's part being only the sim's reboot plus the probe budget (pure: what
+    no controller can avoid, however fast)."""
+    measured = pure = 0.0
+    for batch in plan.get("batches") or []:
         slowest = 0.0
         for host in batch["hosts"]:
-            state = json.loads(values.get(prefix + "host." + host, "{}"))
-            steps = state.get("steps", {})
+            steps = (hosts.get(host) or {}).get("steps", {})
             if "reboot" in steps and "verify" in steps:
                 slowest = max(slowest, steps["verify"]["at"] - steps["reboot"]["started"])
-        waves = -(-len(batch["hosts"]) // parallel)  # hosts run `parallel` at a time
-        total += waves * slowest + soak + 2 * window
-    return total, len(plan["batches"])
+        waves = -(-len(batch["hosts"]) // bench.parallel)  # `parallel` hosts at a time
+        fixed = bench.soak + 2 * bench.window
+        measured += waves * slowest + fixed
+        pure += waves * (bench.reboot + bench.probe_budget_ms / 1000.0) + fixed
+    return {"measured": measured, "pure": pure}
+
+
+def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
+                    bench: RolloutBench, total: float) -> Dict[str, Any]:
+    """The plan's estimate (fleet_rollout.estimate) against the measured time: with the sim's
+    own reboot and drain times and the default assumptions for the rest; and with each host's
+    time set to the measured median host change (checks the batch model itself)."""
+    from fleet_rollout.estimate import Assumptions, estimate_plan
+
+    if not plan:
+        return {}
+    stated = estimate_plan(plan, Assumptions(approval_response=0.0, reboot=bench.reboot,
+                                             drain=1.0))
+    spans = sorted(max(s["at"] for s in h["steps"].values()) -
+                   min(s["started"] for s in h["steps"].values())
+                   for h in hosts.values() if h.get("steps"))
+    median = spans[len(spans) // 2] if spans else 0.0
+    per_host = float(stated["per_host"]) or 1.0
+    t = stated["totals"]
+    model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
+    return {"estimate_seconds": t["expected"], "estimate_per_host": stated["per_host"],
+            "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,
+            "measured_host_median": round(median, 1),
+            "model_with_measured_host_seconds": round(model, 1),
+            "model_vs_measured": round(model / total, 2) if total else None}
+
+
+def _largest_value(home: str) -> Dict[str, Any]:
+    """The largest datastore value (bytes) and its key."""
+    db = sqlite3.connect(os.path.join(home, "runtime.db"))
+    row = db.execute("SELECT name, LENGTH(value) FROM kv ORDER BY LENGTH(value) DESC "
+                     "LIMIT 1").fetchone()
+    return {"key": row[0], "bytes": int(row[1])} if row else {"key": None, "bytes": 0}
 
 
 def _largest_context(home: str) -> Dict[str, int]:
@@ -301,6 +405,31 @@ def _largest_context(home: str) -> Dict[str, int]:
     context, state = db.execute(
         "SELECT MAX(LENGTH(context)), MAX(LENGTH(state)) FROM workflows").fetchone()
     return {"context": int(context or 0), "conductor_state": int(state or 0)}
+
+
+def describe(r: Dict[str, Any]) -> str:
+    """The rollout measure, for people."""
+    e = r["estimate"]
+    ctx = r["largest_context_bytes"]
+    return "\n".join([
+        f"rollout, {r['hosts']} sim hosts, reboot {r['reboot_seconds']} s, {r['parallel']} in "
+        f"flight: {r['total_seconds']} s in {r['batches']} batches {r['batch_sizes']}; status "
+        f"{r['status']}",
+        f"  critical path (slowest host reset->verified per wave + windows + soak) "
+        f"{r['critical_path_seconds']} s: ratio {r['ratio']}; pure bound (sim reboot + probe "
+        f"budget per wave) {r['pure_bound_seconds']} s: ratio {r['pure_ratio']}",
+        f"  controller CPU {r['controller_cpu_seconds']} s for {r['hosts_changed']} changed "
+        f"hosts: {r['cpu_per_host']} CPU-s per host ({r['cpu_method']})",
+        f"  largest workflow context {ctx['context']} bytes, conductor state "
+        f"{ctx['conductor_state']} bytes; largest datastore value "
+        f"{r['largest_datastore_value_bytes']['bytes']} bytes "
+        f"({r['largest_datastore_value_bytes']['key']})",
+        f"  estimate (sim reboot, 1 s drain, default assumptions otherwise) "
+        f"{e.get('estimate_seconds')} s = {e.get('estimate_vs_measured')} x measured; the "
+        f"estimate's batch model with the measured median host change "
+        f"({e.get('measured_host_median')} s) {e.get('model_with_measured_host_seconds')} s = "
+        f"{e.get('model_vs_measured')} x measured",
+        f"  (lab up {r['lab_up_seconds']} s, not counted)"])
 
 
 def main() -> int:
@@ -320,7 +449,8 @@ def main() -> int:
     out: Dict[str, Any] = {} if args.skip_scale else {
         "plan": plan_scale(20000), "judge": judge_scale(4000, 16000)}
     if not args.skip_rollout:
-        out["rollout"] = rollout_scale(args.hosts, args.reboot_seconds)
+        out["rollout"] = rollout_scale(RolloutBench(hosts=args.hosts,
+                                                    reboot=args.reboot_seconds))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -336,12 +466,7 @@ def main() -> int:
         print(f"judge, {j['canary']} canary + {j['control']} control hosts: {j['seconds']} s "
               f"({j['verdict']})")
     if "rollout" in out:
-        r = out["rollout"]
-        print(f"rollout, {r['hosts']} sim hosts, reboot {r['reboot_seconds']} s: "
-              f"{r['total_seconds']} s in {r['batches']} batches; critical path "
-              f"{r['critical_path_seconds']} s; ratio {r['ratio']}; status {r['status']}; "
-              f"largest workflow context {r['largest_context_bytes']['context']} bytes "
-              f"(conductor state {r['largest_context_bytes']['conductor_state']} bytes)")
+        print(describe(out["rollout"]))
     return 0
 
 

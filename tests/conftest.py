@@ -28,3 +28,15 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
         yield server
     finally:
         server.stop()
+
+
+# Tests that boot QEMU guests share one xdist worker (`make test` runs workers in parallel):
+# two of them at once would put a dozen TCG guests on two cores.
+VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        name = os.path.basename(str(item.fspath))
+        if name in VM_MODULES or item.nodeid.endswith("test_make_demo_end_to_end[vm]"):
+            item.add_marker(pytest.mark.xdist_group("vm"))

@@ -12,6 +12,8 @@ import time
 import pytest
 from rollout_support import SimLab, error_text, output
 
+from fleet_rollout import timeouts
+
 EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
 HOME = {"snoop_mode": "home", "node_interleaving": "disabled"}
 
@@ -243,6 +245,11 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         assert set(used[0]) == {0} and min(used[1]) >= 3 and min(used[3]) >= min(used[1]), used
         verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
+        # the last batch's waits were paced by the reboots of the batch before it
+        learned = timeouts.observed_reboot(sim.kv(rollout_id, f"host.{h}")
+                                           for h in plan[2]["hosts"])
+        assert learned is not None and learned >= 0.5  # SimLab reboots take 0.5 s
+        assert sim.kv(rollout_id, "meta")["expected_reboot"] == learned
         status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
         assert "PASS" in output(status)["table"]
         report = os.path.join(sim.state, "rollouts", rollout_id, "report.html")

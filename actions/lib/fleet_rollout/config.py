@@ -32,6 +32,9 @@ class PackConfig:
     ssh_known_hosts: str = ""
     # a site's own profiles besides the pack's profiles/ (the pack's win on a name clash)
     profiles_dir: str = ""
+    # seconds a host step waits for other hosts' identical Ansible runs to share one with
+    # (fleet_rollout.hostside.coalesce); 0: no waiting (runs already waiting are still shared)
+    ansible_gather_window: float = 1.0
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -92,9 +95,17 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ansible_private_key=data.get("ansible_private_key") or None,
             ssh_known_hosts=_optional_text(data, "ssh_known_hosts"),
             profiles_dir=_optional_text(data, "profiles_dir"),
+            ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
+
+
+def _window(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 30:
+        raise ConfigError("pack config: ansible_gather_window must be a number of seconds from "
+                          "0 to 30")
+    return float(value)
 
 
 def _optional_text(data: Mapping[str, Any], key: str) -> str:

@@ -16,6 +16,7 @@ outcome: no host stays "running".
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -24,7 +25,8 @@ from fleet_rollout import claims, timeouts
 from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside import coalesce, osgate
+from fleet_rollout.hostside.operations import HostSide, kernel_outcome
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of
@@ -57,13 +59,18 @@ class RolloutContext:
     execution_id: str = ""
     user: str = ""
     sleep: Callable[[float], None] = time.sleep
-    plan: Dict[str, Any] = field(default_factory=dict)
+    # a plan document, or (the default) store.PlanView: the stored plan read lazily (its head
+    # now; a host's bucket, a batch's hosts only when asked for), never the whole plan
+    plan: Any = field(default_factory=dict)
+    # seconds a reboot is expected to take (read from the rollout meta at the first timeouts();
+    # 0: none learned yet)
+    expected_reboot: Optional[float] = None
 
     def __post_init__(self) -> None:
         self.state_dir = private_dir(self.config.resolve(self.config.state_dir))
         self.state = RolloutState(self.store, self.rollout_id, self.state_dir)
         if not self.plan:
-            self.plan = self.state.plan()
+            self.plan = self.state.plan_view()
         self.profile: Dict[str, Any] = self.plan["profile"]
         self.audit = Audit(self.state_dir, self.rollout_id)
 
@@ -71,24 +78,47 @@ class RolloutContext:
         return timeouts.lock_waits(self.profile, self.config.redfish_timeout)
 
     def host(self, name: str) -> FleetHost:
-        info = self.plan["hosts"].get(name)
+        info = self.plan["hosts"].get(name)  # a PlanView reads only this host's bucket
         if info is None:
             raise HostError(f"not part of rollout {self.rollout_id}", name)
         return FleetHost(**info)
 
     def timeouts(self) -> Timeouts:
+        """The profile's waits, and the reboot time batch_info learned from the hosts of the
+        batches before (rollout meta `expected_reboot`; none for the first batch)."""
         r = self.profile["redfish"]
+        if self.expected_reboot is None:
+            value = self.state.meta().get("expected_reboot")
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            self.expected_reboot = float(value) if ok else 0.0
         return Timeouts(graceful=r["graceful_timeout"], force=r["force_timeout"],
-                        boot=r["boot_timeout"], poll=r["poll"])
+                        boot=r["boot_timeout"], poll=r["poll"],
+                        reboot=self.expected_reboot or None)
 
 
 class HostRun:
     """The steps of one host in one rollout."""
 
+    STALE_ASK = 60.0  # seconds: a host its BMC shows down is still asked this often
+
     def __init__(self, ctx: RolloutContext, name: str) -> None:
         self.ctx = ctx
         self.name = name
         self.host = ctx.host(name)
+        self._coalesce()
+
+    def _coalesce(self) -> None:
+        """This host's Ansible runs are shared with the identical ones of the other hosts of
+        its batch (each host step is a process of its own): one ansible-playbook for all."""
+        side = self.ctx.hostside
+        if not isinstance(side, HostSide) or side.coalesce is not None:
+            return
+        batch = batch_of(self.ctx.plan, self.name)
+        peers = next((len(b["hosts"]) for b in self.ctx.plan["batches"]
+                      if b["index"] == batch), 1)
+        window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
+        side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
+                                           window, peers)
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -187,11 +217,23 @@ class HostRun:
             raise RedfishError(f"foreign pending BIOS changes {foreign or ''} jobs "
                                f"{check['active_jobs'] or ''}; refusing (profile "
                                "redfish.clear_foreign cancels them)", self.name)
-        health = self._ansible(self.ctx.hostside.health([self.name]), "health check")
+        # the kernel snapshot (read-only, first one kept on the host) in the same Ansible run
+        # as the health check, taken only when the check passes (not in maintenance); a snapshot
+        # that fails here is taken again, and its failure reported, by the snapshot step
+        kernel = self.ctx.profile.get("kernel") or {}
+        snapshot = {}
+        if kernel and not state.get("kernel_snapshot"):
+            snapshot = {"kernel_action": "snapshot", "settings": kernel,
+                        "in_maintenance": bool(state["steps"].get("drain"))}
+        entry = self.ctx.hostside.health([self.name], **snapshot)
+        health = self._ansible(entry, "health check")
         if health["maintenance"] and not state["steps"].get("drain"):
             raise HostError("host is already in maintenance (drained by someone else)",
                             self.name)
         state.setdefault("boot_id_before", health["boot_id"])
+        taken = kernel_outcome(entry[self.name]) if snapshot else None
+        if taken is not None:
+            state["kernel_snapshot"] = taken.get("snapshot") or {}
         return {"vendor": check["vendor"], "compliant": check["compliant"],
                 "targets": check["targets"], "boot_id": health["boot_id"]}
 
@@ -207,12 +249,14 @@ class HostRun:
             self.save(state)
             out.update(logical=snap["logical"], attributes=snap["attributes"])
         kernel = self.ctx.profile.get("kernel") or {}
-        if kernel and not state.get("kernel_snapshot"):
+        if kernel and not state.get("kernel_snapshot"):  # the precheck usually took it
             taken = self._ansible(self.ctx.hostside.kernel([self.name], "snapshot", kernel),
                                   "kernel snapshot")
             state["kernel_snapshot"] = taken.get("snapshot") or {}
             self.save(state)
-            out["kernel"] = sorted(k for k in state["kernel_snapshot"] if k != "taken_at")
+        if kernel:
+            out["kernel"] = sorted(k for k in state.get("kernel_snapshot") or {}
+                                   if k != "taken_at")
         return out
 
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -267,9 +311,18 @@ class HostRun:
                 "commit": committed.method, "kernel_changed": kernel_result.get("changed"),
                 "needs_reboot": state["needs_reboot"]}
 
-    def _host_boot_id(self) -> Optional[str]:
+    def _host_boot_id(self, look: Optional[osgate.Look] = None) -> Optional[str]:
         """The OS boot id through the host side (Ansible), None while the host does not answer:
-        the restart evidence for BMCs that report none of their own."""
+        the restart evidence for BMCs that report none of their own. `look`: the BMC is asked
+        first and the host not at all (None) while the BMC shows the OS cannot answer."""
+        return osgate.gate_boot_id(look, self._ask_boot_id)
+
+    def _boot_id_via(self, session: Any, bmc: Any) -> Callable[[], Optional[str]]:
+        """_host_boot_id gated by looks through this open Redfish session."""
+        look = osgate.look_with(session, bmc)
+        return lambda: self._host_boot_id(look)
+
+    def _ask_boot_id(self) -> Optional[str]:
         try:
             entry = self.ctx.hostside.health([self.name])[self.name]
         except FleetRolloutError:
@@ -290,7 +343,7 @@ class HostRun:
                 before = rf_power.BootMarker(**marker)
                 verdict = rf_power.await_restart(session, ctx, before, timeouts.graceful,
                                                  timeouts.poll, self.ctx.sleep,
-                                                 host_boot_id=self._host_boot_id)
+                                                 host_boot_id=self._boot_id_via(session, ctx))
                 if verdict == rf_power.RESTARTED:
                     return {"reset": "already done by an earlier attempt"}
                 if verdict == rf_power.UNKNOWN:
@@ -301,7 +354,7 @@ class HostRun:
                 result = rf_power.reset(session, ctx, graceful_timeout=timeouts.graceful,
                                         force_timeout=timeouts.force, poll=timeouts.poll,
                                         graceful=False, sleep=self.ctx.sleep,
-                                        host_boot_id=self._host_boot_id,
+                                        host_boot_id=self._boot_id_via(session, ctx),
                                         boot_id_before=before.boot_id)
                 return result.to_dict()
 
@@ -313,25 +366,72 @@ class HostRun:
 
             return rf_power.reset(session, ctx, timeouts.graceful, timeouts.force,
                                   timeouts.poll, sleep=self.ctx.sleep,
-                                  host_boot_id=self._host_boot_id,
-                                  boot_id_before=boot_id_before, on_before=remember).to_dict()
+                                  host_boot_id=self._boot_id_via(session, ctx),
+                                  boot_id_before=boot_id_before, on_before=remember,
+                                  expected=timeouts.reboot).to_dict()
 
     def step_reboot(self, state: Dict[str, Any]) -> Dict[str, Any]:
         if not state.get("needs_reboot"):
             return {"reset": "not needed (nothing pending)"}
         return self._reset_once(state, "reset_marker", state.get("boot_id_before"))
 
-    def _wait_os(self, boot_id_before: Optional[str], timeout: float) -> Dict[str, Any]:
-        deadline = time.monotonic() + timeout
+    def _bmc_look(self) -> Any:
+        """A look at the BMC (osgate) that opens its own session at the first use."""
+        ep = self.endpoint()
+        return osgate.lazy_look(lambda: RedfishSession(ep),
+                                lambda session: discover(session, ep.vendor))
+
+    def _wait_os(self, boot_id_before: Optional[str], timeout: float,
+                 look: Optional[osgate.Look] = None) -> Dict[str, Any]:
+        """Until the host answers the health check (with another boot id than
+        `boot_id_before`, when given). Each try is an Ansible run: the BMC is looked at first
+        (`look`, else a session of its own) and the host is asked only when the BMC does not
+        show it down (in POST, powered off), at least every STALE_ASK seconds in any case;
+        tries that find no OS are spaced out (Pacer). Without a reboot (no boot_id_before) the
+        host is asked at once."""
+        if look is None:
+            with self._bmc_look() as own:
+                return self._wait_os(boot_id_before, timeout, own)
+        poll = max(1.0, self.ctx.profile["redfish"]["poll"])
+        start = time.monotonic()
+        deadline = start + timeout
+        pacer = rf_power.Pacer(poll, deadline=deadline, clock=time.monotonic)
+        next_ask = start  # no earlier try to space from
+        last_ask = start  # a host down from the start is asked after STALE_ASK
+        first = boot_id_before is None  # no reboot: ask the host before looking at the BMC
+        was = None
         last = "no answer"
         while True:
-            entry = self.ctx.hostside.health([self.name])[self.name]
-            if entry.ok and (boot_id_before is None or entry.result["boot_id"] != boot_id_before):
-                return entry.result
-            last = entry.error or f"boot_id still {boot_id_before} (not rebooted yet)"
-            if time.monotonic() > deadline:
-                raise HostError(f"OS not back within {timeout:.0f}s: {last}", self.name)
-            self.ctx.sleep(max(1.0, self.ctx.profile["redfish"]["poll"]))
+            now = time.monotonic()
+            bmc = osgate.UNKNOWN if first else look()
+            first = False
+            if bmc == osgate.UP and was != osgate.UP:
+                next_ask = now  # the BMC just saw the OS start: ask at once
+            was = bmc
+            late = now >= deadline  # one last try at the deadline, whatever the BMC shows
+            stale = now - last_ask >= self.STALE_ASK  # in case the BMC's data is stale
+            if (bmc != osgate.DOWN and now >= next_ask) or late or stale:
+                last_ask = now
+                entry = self.ctx.hostside.health([self.name])[self.name]
+                if entry.ok and (boot_id_before is None
+                                 or entry.result["boot_id"] != boot_id_before):
+                    return entry.result
+                last = entry.error or f"boot_id still {boot_id_before} (not rebooted yet)"
+                if late:
+                    raise HostError(f"OS not back within {timeout:.0f}s: {last}", self.name)
+                next_ask = time.monotonic() + pacer.next_sleep()
+            elif bmc == osgate.DOWN:
+                last = "no answer (the BMC shows the system powered off or in POST)"
+            left = deadline - time.monotonic()
+            if left > 0:
+                self.ctx.sleep(max(0.0, min(poll, next_ask - time.monotonic(), left)) or
+                               min(poll, left))
+
+    @staticmethod
+    def _since_reset(state: Dict[str, Any]) -> float:
+        """Seconds since this host's reboot step started (about when the reset was sent)."""
+        started = ((state.get("steps") or {}).get("reboot") or {}).get("started")
+        return max(0.0, time.time() - float(started)) if started else 0.0
 
     def step_wait(self, state: Dict[str, Any]) -> Dict[str, Any]:
         timeouts = self.ctx.timeouts()
@@ -345,10 +445,12 @@ class HostRun:
                 applied = rf_power.wait_applied(
                     session, ctx, stage.get("targets", {}), stage.get("settings_time_before"),
                     [job] if job else [], timeouts.boot, timeouts.poll, self.ctx.sleep,
-                    host_boot_id=self._host_boot_id,
-                    boot_id_before=state.get("boot_id_before"))
-            out["bios"] = applied.to_dict()
-            health = self._wait_os(state.get("boot_id_before"), timeouts.boot)
+                    host_boot_id=self._boot_id_via(session, ctx),
+                    boot_id_before=state.get("boot_id_before"), expected=timeouts.reboot,
+                    since_reset=self._since_reset(state))
+                out["bios"] = applied.to_dict()
+                health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
+                                       osgate.look_with(session, ctx))
         else:
             health = self._wait_os(None, timeouts.boot)
         out["boot_id"] = health["boot_id"]
@@ -443,17 +545,23 @@ class HostRun:
     def _put_back(self, state: Dict[str, Any], leave: bool) -> Dict[str, Any]:
         timeouts_ = self.ctx.timeouts()
         report: Dict[str, Any] = {"host": self.name}
-        before = self.ctx.hostside.health([self.name])[self.name]
+        put_kernel = bool(state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
+            "kernel_snapshot"))
+        # the first look at the host and the kernel restore in one Ansible run (the boot id is
+        # read before the kernel is touched); a kernel restore that did not run or failed there
+        # is run on its own below, as before
+        restore = {"kernel_action": "restore", "in_maintenance": True} if put_kernel else {}
+        before = self.ctx.hostside.health([self.name], **restore)[self.name]
         boot_before = state.get("restore_boot_id_before")
         if boot_before is None and before.ok:
             boot_before = before.result["boot_id"]
             state["restore_boot_id_before"] = boot_before  # a re-run compares with the first
             self.save(state)
-        kernel = {"changed": [], "reboot_required": False}
-        if state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
-                "kernel_snapshot"):
-            kernel = self._ansible(self.ctx.hostside.kernel([self.name], "restore"),
-                                   "kernel restore")
+        kernel: Dict[str, Any] = {"changed": [], "reboot_required": False}
+        if put_kernel:
+            done = kernel_outcome(before)
+            kernel = done if done is not None else self._ansible(
+                self.ctx.hostside.kernel([self.name], "restore"), "kernel restore")
             for change in kernel.get("changed") or []:
                 self.ctx.audit.record(self.name, "kernel", "(rollout)", change,
                                       self.ctx.execution_id, self.ctx.user, action="restore")
@@ -487,7 +595,8 @@ class HostRun:
                     report["applied"] = rf_power.wait_applied(
                         session, ctx, pending["targets"], pending["settings_time_before"],
                         [job] if job else [], timeouts_.boot, timeouts_.poll, self.ctx.sleep,
-                        host_boot_id=self._host_boot_id, boot_id_before=boot_before).to_dict()
+                        host_boot_id=self._boot_id_via(session, ctx),
+                        boot_id_before=boot_before).to_dict()
         if rebooted or not before.ok:
             health = self._wait_os(boot_before if rebooted else None, timeouts_.boot)
             report["boot_id"] = health["boot_id"]

@@ -127,7 +127,13 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
                f"{len(plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
                f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
                f"reject with `rollout reject {rollout_id}`.")
-    ctx.state.update_meta(status="running", current_batch=batch)
+    learned = {}
+    if batch > 0:  # the reboots of the batch before pace this batch's waits (Pacer)
+        observed = timeouts.observed_reboot(ctx.state.host(h)
+                                            for h in gate.batch_hosts(ctx, batch - 1))
+        if observed is not None:
+            learned = {"expected_reboot": observed}
+    ctx.state.update_meta(status="running", current_batch=batch, **learned)
     canary = ctx.profile["canary"]
     return {"hosts": hosts, "count": len(hosts), "approval_required": needs,
             "message": message, "route": ctx.config.chat_route,

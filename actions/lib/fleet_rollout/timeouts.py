@@ -9,7 +9,7 @@ each task as its `timeout`.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, Optional
 
 ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
 MARGIN = 120.0     # process start, datastore, audit
@@ -57,3 +57,26 @@ def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> D
     work = step_work(profile, redfish_timeout)
     waits = lock_waits(profile, redfish_timeout)
     return {k: int(work[k] + waits[k] + MARGIN) for k in work}
+
+
+def observed_reboot(host_states: Iterable[Dict[str, Any]]) -> Optional[float]:
+    """The median reboot of hosts already changed: their reboot step's start (the reset sent)
+    to their wait step's end (settings applied, OS back); None without any. What the next
+    batches' waits are paced by (Redfish looks sparse while a reboot is expected to go on)."""
+    spans = []
+    for state in host_states:
+        steps = (state or {}).get("steps") or {}
+        reboot, wait = steps.get("reboot") or {}, steps.get("wait") or {}
+        if not (reboot.get("ok") and wait.get("ok") and state.get("needs_reboot")):
+            continue
+        try:
+            span = float(wait["at"]) - float(reboot["started"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if span > 0:
+            spans.append(span)
+    if not spans:
+        return None
+    spans.sort()
+    middle = len(spans) // 2
+    return round(spans[middle] if len(spans) % 2 else (spans[middle - 1] + spans[middle]) / 2, 1)

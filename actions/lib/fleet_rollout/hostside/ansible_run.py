@@ -21,12 +21,14 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from fleet_rollout import hostvars
 from fleet_rollout.errors import ConfigError
@@ -199,21 +201,31 @@ def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
     return entries
 
 
-def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
-                 extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
-                 private_key: Optional[str] = None, timeout: Optional[int] = None,
-                 verbose: bool = False, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None) -> Dict[str, HostResult]:
-    """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
+@dataclass
+class RunSpec:
+    """Everything of an Ansible run but its hosts: two requests with equal specs can share one
+    run (fleet_rollout.hostside.coalesce)."""
+    playbook: str  # absolute path
+    inventory: str
+    extravars: Dict[str, Any]
+    forks: int = 20
+    private_key: Optional[str] = None
+    timeout: Optional[int] = None
+    verbose: bool = False
+    known_hosts: Optional[str] = None
+    cache_dir: Optional[str] = None
 
-    `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
-    ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
-    `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir)."""
-    import ansible_runner  # imported here: the pack's other actions need not load it
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    names = check_host_names(hosts)
-    if not names:
-        return {}
+
+def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] = None,
+            forks: int = 20, private_key: Optional[str] = None, timeout: Optional[int] = None,
+            verbose: bool = False, known_hosts: Optional[str] = None,
+            cache_dir: Optional[str] = None) -> RunSpec:
+    """The checked spec of a run of playbooks/<playbook>.yml (ConfigError for a missing
+    playbook or inventory, a bad known_hosts path, Jinja in the extravars)."""
     path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOK_DIR, playbook + ".yml")
     if not os.path.exists(path):
         raise ConfigError(f"playbook {path} not found")
@@ -225,32 +237,108 @@ def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
     extra = {"fleet_host_script": HOST_SCRIPT}
     extra.update(extravars or {})
     check_extravars(extra)
-    cmdline = f"--private-key {shlex.quote(private_key)}" if private_key else None
-    results = {h: HostResult(h) for h in names}
-    entries = run_hosts(inventory, names, results, cache_dir)
-    if not entries:
-        status = "successful"  # nothing to run: every host is already an error
-        strangers: List[str] = []
-    else:
-        run_names = sorted(e.name for e in entries)
+    return RunSpec(path, inventory, extra, forks, private_key, timeout, verbose, known_hosts,
+                   cache_dir)
+
+
+def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
+                 extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
+                 private_key: Optional[str] = None, timeout: Optional[int] = None,
+                 verbose: bool = False, known_hosts: Optional[str] = None,
+                 cache_dir: Optional[str] = None) -> Dict[str, HostResult]:
+    """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
+
+    `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
+    ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
+    `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir)."""
+    names = check_host_names(hosts)
+    if not names:
+        return {}
+    spec = prepare(playbook, inventory, extravars, forks, private_key, timeout, verbose,
+                   known_hosts, cache_dir)
+    outcome = run_requests(spec, {"": names})[""]
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+RequestOutcome = Union[Dict[str, HostResult], ConfigError]
+
+
+def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, RequestOutcome]:
+    """One Ansible run for the hosts of several requests (request id -> checked host names,
+    no host in two requests); per request its hosts' results, or the ConfigError that refuses
+    it (a group name, a run that reached hosts outside the requested set). One request's
+    refusal or failing host is not the others'."""
+    import ansible_runner  # imported here: the pack's other actions need not load it
+
+    outcome: Dict[str, RequestOutcome] = {}
+    per: Dict[str, Dict[str, HostResult]] = {}
+    entries: Dict[str, hostvars.HostEntry] = {}
+    for rid, names in requests.items():
+        results = {h: HostResult(h) for h in names}
+        try:
+            found = run_hosts(spec.inventory, names, results, spec.cache_dir)
+        except ConfigError as err:
+            outcome[rid] = err
+            continue
+        per[rid] = results
+        for entry in found:
+            entries[entry.name] = entry
+    combined = {name: HostResult(name) for name in entries}
+    status = "successful"  # nothing to run: every host is already an error
+    strangers: List[str] = []
+    if entries:
+        run_names = sorted(entries)
+        cmdline = f"--private-key {shlex.quote(spec.private_key)}" if spec.private_key else None
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.time()
         with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
             run_inventory = hostvars.write_run_inventory(
-                os.path.join(data_dir, "fleet-run-inventory.yml"), entries)
+                os.path.join(data_dir, "fleet-run-inventory.yml"), list(entries.values()))
             runner = ansible_runner.run(
-                private_data_dir=data_dir, playbook=path, inventory=run_inventory,
-                limit=",".join(run_names), extravars=extra,
-                forks=max(1, min(forks, len(run_names))), envvars=runner_env(known_hosts),
-                cmdline=cmdline, quiet=not verbose, timeout=timeout, suppress_env_files=True)
-            strangers = _collect(runner.events, results)
+                private_data_dir=data_dir, playbook=spec.playbook, inventory=run_inventory,
+                limit=",".join(run_names), extravars=spec.extravars,
+                forks=max(1, min(spec.forks, len(run_names))),
+                envvars=runner_env(spec.known_hosts), cmdline=cmdline, quiet=not spec.verbose,
+                timeout=spec.timeout, suppress_env_files=True)
+            strangers = _collect(runner.events, combined)
             status = runner.status
-    if strangers:
-        raise ConfigError(f"playbook {os.path.basename(path)} ran on host(s) outside the "
-                          f"requested set: {', '.join(strangers[:10])} (requested: "
-                          f"{', '.join(names[:10])}); check inventory {inventory} for groups "
-                          "named like hosts")
-    for entry in results.values():
-        if entry.error is None and not entry.tasks:
-            entry.error = (f"no result: host not in inventory {inventory}" if status ==
-                           "successful" else f"ansible run {status} before reaching this host")
-        entry.ok = entry.error is None and entry.result is not None
-    return results
+        _log_run(spec, run_names, status, before, started)
+    for rid, results in per.items():
+        if strangers:
+            outcome[rid] = ConfigError(
+                f"playbook {os.path.basename(spec.playbook)} ran on host(s) outside the "
+                f"requested set: {', '.join(strangers[:10])} (requested: "
+                f"{', '.join(sorted(results)[:10])}); check inventory {spec.inventory} for "
+                "groups named like hosts")
+            continue
+        for name, entry in list(results.items()):
+            shared = combined.get(name)
+            if shared is not None and entry.error is None:
+                entry = results[name] = replace(shared, tasks=list(shared.tasks))
+            if entry.error is None and not entry.tasks:
+                entry.error = (f"no result: host not in inventory {spec.inventory}" if status ==
+                               "successful" else f"ansible run {status} before reaching this host")
+            entry.ok = entry.error is None and entry.result is not None
+        outcome[rid] = results
+    return outcome
+
+
+def _log_run(spec: RunSpec, hosts: List[str], status: str, before: Any,
+             started: float) -> None:
+    """A line per run in $FLEET_ROLLOUT_ANSIBLE_LOG, when set (benchmarks, debugging):
+    playbook, hosts, status, CPU-seconds of the ansible-playbook process tree, start and end."""
+    path = os.environ.get("FLEET_ROLLOUT_ANSIBLE_LOG")
+    if not path:
+        return
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    line = json.dumps({"playbook": os.path.basename(spec.playbook), "hosts": hosts,
+                       "status": status, "cpu": round(cpu, 3), "pid": os.getpid(),
+                       "started": round(started, 3), "at": round(time.time(), 3)})
+    try:
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+    except OSError:
+        pass

@@ -2,10 +2,18 @@
 results (HostResult: ok, changed, failed task and message, the step's JSON result)."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from fleet_rollout.hostside.ansible_run import PACK_DIR, HostResult, run_playbook
+from fleet_rollout.hostside.ansible_run import (
+    PACK_DIR,
+    HostResult,
+    check_host_names,
+    prepare,
+    run_playbook,
+)
+from fleet_rollout.hostside.coalesce import Coalescer
 
 COLLECTOR_SCRIPT = os.path.join(PACK_DIR, "actions", "lib", "fleet_rollout", "counters",
                                 "collector.py")
@@ -18,7 +26,9 @@ class HostSide:
     `known_hosts`: the SSH known_hosts file host keys are verified against (None or "": the
     runner's ~/.ssh/known_hosts); keys are always checked. `cache_dir`: where the inventory's
     resolved host variables are cached (None: fleet_rollout.hostvars.default_cache_dir()); a
-    run reads only its hosts' variables, never the whole inventory."""
+    run reads only its hosts' variables, never the whole inventory. `coalesce`: runs of this
+    process are gathered with identical ones of other processes (fleet_rollout.hostside.
+    coalesce; None: every call is a run of its own)."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
                  timeout: Optional[int] = None, known_hosts: Optional[str] = None,
@@ -29,15 +39,35 @@ class HostSide:
         self.timeout = timeout
         self.known_hosts = known_hosts or None
         self.cache_dir = cache_dir or None
+        self.coalesce: Optional[Coalescer] = None
 
     def _run(self, playbook: str, hosts: Iterable[str],
              extravars: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+        if self.coalesce is not None:
+            names = check_host_names(hosts)
+            if not names:
+                return {}
+            spec = prepare(playbook, self.inventory, extravars, self.forks, self.private_key,
+                           self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir)
+            return self.coalesce.run(spec, names)
         return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
                             cache_dir=self.cache_dir)
 
-    def health(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
-        return self._run("health", hosts)
+    def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
+               settings: Optional[Dict[str, Any]] = None,
+               in_maintenance: bool = False) -> Dict[str, HostResult]:
+        """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
+        restore): that kernel action too, in the same run, right after the health read (for a
+        host in maintenance only with `in_maintenance`); its outcome is in the result's
+        "kernel" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host."""
+        if kernel_action is None:
+            return self._run("health", hosts)
+        if kernel_action not in ("snapshot", "restore"):
+            raise ValueError(f"kernel action with health {kernel_action!r}: snapshot, restore")
+        return self._run("health", hosts, {"fleet_kernel_action": kernel_action,
+                                           "fleet_kernel_settings": settings or {},
+                                           "fleet_kernel_in_maintenance": bool(in_maintenance)})
 
     def drain(self, hosts: Iterable[str], timeout: float = 300,
               threshold: int = 0) -> Dict[str, HostResult]:
@@ -69,3 +99,19 @@ class HostSide:
     def counters(self, hosts: Iterable[str],
                  script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
         return self._run("counters", hosts, {"fleet_collector_script": script})
+
+
+def kernel_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
+    """The result of a kernel action run with health (HostSide.health(kernel_action=...)), or
+    None when it did not run or failed (the caller runs it again on its own, which reports the
+    failure as a kernel run does)."""
+    if not entry.ok or not isinstance(entry.result, dict):
+        return None
+    outcome = entry.result.get("kernel")
+    if not isinstance(outcome, dict) or outcome.get("rc") != 0:
+        return None
+    try:
+        doc = json.loads(str(outcome.get("stdout") or ""))
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("ok") is True else None

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""make bench-fleet: the fleet-size numbers of issue 14, on sim servers through the embedded
+runtime (real Redfish over HTTPS to the lab's BMC simulators, real Ansible, the real conductor).
+
+1. A 2,000-host rollout: batches up to 500 hosts, 100 in flight; wall time against the critical
+   path (per batch: waves x the slowest host's reset -> verified, plus windows and soak; target
+   <= 1.2) and against the pure bound (the sim's reboot + probe budget per wave); controller CPU
+   per changed host (the engine's whole process tree: engine, action processes, Ansible; the sim
+   hosts' side of Ansible's local connection included); the plan's estimate against it.
+2. `--big-batch`: one batch of 1,000 hosts with 200 in flight (and a batch of the rest).
+3. Planning 20,000 inventory hosts (< 2 s from the host-vars cache) and judging 20,000 hosts
+   (< 1 s); one host step with a 20,000-host inventory against a 10-host one (ratio <= 1.2).
+
+    .venv/bin/python bench/bench_fleet.py [--hosts 2000] [--reboot-seconds 120] [--big-batch]
+        [--skip-rollout] [--skip-scale] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_host_step  # noqa: E402
+from bench_rollout import (  # noqa: E402
+    RolloutBench,
+    describe,
+    judge_scale,
+    plan_scale,
+    rollout_scale,
+)
+
+
+def fleet_bench(hosts: int, reboot: float) -> RolloutBench:
+    """Batches 20, 80, 320, then 500 at a time; 100 in flight; 4 sites of racks of 20 hosts,
+    at most 5 down per rack and 125 per site (a batch of 500 needs 100 racks)."""
+    return RolloutBench(hosts=hosts, reboot=reboot, canary=20, growth=4, max_batch=500,
+                        per_site=125, per_rack=5, parallel=100, window=10.0, soak=5.0,
+                        sites=4, hosts_per_rack=20, rate_scale=0.2)
+
+
+def big_batch_bench(reboot: float) -> RolloutBench:
+    """1,100 hosts: a first batch of 1,000 (4 sites x 250; racks of 20, all of a rack at once),
+    200 in flight, then the last 100."""
+    return RolloutBench(hosts=1100, reboot=reboot, canary=1000, growth=2, max_batch=1000,
+                        per_site=250, per_rack=20, parallel=200, window=10.0, soak=5.0,
+                        sites=4, hosts_per_rack=20, rate_scale=0.2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=2000)
+    parser.add_argument("--reboot-seconds", type=float, default=120.0)
+    parser.add_argument("--big-batch", action="store_true",
+                        help="also one batch of 1,000 hosts with 200 in flight")
+    parser.add_argument("--skip-rollout", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out: Dict[str, Any] = {}
+    say = (lambda _m: None) if args.json else print
+    if not args.skip_scale:
+        plan = out["plan"] = plan_scale(20000)
+        judged = out["judge"] = judge_scale(4000, 16000)
+        say(f"plan, 20,000 inventory hosts: {plan['warm_total_seconds']} s from the host-vars "
+            f"cache (target < 2 s; the inventory's first read {plan['inventory_cold_seconds']} "
+            f"s); {plan['batches']} batches; largest datastore value "
+            f"{plan['largest_value_bytes']} bytes")
+        say(f"judge, 4,000 canary + 16,000 control: {judged['seconds']} s (target < 1 s)")
+        out["host_step"] = bench_host_step.measure(20000, 10, 3, say=say)
+    if not args.skip_rollout:
+        out["fleet"] = rollout_scale(fleet_bench(args.hosts, args.reboot_seconds))
+        say(describe(out["fleet"]))
+    if args.big_batch:
+        out["big_batch"] = rollout_scale(big_batch_bench(args.reboot_seconds))
+        say(describe(out["big_batch"]))
+    if args.json:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
