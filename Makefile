@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 ST2CLI_VENV := .venv-st2client
 ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# pytest-xdist workers: most tests wait on subprocesses, VMs and sockets, so 4 workers share the
+# 2 cores well; tests/conftest.py keeps the VM tests to two workers (--dist loadgroup)
+PYTEST_WORKERS ?= 4
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
         bench-lab bench-rollout bench-st2api bench-host-step bench-host-change bench-warm bench-fleet clean
@@ -39,7 +42,7 @@ lint: install
 	$(VENV)/bin/vermin -q --no-tips --violations --target=3.8- actions/ >/dev/null
 
 test: install probe lint
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 demo: install probe
 	$(VPY) -m fleet_runtime.demo

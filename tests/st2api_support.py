@@ -153,7 +153,9 @@ class St2Api:
                     "ST2_API_URL": self.state["ST2_API_URL"],
                     "ST2_STREAM_URL": self.state["ST2_STREAM_URL"],
                     "ST2_BASE_URL": self.state["ST2_BASE_URL"],
-                    "NO_COLOR": "1"})
+                    "NO_COLOR": "1",
+                    # tables as wide as their content: no wrapped names, whatever the tty
+                    "COLUMNS": "240"})
         return env
 
     def st2(self, args: List[str], user: str = "sre-alice", check: bool = True,

@@ -96,6 +96,42 @@ def test_gathered_run_gives_each_host_its_own_result(lab):
     assert not os.listdir(os.path.join(lab.root, os.listdir(lab.root)[0], "runs"))  # cleaned
 
 
+def test_a_hung_host_neither_holds_nor_fails_the_others_in_its_run(lab):
+    """sim-002's commands never return (its interpreter sleeps): the shared run's other hosts get
+    their results at their own pace (strategy free), and the run ends at its limit with an error
+    for sim-002 instead of holding every step of the batch."""
+    hang = lab.tmp / "hang.sh"
+    hang.write_text("#!/bin/sh\nexec sleep 45\n")  # bounded: nothing outlives the test long
+    hang.chmod(0o755)
+    doc = yaml.safe_load(open(lab.inventory))
+    doc["all"]["hosts"]["sim-002"]["ansible_python_interpreter"] = str(hang)
+    with open(lab.inventory, "w") as handle:
+        yaml.safe_dump(doc, handle)
+
+    def side() -> HostSide:
+        s = _side(lab, 20, 2)
+        s.timeout = 15  # the run's limit (a rollout uses ansible_run.run_limit)
+        return s
+
+    out = _concurrently({h: (lambda h=h: side().health([h])) for h in ("sim-001", "sim-002")})
+    assert out["sim-001"]["sim-001"].ok, out
+    assert out["sim-001"]["sim-001"].result["boot_id"] == _boot_id(lab, "sim-001")
+    hung = out["sim-002"]["sim-002"]
+    assert not hung.ok and "timeout" in (hung.error or ""), hung  # ended by the run's limit
+    runs = _runs(lab)
+    assert len(runs) == 1 and sorted(runs[0]["hosts"]) == ["sim-001", "sim-002"], runs
+
+
+def test_a_run_without_a_timeout_gets_the_step_limit():
+    from fleet_rollout.hostside.ansible_run import RunSpec, run_limit
+    from fleet_rollout.timeouts import ANSIBLE
+
+    assert run_limit(RunSpec("p", "i", {}, forks=20), 1) == ANSIBLE
+    assert run_limit(RunSpec("p", "i", {}, forks=20), 45) == 3 * ANSIBLE  # three waves of 20
+    drain = RunSpec("p", "i", {"fleet_drain_timeout": 600.0}, forks=20)
+    assert run_limit(drain, 10) == ANSIBLE + 600
+
+
 def test_a_failing_host_or_refused_request_does_not_fail_the_others(lab):
     tcp = os.path.join(lab.backend.sysroot("sim-002"), "proc/net/tcp")
     with open(tcp, "a") as handle:  # one ESTABLISHED connection on :8080: its drain times out

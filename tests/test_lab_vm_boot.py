@@ -74,12 +74,21 @@ def numa_hardware(lab: VmBackend, host: str) -> Tuple[int, List[List[int]]]:
     return count, [[int(v) for v in row.split()] for row in rows]
 
 
-def http_status(port: int) -> Tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+def http_status(port: int, patience: float = 90.0) -> Tuple[int, str]:
+    """The guest health service's answer. A TCG guest on a loaded machine can be slow to
+    answer (a read timing out): asked again until `patience` runs out; an HTTP answer of any
+    status is returned as it is."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except (urllib.error.URLError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def udp_counters(lab: VmBackend, host: str) -> Dict[str, int]:

@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from fleet_rollout import hostvars
+from fleet_rollout import hostvars, timeouts
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import check_host_name
 
@@ -110,7 +110,10 @@ def check_extravars(value: Any, where: str = "extravars") -> None:
 def ssh_args(known_hosts: Optional[str]) -> str:
     """OpenSSH options for every connection: host keys verified, never recorded blindly."""
     args = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
-            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30"]
+            "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30",
+            # a host that stops answering mid-task (frozen, cut off) is dropped within a minute:
+            # in a run shared by a batch (coalesce) it must not hold the others' results
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
     if known_hosts:
         args += ["-o", f"UserKnownHostsFile={known_hosts}"]
     return " ".join(shlex.quote(a) for a in args)
@@ -301,7 +304,8 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
                 limit=",".join(run_names), extravars=spec.extravars,
                 forks=max(1, min(spec.forks, len(run_names))),
                 envvars=runner_env(spec.known_hosts), cmdline=cmdline, quiet=not spec.verbose,
-                timeout=spec.timeout, suppress_env_files=True)
+                timeout=spec.timeout or run_limit(spec, len(run_names)),
+                suppress_env_files=True)
             strangers = _collect(runner.events, combined)
             status = runner.status
         _log_run(spec, run_names, status, before, started)
@@ -320,9 +324,24 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             if entry.error is None and not entry.tasks:
                 entry.error = (f"no result: host not in inventory {spec.inventory}" if status ==
                                "successful" else f"ansible run {status} before reaching this host")
+            elif entry.error is None and entry.result is None and status != "successful":
+                entry.error = (f"ansible run {status} before this host's result (after task "
+                               f"{entry.tasks[-1]!r})")
             entry.ok = entry.error is None and entry.result is not None
         outcome[rid] = results
     return outcome
+
+
+def run_limit(spec: RunSpec, hosts: int) -> int:
+    """Seconds a run may take when its caller set no timeout: what the host steps' own
+    timeouts allow one run (fleet_rollout.timeouts.ANSIBLE, plus a drain's or probe's own wait),
+    for each wave of `forks` hosts. A run that hangs on a host (a command that never returns)
+    is ended by then: its hosts without a result get an error, the batch is not held."""
+    extra = spec.extravars
+    wait = float(extra.get("fleet_drain_timeout") or 0) + \
+        4 * float(extra.get("fleet_probe_budget_ms") or 0) / 1000.0
+    waves = -(-max(1, hosts) // max(1, min(spec.forks, hosts or 1)))
+    return int((timeouts.ANSIBLE + wait) * waves)
 
 
 def _log_run(spec: RunSpec, hosts: List[str], status: str, before: Any,

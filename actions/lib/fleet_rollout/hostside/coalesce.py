@@ -209,8 +209,9 @@ class Coalescer:
         while time.monotonic() < deadline:
             waiting = sum(1 for e in os.listdir(pending) if e.endswith(".json") and
                           not e.startswith("."))  # a request has 1 host or more
-            if self.expected and waiting >= self.expected:
-                break
+            if self.expected and waiting >= self.expected and \
+                    len(self._live(pending)) >= self.expected:
+                break  # (a request left by a killed step is not counted: it is not coming)
             time.sleep(min(POLL * 2.5, max(0.0, deadline - time.monotonic())))
         chosen: List[str] = [rid]
         taken = set(names)
@@ -272,11 +273,15 @@ class Coalescer:
 
     @staticmethod
     def _collect(rundir: str, rid: str, names: List[str]) -> Dict[str, HostResult]:
-        fd = os.open(os.path.join(rundir, "run.lock"), os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # until the run process is done (or died)
-        finally:
-            os.close(fd)
+            fd = os.open(os.path.join(rundir, "run.lock"), os.O_RDONLY)
+        except FileNotFoundError:  # the run directory was removed under us (by hand)
+            fd = -1
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # until the run process is done (or died)
+            finally:
+                os.close(fd)
         doc = _read_json(os.path.join(rundir, "result.json"))
         _leave(rundir, rid)
         if not isinstance(doc, dict):
