@@ -8,7 +8,7 @@ ST2CLI_VENV := .venv-st2client
 ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # pytest-xdist workers: most tests wait on subprocesses, VMs and sockets, so 4 workers share the
-# 2 cores well; tests/conftest.py keeps the VM tests to two workers (--dist loadgroup)
+# 2 cores well; tests/conftest.py keeps the VM tests on one worker (--dist loadgroup)
 PYTEST_WORKERS ?= 4
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \

@@ -292,6 +292,22 @@ def test_a_dead_run_process_is_an_error_result_not_a_hang(lab, monkeypatch):
         assert "without a result" in next(iter(result.values())).error
 
 
+def test_gathering_only_on_a_local_state_dir(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n"
+                      "fs1:/export /srv/fleet nfs4 rw 0 0\n"
+                      "tmpfs /srv/fleet/local tmpfs rw 0 0\n"
+                      "sshfs#x /mnt/s fuse.sshfs rw 0 0\n")
+    local = coalesce.on_local_filesystem
+    assert local("/var/lib/fleet", str(mounts))
+    assert not local("/srv/fleet/state", str(mounts))  # NFS: each step runs its own Ansible
+    assert not local("/srv/fleet", str(mounts))
+    assert local("/srv/fleet/local/state", str(mounts))  # the longest mount point decides
+    assert not local("/mnt/s/x", str(mounts))
+    assert local("/srv/fleetx", str(mounts))  # a prefix of the name is not the mount point
+    assert local(str(tmp_path))  # this machine's temp dir
+
+
 def test_requests_leaving_together_both_finish(tmp_path):
     """The last request out removes the run directory; two leaving at the same moment may both
     see themselves last: the second must find the directory gone, not fail its host step (a

@@ -21,6 +21,7 @@ import pytest
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm.backend import VmBackend, cleanup_state_dir, running_vms
+from fleet_rollout.errors import HostError
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
 
@@ -91,6 +92,19 @@ def http_status(port: int, patience: float = 90.0) -> Tuple[int, str]:
             time.sleep(1.0)
 
 
+def guest_file(lab: VmBackend, host: str, path: str, patience: float = 90.0) -> str:
+    """A file a guest service writes once it runs (SSH can answer before the service has
+    started on a slow, loaded TCG guest): read again until `patience` runs out."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return lab.ssh(host, f"cat {path}").stdout
+        except HostError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def udp_counters(lab: VmBackend, host: str) -> Dict[str, int]:
     lines = [line.split() for line in lab.ssh(host, "cat /proc/net/snmp").stdout.splitlines()
              if line.startswith("Udp:")]
@@ -134,7 +148,7 @@ def test_health_check_answers_503_while_the_drain_flag_exists(lab: VmBackend) ->
 
 def test_udp_faster_than_the_receiver_makes_the_guest_kernel_count_drops(lab: VmBackend) -> None:
     port = lab.ports("vm-slow").udp
-    stats = lab.ssh("vm-slow", "cat /run/fleet/udp.json").stdout
+    stats = guest_file(lab, "vm-slow", "/run/fleet/udp.json")
     assert '"rate_pps": 1000' in stats
     before = udp_counters(lab, "vm-slow")
     slow_sent = send_udp(port, 500, 2.0)  # below the receiver's 1000/s: (almost) no drops

@@ -117,6 +117,8 @@ class HostRun:
         peers = next((len(b["hosts"]) for b in self.ctx.plan["batches"]
                       if b["index"] == batch), 1)
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
+        if not coalesce.on_local_filesystem(self.ctx.state_dir):
+            return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
                                            window, peers)
 

@@ -83,6 +83,31 @@ def _try_lock(path: str, create: bool = True) -> Optional[int]:
     return fd
 
 
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "9p",
+                       "afs", "lustre", "gpfs")
+
+
+def on_local_filesystem(path: str, mounts: str = "/proc/mounts") -> bool:
+    """Whether `path` lies on a local file system (the longest mount point that holds it, from
+    `mounts`). Gathering relies on rename and flock being seen at once by every process, which a
+    network file system's caches do not promise: there each step runs its own Ansible."""
+    try:
+        with open(mounts) as handle:
+            table = [line.split() for line in handle]
+    except OSError:
+        return True  # no mount table (not Linux): assume local, as flock elsewhere does
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    for fields in table:
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, fstype = point, fields[2]
+    return not (fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse."))
+
+
 class Coalescer:
     """Gathers this process's host-side runs with identical ones of other processes.
 
