@@ -113,12 +113,12 @@ class HostRun:
         side = self.ctx.hostside
         if not isinstance(side, HostSide) or side.coalesce is not None:
             return
+        if not coalesce.on_local_filesystem(self.ctx.state_dir):
+            return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         batch = batch_of(self.ctx.plan, self.name)
         peers = next((len(b["hosts"]) for b in self.ctx.plan["batches"]
                       if b["index"] == batch), 1)
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
-        if not coalesce.on_local_filesystem(self.ctx.state_dir):
-            return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
                                            window, peers)
 

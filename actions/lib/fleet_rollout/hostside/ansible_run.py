@@ -259,6 +259,11 @@ def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
         return {}
     spec = prepare(playbook, inventory, extravars, forks, private_key, timeout, verbose,
                    known_hosts, cache_dir)
+    return run_spec(spec, names)
+
+
+def run_spec(spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
+    """One run of `spec` for checked host names (ConfigError when refused)."""
     outcome = run_requests(spec, {"": names})[""]
     if isinstance(outcome, Exception):
         raise outcome

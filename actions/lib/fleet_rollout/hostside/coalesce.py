@@ -45,7 +45,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside.ansible_run import HostResult, RunSpec, run_requests
+from fleet_rollout.hostside.ansible_run import HostResult, RunSpec, run_requests, run_spec
 
 LIB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WINDOW = 1.0  # seconds (pack config ansible_gather_window)
@@ -144,7 +144,7 @@ class Coalescer:
                     finally:
                         os.close(gate)  # releases the gather lock
                     if alone:
-                        return self._run_here(spec, names)
+                        return run_spec(spec, names)
                     continue
                 rundir = self._claimed_in(keydir, rid)
                 if rundir is None:
@@ -331,13 +331,6 @@ class Coalescer:
             except subprocess.TimeoutExpired:
                 continue
         self._started = [p for p in self._started if p.returncode is None]
-
-    @staticmethod
-    def _run_here(spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
-        outcome = run_requests(spec, {"": names})[""]
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
 
     @staticmethod
     def _sweep(runs: str) -> None:
