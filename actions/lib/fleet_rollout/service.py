@@ -5,6 +5,7 @@ import), given the pack config dict and a datastore (st2's action_service, or a 
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -139,10 +140,17 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "message": message, "route": ctx.config.chat_route,
             "channel": ctx.config.chat_channel, "users": users, "roles": roles,
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
-            "window": canary["window_seconds"], "soak": canary["soak_seconds"],
+            # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
+            "window": whole_seconds(canary["window_seconds"]),
+            "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,
             "controls": len(controls_for_batch(plan, batch)),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
+
+
+def whole_seconds(seconds: Any) -> int:
+    """A profile's seconds (a number, maybe 10.5) as a workflow delay: whole seconds, up."""
+    return int(math.ceil(float(seconds)))
 
 
 def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
