@@ -152,3 +152,58 @@ def test_counters_collected_through_ansible(lab):
         assert doc["boot_id"] == _read(backend, name, "proc/sys/kernel/random/boot_id").strip()
         assert doc["snmp"]["Udp"]["RcvbufErrors"] == 0
         assert "eth0" in doc["interfaces"]
+
+
+def test_drain_and_undrain_through_the_configured_command(tmp_path):
+    """fleet_drain_method: command (a load balancer's API, here a file the command writes),
+    in the same run as a host drained with the flag: each host gets its own method's result."""
+    backend = SimBackend(str(tmp_path / "hosts"))
+    for name in HOSTS[:2]:
+        backend.power_on(boot_config(name, "early", "disabled"))
+    marks = tmp_path / "lb"
+    marks.mkdir()
+    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
+                    "ansible_python_interpreter": sys.executable} for name in HOSTS[:2]}
+    hosts["sim-002"].update({
+        "fleet_drain_method": "command",
+        "fleet_drain_command": f"touch {marks}/{{{{ inventory_hostname }}}}.out",
+        "fleet_undrain_command": f"rm {marks}/{{{{ inventory_hostname }}}}.out"})
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    side = HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    drained = side.drain(HOSTS[:2])
+    assert drained["sim-001"].ok and drained["sim-001"].result["drained"] is True
+    assert "method" not in drained["sim-001"].result  # the flag's own result
+    assert drained["sim-002"].ok and drained["sim-002"].result == {
+        "method": "command", "rc": 0, "drained": True}
+    assert (marks / "sim-002.out").exists()
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-002"), "etc/fleet/maintenance"))
+    undrained = side.undrain(HOSTS[:2])
+    assert undrained["sim-002"].result == {"method": "command", "rc": 0, "drained": False}
+    assert undrained["sim-001"].ok and undrained["sim-001"].result["drained"] is False
+    assert not (marks / "sim-002.out").exists()
+
+
+def test_health_then_kernel_snapshot_in_one_task(lab):
+    """health with a kernel action: one task per host; the snapshot's outcome rides along and
+    a host in maintenance is skipped unless asked."""
+    from fleet_rollout.hostside.operations import kernel_outcome
+
+    backend, side = lab
+    results = side.health(["sim-001", "sim-002"], kernel_action="snapshot", settings=SETTINGS)
+    for name in ("sim-001", "sim-002"):
+        entry = results[name]
+        assert entry.ok and entry.tasks == ["Read host state"], entry
+        snap = kernel_outcome(entry)
+        assert snap is not None and snap["first_snapshot"] is True
+        assert snap["snapshot"]["sysctl"]["net.core.rmem_max"] == "212992"
+    side.drain(["sim-003"])
+    skipped = side.health(["sim-003"], kernel_action="snapshot", settings=SETTINGS)["sim-003"]
+    assert skipped.ok and kernel_outcome(skipped) is None
+    assert "kernel_action" not in skipped.result
+    taken = side.health(["sim-003"], kernel_action="snapshot", settings=SETTINGS,
+                        in_maintenance=True)["sim-003"]
+    assert kernel_outcome(taken) is not None
+    bad = side.health(["sim-001"], kernel_action="restore",
+                      settings={"sysctl": {"net.core.no_such_knob": 1}})["sim-001"]
+    assert bad.ok and bad.result["kernel_action"]["rc"] in (0, 1)

@@ -111,7 +111,7 @@ def established(root, port):
 
 def cmd_health(args):
     uptime = read(args.sysroot, "proc/uptime", "0 0").split()[0]
-    return {
+    result = {
         "boot_id": read(args.sysroot, "proc/sys/kernel/random/boot_id", "").strip(),
         "kernel": read(args.sysroot, "proc/sys/kernel/osrelease", "").strip(),
         "uptime_s": float(uptime),
@@ -119,6 +119,25 @@ def cmd_health(args):
         "established": established(args.sysroot, args.port),
         "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
     }
+    if args.then and (not result["maintenance"] or args.then_in_maintenance):
+        outcome = result["kernel_action"] = then_kernel(args)
+        result["changed"] = outcome["rc"] == 0 and bool(json.loads(outcome["stdout"])["changed"])
+    return result
+
+
+def then_kernel(args):
+    """`health --then kernel-snapshot|kernel-restore`: that kernel action right after the
+    health read, in the same process (one Ansible task instead of two). Its outcome is reported
+    as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed health read:
+    the caller decides."""
+    try:
+        outcome = COMMANDS[args.then](args)
+    except Failure as err:
+        return {"rc": 1, "stdout": json.dumps({"ok": False, "error": str(err)}), "stderr": ""}
+    except Exception as err:  # a bug in the kernel action must not hide the health read
+        return {"rc": 1, "stdout": "", "stderr": "%s: %s" % (type(err).__name__, err)}
+    outcome["ok"] = True
+    return {"rc": 0, "stdout": json.dumps(outcome), "stderr": ""}
 
 
 def cmd_drain(args):
@@ -628,7 +647,13 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--settings", default="{}")
+    parser.add_argument("--then", choices=["kernel-snapshot", "kernel-restore"],
+                        help="health only: this kernel action right after the health read")
+    parser.add_argument("--then-in-maintenance", action="store_true",
+                        help="health --then: also on a host in maintenance")
     args = parser.parse_args(argv)
+    if args.then and args.command != "health":
+        parser.error("--then goes with health only")
     try:
         result = COMMANDS[args.command](args)
     except Failure as err:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List
 
-from fleet_rollout.counters.metric import metric_from_dict
 from fleet_rollout.hoststeps import RolloutContext
-from fleet_rollout.judge import judge, judge_input_from_dict, policy_from_dict
 from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.store import key
 
@@ -61,6 +59,11 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
 
 
 def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
+    # the judge needs scipy (numpy's threads keep it out of the warm workers' preload, and its
+    # import costs about a CPU-second): only the judging action pays it, not every collection
+    from fleet_rollout.counters.metric import metric_from_dict
+    from fleet_rollout.judge import judge, judge_input_from_dict, policy_from_dict
+
     canary_cfg = ctx.profile.get("canary") or {}
     metric = metric_from_dict(canary_cfg.get("metric") or None, where="profile canary.metric")
     policy = policy_from_dict(canary_cfg.get("policy") or None, where="profile canary.policy")

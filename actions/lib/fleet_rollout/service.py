@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, timeouts
+from fleet_rollout import approvals, gate, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import approval_needed, estimate_plan, render_estimate
@@ -107,14 +107,7 @@ def profile_dir(config: PackConfig, name: str) -> str:
     return config.resolve(config.profiles_dir)
 
 
-def _gate() -> Any:
-    from fleet_rollout import gate  # scipy is slow to import: only the actions that judge pay
-
-    return gate
-
-
 def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
-    gate = _gate()
     ctx = context(raw_config, datastore, rollout_id)
     plan = ctx.plan
     hosts = gate.batch_hosts(ctx, batch)
@@ -290,11 +283,10 @@ def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
 
 def collect_counters(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
                      label: str) -> Dict[str, Any]:
-    return _gate().collect(context(raw_config, datastore, rollout_id), batch, label)
+    return gate.collect(context(raw_config, datastore, rollout_id), batch, label)
 
 
 def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
-    gate = _gate()
     ctx = context(raw_config, datastore, rollout_id)
     summary = batch_summary(ctx, gate.batch_hosts(ctx, batch))
     budget = ctx.profile["failure_budget"]

@@ -1,8 +1,11 @@
 """Run the pack's playbooks through ansible-runner and return structured per-host results.
 
-No screen scraping: results come from ansible-runner's events. Each playbook ends with a task
-named `fleet_result` that sets a fact of that name; its value is the host's result. A failed task
-or an unreachable host is a per-host error (task name and message), never a crash.
+No screen scraping: results come from ansible-runner's events. Each playbook has a task named
+`fleet_result: <what it does>` that prints the host's result as one JSON document (or sets a
+fact named fleet_result); drain and undrain through a configured command have `fleet_command:
+...` instead. Errors name the task by what it does. One task per host
+where possible: every task costs the controller a forked worker per host. A failed task or an
+unreachable host is a per-host error (task name and message), never a crash.
 
 Inventory: each run gets an inventory of only its hosts, their variables resolved once per
 fleet inventory by ansible-core and cached (fleet_rollout.hostvars): a run's cost does not grow
@@ -28,7 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from fleet_rollout import hostvars, timeouts
 from fleet_rollout.errors import ConfigError
@@ -66,11 +69,13 @@ def _error_text(res: Dict[str, Any]) -> str:
                 return str(parsed["error"])
         except ValueError:
             pass
-    for key in ("msg", "stderr", "module_stderr", "stdout"):
-        value = res.get(key)
-        if value:
-            return str(value).strip()[-500:]
-    return "failed (no message)"
+    texts = [str(res[key]).strip() for key in ("msg", "stderr", "module_stderr", "stdout")
+             if res.get(key) and str(res[key]).strip()]
+    if not texts:
+        return "failed (no message)"
+    if texts[0] == "non-zero return code" and len(texts) > 1:  # a script: what it said
+        return f"{texts[0]} {res.get('rc', '')}: {texts[1][-500:]}".replace(" :", ":")
+    return texts[0][-500:]
 
 
 def _ansible_bin_dir() -> str:
@@ -157,14 +162,28 @@ def _collect(events: Iterable[Dict[str, Any]], results: Dict[str, HostResult]) -
     return sorted(set(strangers))
 
 
+def _task_role(name: str) -> Tuple[str, str]:
+    """A task name `fleet_result: Drain with the maintenance flag` -> ("fleet_result", "Drain
+    with the maintenance flag"): the role says what the task's output is, the rest is what a
+    person reads (in errors: failed_task). Other names: ("", name)."""
+    for role in ("fleet_result", "fleet_command"):
+        if name == role:
+            return role, role
+        if name.startswith(role + ": "):
+            return role, name[len(role) + 2:]
+    return "", name
+
+
 def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
     res = data.get("res") or {}
-    task = str(data.get("task") or "")
+    role, task = _task_role(str(data.get("task") or ""))
     if kind == "runner_on_ok":
         entry.tasks.append(task)
         entry.changed = entry.changed or bool(res.get("changed"))
-        if task == "fleet_result":
-            entry.result = (res.get("ansible_facts") or {}).get("fleet_result")
+        if role == "fleet_result":
+            _take_result(entry, res, task)
+        elif role == "fleet_command":  # drain/undrain through the configured command
+            entry.result = {"method": "command", "rc": res.get("rc")}
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or _error_text(res)
@@ -172,6 +191,26 @@ def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
         entry.unreachable = True
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or f"unreachable: {_error_text(res)}"
+
+
+def _take_result(entry: HostResult, res: Dict[str, Any], task: str) -> None:
+    """The host's result: the JSON document the task named fleet_result printed (the pack's
+    playbooks: one task per host, no set_fact), or a fact of that name (a set_fact task)."""
+    facts = res.get("ansible_facts") or {}
+    if "fleet_result" in facts:
+        entry.result = facts["fleet_result"]
+        return
+    stdout = str(res.get("stdout") or "")
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        entry.result = doc
+    else:
+        entry.failed_task = entry.failed_task or task
+        entry.error = entry.error or (f"task {task!r} printed no JSON document: "
+                                      f"{stdout.strip()[:200]!r}")
 
 
 def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],

@@ -60,7 +60,7 @@ class HostSide:
         """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
         restore): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
-        "kernel" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host."""
+        "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host."""
         if kernel_action is None:
             return self._run("health", hosts)
         if kernel_action not in ("snapshot", "restore"):
@@ -71,11 +71,12 @@ class HostSide:
 
     def drain(self, hosts: Iterable[str], timeout: float = 300,
               threshold: int = 0) -> Dict[str, HostResult]:
-        return self._run("drain", hosts, {"fleet_drain_timeout": float(timeout),
-                                          "fleet_drain_threshold": int(threshold)})
+        return _drained(self._run("drain", hosts, {"fleet_drain_timeout": float(timeout),
+                                                   "fleet_drain_threshold": int(threshold)}),
+                        True)
 
     def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
-        return self._run("undrain", hosts)
+        return _drained(self._run("undrain", hosts), False)
 
     def kernel(self, hosts: Iterable[str], action: str,
                settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
@@ -101,13 +102,21 @@ class HostSide:
         return self._run("counters", hosts, {"fleet_collector_script": script})
 
 
+def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostResult]:
+    """A host drained through the configured command: its result says so as the flag's does."""
+    for entry in results.values():
+        if isinstance(entry.result, dict) and entry.result.get("method") == "command":
+            entry.result["drained"] = drained
+    return results
+
+
 def kernel_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
     """The result of a kernel action run with health (HostSide.health(kernel_action=...)), or
     None when it did not run or failed (the caller runs it again on its own, which reports the
     failure as a kernel run does)."""
     if not entry.ok or not isinstance(entry.result, dict):
         return None
-    outcome = entry.result.get("kernel")
+    outcome = entry.result.get("kernel_action")
     if not isinstance(outcome, dict) or outcome.get("rc") != 0:
         return None
     try:
