@@ -292,6 +292,7 @@ def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, preexec_fn=preexec)
     try:
+        _await_engine(home, engine)
         started = time.monotonic()
         execution = json.loads(_cli(env, "run", "-a", "fleet_rollout.rollout",
                                     f"profile={env['BENCH_PROFILE']}", "--json"))["id"]
@@ -311,6 +312,24 @@ def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
     finally:
         engine.terminate()
         engine.wait(60)
+
+
+def _await_engine(home: str, engine: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until the background engine holds the home's lock (it writes its pid there): a `run`
+    sent earlier would become the engine itself, outside the measured process tree."""
+    lock = os.path.join(home, "runtime.lock")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine.poll() is not None:
+            raise SystemExit(f"bench: the engine exited ({engine.returncode}) before it started")
+        try:
+            with open(lock) as handle:
+                if handle.read().strip() == str(engine.pid):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"bench: the engine did not take {lock} in {timeout:.0f} s")
 
 
 def _progress(home: str, elapsed: float) -> None:

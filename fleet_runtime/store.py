@@ -27,6 +27,9 @@ CREATE TABLE IF NOT EXISTS kv (
     updated_ts REAL NOT NULL,
     PRIMARY KEY (scope, name)
 );
+-- the masker asks "did an encrypted key change?" before every output it masks: a look at the
+-- few secret rows, not a scan of every key (a rollout stores a key per host)
+CREATE INDEX IF NOT EXISTS ix_kv_secret ON kv(updated_ts) WHERE secret=1;
 """
 
 _SCHEMA = KV_SCHEMA + """

@@ -29,3 +29,42 @@ def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path
     assert info["window"] == 11 and type(info["window"]) is int
     assert info["soak"] == 4 and type(info["soak"]) is int
     assert info["hosts"] == [plan["batches"][0]["hosts"][0]] and info["count"] == 1
+
+
+def test_the_wait_inside_a_window_is_the_window_less_the_collection():
+    """The second collection of a counter window waits the window less what the first one
+    took (rollout_batch's window_wait): its snapshots land a window after the first's, not a
+    window plus a slow fleet's collection time."""
+    from fleet_rollout.gate import window_wait
+
+    profile = {"canary": {"window_seconds": 15}}
+    assert window_wait(profile, 3.2) == 12  # 11.8 up: never a shorter window
+    assert window_wait(profile, 0.0) == 15
+    assert window_wait(profile, 14.5) == 1
+    assert window_wait(profile, 40.0) == 0  # a collection longer than the window: at once
+    assert type(window_wait({"canary": {"window_seconds": 10.5}}, 2.0)) is int
+
+
+def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
+    """`ansible_forks` (1-500, default 20) is what every host step's HostSide runs with;
+    anything else is refused naming the key."""
+    import pytest
+
+    from fleet_rollout.config import load_pack_config
+    from fleet_rollout.errors import ConfigError
+
+    base = {"credentials": {"lab": {"username": "u", "password": "p"}},
+            "state_dir": str(tmp_path / "state")}
+    assert load_pack_config(base).ansible_forks == 20
+    assert load_pack_config(dict(base, ansible_forks=200)).ansible_forks == 200
+    for bad in (0, 501, 2.5, "50", True):
+        with pytest.raises(ConfigError, match="ansible_forks"):
+            load_pack_config(dict(base, ansible_forks=bad))
+    profile = load_profile("home-snoop")
+    hosts = fleet(4)
+    plan = build_plan(profile, "inventories/x.yaml", "all", hosts, hosts,
+                      {h.name: {"compliant": False} for h in hosts}, rollout_id="forks-1",
+                      started_by="alice")
+    store = MemoryStore()
+    RolloutState(store, "forks-1").save_plan(plan)
+    assert service.context(dict(base, ansible_forks=64), store, "forks-1").hostside.forks == 64

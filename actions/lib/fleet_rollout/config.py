@@ -35,6 +35,9 @@ class PackConfig:
     # seconds a host step waits for other hosts' identical Ansible runs to share one with
     # (fleet_rollout.hostside.coalesce); 0: no waiting (runs already waiting are still shared)
     ansible_gather_window: float = 1.0
+    # hosts one ansible-playbook run works on at once (its --forks); a shared run of a batch
+    # of 200 hosts with 20 forks runs 20 at a time, each as soon as one finishes (strategy free)
+    ansible_forks: int = 20
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -96,6 +99,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ssh_known_hosts=_optional_text(data, "ssh_known_hosts"),
             profiles_dir=_optional_text(data, "profiles_dir"),
             ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
+            ansible_forks=_forks(data.get("ansible_forks", 20)),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
@@ -106,6 +110,12 @@ def _window(value: Any) -> float:
         raise ConfigError("pack config: ansible_gather_window must be a number of seconds from "
                           "0 to 30")
     return float(value)
+
+
+def _forks(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 500:
+        raise ConfigError("pack config: ansible_forks must be a whole number from 1 to 500")
+    return value
 
 
 def _optional_text(data: Mapping[str, Any], key: str) -> str:

@@ -50,6 +50,7 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
     plan = RolloutState(store, check_rollout_id(rollout_id)).plan_view()
     side = HostSide(config.resolve(plan["inventory"]),
                     config.resolve(config.ansible_private_key or "") or None,
+                    forks=config.ansible_forks,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
                     cache_dir=config.state_dir)  # host vars cached under state_dir/hostvars
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
