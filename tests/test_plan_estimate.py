@@ -197,3 +197,30 @@ def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
     stored = RolloutState(store, "est-2").plan()
     assert "estimate" not in stored and "batch_table" not in stored
     assert estimate_plan(stored) == result["estimate"]
+
+
+def test_host_work_is_never_faster_than_the_controller() -> None:
+    """Many hosts in flight: the action runners' CPU, not the reboots, sets the pace. A batch's
+    host work is at least hosts x controller CPU per host / controller cores."""
+    from dataclasses import replace
+
+    from fleet_rollout.estimate import controller_bound
+
+    profile = load_profile("home-snoop")
+    profile.data["batches"].update({"canary_size": 100, "max_batch": 200, "parallel": 1000,
+                                    "max_unavailable_per_site": 200,
+                                    "max_unavailable_per_rack": 50})
+    hosts = fleet(300, sites=2, racks=6)
+    plan = build_plan(profile, "inventories/x.yaml", "all", hosts, hosts,
+                      {h.name: {"compliant": False} for h in hosts}, rollout_id="est-cpu")
+    busy = Assumptions(reboot=30, controller_cpu_per_host=10.0, controller_cores=2)
+    est = estimate_plan(plan, busy)
+    largest = max(est["batches"], key=lambda r: r["hosts"])
+    assert largest["waves"] == 1 and largest["hosts"] >= 40
+    assert largest["host_work"] == round(controller_bound(largest["hosts"], busy), 1)
+    assert largest["host_work"] > largest["waves"] * est["per_host"]
+    roomy = estimate_plan(plan, replace(busy, controller_cores=100000))
+    wide = max(roomy["batches"], key=lambda r: r["hosts"])
+    assert wide["host_work"] == round(wide["waves"] * roomy["per_host"], 1)
+    assert "10 CPU-s per host on 2 core(s)" in render_estimate(est)
+    assert estimate_plan(plan)["assumptions"]["controller_cores"] >= 1  # this machine's

@@ -7,7 +7,10 @@ after batch, nothing overlapping:
           (counters after)
   host work = waves x per-host time; waves = ceil(hosts / batches.parallel) (change_hosts runs
           the batch's hosts with `concurrency: parallel`; make_batches already kept a batch
-          within max_unavailable_per_site/_rack, so `parallel` is the only limit left)
+          within max_unavailable_per_site/_rack, so `parallel` is the only limit left), but
+          never less than what the controller can do: hosts x controller CPU per host /
+          controller cores (Ansible, the actions and the engine for every host; with many hosts
+          in flight the action runners, not the reboots, set the pace)
   per-host time = the host_change steps in order, each = action start + its expected work:
     precheck  BMC session + Ansible run (health)
     snapshot  BMC session (+ Ansible run when the profile changes kernel settings)
@@ -33,7 +36,8 @@ build of the probe on the controller, the plan itself.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
 STEPS = ("precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain")
@@ -50,7 +54,11 @@ class Assumptions:
     drain: a host's traffic drained (capped by the profile's drain.timeout).
     bmc_session: one Redfish session (discovery, reads, a write).
     ansible_run: one playbook run on one host (SSH connect, a few tasks).
-    action_start: StackStorm schedules an action and its runner starts."""
+    action_start: StackStorm schedules an action and its runner starts.
+    controller_cpu_per_host: CPU-seconds the controller spends on one host change (Ansible, the
+        actions, the engine; bench-fleet measures about 3 on sim hosts, whose host side runs on
+        the controller too).
+    controller_cores: cores of the action runners (0: this machine's)."""
 
     approval_response: float = 600.0
     reboot: float = 300.0
@@ -58,6 +66,8 @@ class Assumptions:
     bmc_session: float = 10.0
     ansible_run: float = 10.0
     action_start: float = 3.0
+    controller_cpu_per_host: float = 3.0
+    controller_cores: float = 0.0
 
     def to_dict(self) -> Dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -95,6 +105,11 @@ def waves(hosts: int, parallel: int) -> int:
     return int(math.ceil(hosts / float(max(1, int(parallel))))) if hosts > 0 else 0
 
 
+def controller_bound(hosts: int, assume: Assumptions) -> float:
+    """Seconds the controller needs for `hosts` host changes at full use of its cores."""
+    return hosts * assume.controller_cpu_per_host / max(1.0, assume.controller_cores)
+
+
 def _racks(plan: Dict[str, Any], names: List[str]) -> int:
     info = plan.get("hosts") or {}
     return len({(info.get(h, {}).get("site"), info.get(h, {}).get("rack")) for h in names})
@@ -105,6 +120,8 @@ def estimate_plan(plan: Dict[str, Any],
     """Seconds per batch (its parts, `seconds` expected, `best_case`, `cumulative`) and totals
     (sums of the batches' parts), from a stored plan (plan.build_plan) and its profile."""
     assume = assume or Assumptions()
+    if assume.controller_cores <= 0:
+        assume = replace(assume, controller_cores=float(os.cpu_count() or 1))
     profile = plan["profile"]
     parallel = int(profile["batches"]["parallel"])
     window = float(profile["canary"]["window_seconds"])
@@ -120,8 +137,9 @@ def estimate_plan(plan: Dict[str, Any],
         rounds = waves(count, parallel)
         approval = min(assume.approval_response, ttl) if approval_needed(
             profile, batch["index"]) else 0.0
+        work = max(rounds * per_host, controller_bound(count, assume))
         parts = {"approval_wait": round(approval, 1), "overhead": overhead,
-                 "windows": round(2 * window, 1), "host_work": round(rounds * per_host, 1),
+                 "windows": round(2 * window, 1), "host_work": round(work, 1),
                  "soak": round(soak, 1)}
         seconds = round(sum(parts.values()), 1)
         best = round(seconds - parts["approval_wait"], 1)
@@ -199,6 +217,8 @@ def render_estimate(estimate: Dict[str, Any]) -> str:
                  f"takes {duration(a['reboot'])}, a drain {duration(a['drain'])}; one host "
                  f"{duration(estimate['per_host'])} (steps "
                  + ", ".join(f"{k} {duration(v)}" for k, v in estimate["host_steps"].items())
-                 + "); no failures, retries or INCONCLUSIVE extensions")
+                 + f"); the controller {a['controller_cpu_per_host']:g} CPU-s per host on "
+                 f"{a['controller_cores']:g} core(s); no failures, retries or INCONCLUSIVE "
+                 "extensions")
     lines.extend(f"note: {n}" for n in estimate["notes"])
     return "\n".join(lines)
