@@ -31,20 +31,6 @@ def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path
     assert info["hosts"] == [plan["batches"][0]["hosts"][0]] and info["count"] == 1
 
 
-def test_the_wait_inside_a_window_is_the_window_less_the_collection():
-    """The second collection of a counter window waits the window less what the first one
-    took (rollout_batch's window_wait): its snapshots land a window after the first's, not a
-    window plus a slow fleet's collection time."""
-    from fleet_rollout.gate import window_wait
-
-    profile = {"canary": {"window_seconds": 15}}
-    assert window_wait(profile, 3.2) == 12  # 11.8 up: never a shorter window
-    assert window_wait(profile, 0.0) == 15
-    assert window_wait(profile, 14.5) == 1
-    assert window_wait(profile, 40.0) == 0  # a collection longer than the window: at once
-    assert type(window_wait({"canary": {"window_seconds": 10.5}}, 2.0)) is int
-
-
 def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
     """`ansible_forks` (1-500, default 20) is what every host step's HostSide runs with;
     anything else is refused naming the key."""

@@ -11,7 +11,6 @@ under the batch; a host whose collection failed is simply missing (the judge's d
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Dict, List
 
@@ -33,7 +32,6 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     """Snapshot the counters of this batch's hosts and its controls; stored under the batch."""
     if label not in LABELS:
         raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}")
-    started = time.time()
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
@@ -41,15 +39,7 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     ctx.store.set_json(key(ctx.rollout_id, "batch", str(index), "counters", label),
                        {"time": time.time(), "snapshots": snapshots, "errors": errors})
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
-            "errors": errors, "wait": window_wait(ctx.profile, time.time() - started)}
-
-
-def window_wait(profile: Dict[str, Any], took: float) -> int:
-    """Whole seconds to wait after a window's first collection so that the next one's
-    snapshots are the profile's window apart: a collection takes time too (seconds on a slow
-    fleet), and the wait before the second one is the window less that time."""
-    window = float(profile["canary"]["window_seconds"])
-    return max(0, int(math.ceil(window - took)))
+            "errors": errors}
 
 
 def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
