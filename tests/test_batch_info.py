@@ -5,6 +5,7 @@ fails the batch at its first counter window."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Dict, Tuple
 
 from test_plan_storage import fleet
 
@@ -14,15 +15,22 @@ from fleet_rollout.profile import load_profile
 from fleet_rollout.store import MemoryStore, RolloutState
 
 
-def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path):
+def stored_plan(rollout_id: str, hosts: int, **canary: float) -> Tuple[Dict[str, Any],
+                                                                      MemoryStore]:
+    """A home-snoop plan of `hosts` hosts (none compliant) saved in a fresh store."""
     profile = load_profile("home-snoop")
-    profile.data["canary"].update({"window_seconds": 10.5, "soak_seconds": 4.0})
-    hosts = fleet(20)
-    plan = build_plan(profile, "inventories/x.yaml", "all", hosts, hosts,
-                      {h.name: {"compliant": False} for h in hosts}, rollout_id="delay-1",
-                      started_by="alice")
+    profile.data["canary"].update(canary)
+    fleet_hosts = fleet(hosts)
+    plan = build_plan(profile, "inventories/x.yaml", "all", fleet_hosts, fleet_hosts,
+                      {h.name: {"compliant": False} for h in fleet_hosts},
+                      rollout_id=rollout_id, started_by="alice")
     store = MemoryStore()
-    RolloutState(store, "delay-1").save_plan(plan)
+    RolloutState(store, rollout_id).save_plan(plan)
+    return plan, store
+
+
+def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path):
+    plan, store = stored_plan("delay-1", 20, window_seconds=10.5, soak_seconds=4.0)
     config = {"credentials": {"lab": {"username": "u", "password": "p"}},
               "state_dir": str(tmp_path / "state")}
     info = service.batch_info(config, store, "delay-1", 0)
@@ -46,11 +54,5 @@ def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
     for bad in (0, 501, 2.5, "50", True):
         with pytest.raises(ConfigError, match="ansible_forks"):
             load_pack_config(dict(base, ansible_forks=bad))
-    profile = load_profile("home-snoop")
-    hosts = fleet(4)
-    plan = build_plan(profile, "inventories/x.yaml", "all", hosts, hosts,
-                      {h.name: {"compliant": False} for h in hosts}, rollout_id="forks-1",
-                      started_by="alice")
-    store = MemoryStore()
-    RolloutState(store, "forks-1").save_plan(plan)
+    _plan, store = stored_plan("forks-1", 4)
     assert service.context(dict(base, ansible_forks=64), store, "forks-1").hostside.forks == 64
