@@ -141,8 +141,9 @@ def test_pause_resume_cancel_and_rerun(st2_api: St2Api) -> None:
 
 
 def test_execution_tail_follows_a_workflow_to_its_end(st2_api: St2Api) -> None:
-    # long enough for the tail (a st2 CLI process) to attach before the first step ends
-    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=6"])
+    # long enough for the tail (a st2 CLI process) to attach before the first step ends, also
+    # on a loaded machine (a CI run with 4 workers and 6 TCG guests: 6 s was not enough once)
+    wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=15"])
     tail = st2_api.st2(["execution", "tail", wf_id], timeout=90)
     out = tail.stdout
     assert "Child execution (task=first)" in out and "has finished (status=succeeded)" in out
