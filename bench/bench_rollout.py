@@ -317,7 +317,9 @@ def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
 def _await_engine(home: str, engine: subprocess.Popen, timeout: float = 120.0) -> None:
     """Until the background engine holds the home's lock (it writes its pid there): a `run`
     sent earlier would become the engine itself, outside the measured process tree."""
-    lock = os.path.join(home, "runtime.lock")
+    from fleet_runtime.home import RuntimeHome
+
+    lock = str(RuntimeHome(home).lock_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if engine.poll() is not None:

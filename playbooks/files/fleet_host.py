@@ -120,8 +120,7 @@ def cmd_health(args):
         "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
     }
     if args.then and (not result["maintenance"] or args.then_in_maintenance):
-        outcome = result["kernel_action"] = then_kernel(args)
-        result["changed"] = outcome["rc"] == 0 and bool(json.loads(outcome["stdout"])["changed"])
+        result["kernel_action"], result["changed"] = then_kernel(args)
     return result
 
 
@@ -129,15 +128,13 @@ def then_kernel(args):
     """`health --then kernel-snapshot|kernel-restore`: that kernel action right after the
     health read, in the same process (one Ansible task instead of two). Its outcome is reported
     as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed health read:
-    the caller decides."""
+    the caller decides. Returns (outcome, whether it changed anything)."""
     try:
-        outcome = COMMANDS[args.then](args)
-    except Failure as err:
-        return {"rc": 1, "stdout": json.dumps({"ok": False, "error": str(err)}), "stderr": ""}
+        rc, doc = run_command(args.then, args)
     except Exception as err:  # a bug in the kernel action must not hide the health read
-        return {"rc": 1, "stdout": "", "stderr": "%s: %s" % (type(err).__name__, err)}
-    outcome["ok"] = True
-    return {"rc": 0, "stdout": json.dumps(outcome), "stderr": ""}
+        return {"rc": 1, "stdout": "", "stderr": "%s: %s" % (type(err).__name__, err)}, False
+    changed = rc == 0 and bool(doc.get("changed"))
+    return {"rc": rc, "stdout": json.dumps(doc), "stderr": ""}, changed
 
 
 def cmd_drain(args):
@@ -654,14 +651,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.then and args.command != "health":
         parser.error("--then goes with health only")
+    rc, doc = run_command(args.command, args)
+    print(json.dumps(doc))
+    return rc
+
+
+def run_command(name, args):
+    """(exit code, the JSON document the command prints): a refusal is {"ok": false, "error"}."""
     try:
-        result = COMMANDS[args.command](args)
+        result = COMMANDS[name](args)
     except Failure as err:
-        print(json.dumps({"ok": False, "error": str(err)}))
-        return 1
+        return 1, {"ok": False, "error": str(err)}
     result["ok"] = True
-    print(json.dumps(result))
-    return 0
+    return 0, result
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ def _error_text(res: Dict[str, Any]) -> str:
     if not texts:
         return "failed (no message)"
     if texts[0] == "non-zero return code" and len(texts) > 1:  # a script: what it said
-        return f"{texts[0]} {res.get('rc', '')}: {texts[1][-500:]}".replace(" :", ":")
+        code = f" {res['rc']}" if res.get("rc") is not None else ""
+        return f"{texts[0]}{code}: {texts[1][-500:]}"
     return texts[0][-500:]
 
 
