@@ -137,6 +137,7 @@ def _hostside_cpu(logdir: str) -> Dict[str, Any]:
 def _ansible_log(path: str) -> Dict[str, Any]:
     runs: Dict[str, int] = {}
     total = 0
+    warm_cpu = 0.0
     playbooks: Dict[str, int] = {}
     if not os.path.exists(path):
         return {}
@@ -144,13 +145,32 @@ def _ansible_log(path: str) -> Dict[str, Any]:
         for line in handle:
             doc = json.loads(line)
             total += 1
+            warm_cpu += float(doc.get("warm_cpu") or 0.0)
             playbooks[doc["playbook"]] = playbooks.get(doc["playbook"], 0) + 1
             for host in doc["hosts"]:
                 runs[host] = runs.get(host, 0) + 1
-    return {"runs": runs, "total": total, "playbooks": playbooks}
+    return {"runs": runs, "total": total, "playbooks": playbooks, "warm_cpu": warm_cpu}
 
 
-def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any]:
+def _server_cpu(warm_dir: str) -> float:
+    """CPU-seconds of the warm ansible-playbook servers themselves (their forked runs are in
+    the run log's warm_cpu): read from /proc before they are stopped, then stopped."""
+    from fleet_rollout.hostside import warm_ansible
+
+    total = 0.0
+    for pid in warm_ansible.server_pids(warm_dir):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            os.kill(pid, 15)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def measure(hosts: int, lib: str, restore: bool, reboot: float,
+            warm: bool = True) -> Dict[str, Any]:
     import yaml
 
     from fleet_lab import lab
@@ -176,7 +196,8 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any
             yaml.safe_dump(inv, handle)
         with open(lab.paths(state)["pack_config"]) as handle:
             config = yaml.safe_load(handle)
-        config.update(state_dir=os.path.join(tmp, "state"), profiles_dir=_profile(tmp, hosts))
+        config.update(state_dir=os.path.join(tmp, "state"), profiles_dir=_profile(tmp, hosts),
+                      ansible_warm=warm)
         from fleet_rollout import service
         from fleet_rollout.store import FileStore
 
@@ -216,11 +237,15 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any
         wall = time.monotonic() - start
         side = _hostside_cpu(wrappers["logdir"])
         runlog = _ansible_log(env["FLEET_ROLLOUT_ANSIBLE_LOG"])
+        runlog["server_cpu"] = _server_cpu(os.path.join(config["state_dir"], "ansible", "warm"))
     finally:
         lab.down(state, progress=lambda _m: None)
     shutil.rmtree(tmp, ignore_errors=True)
     n = len(reports)
-    children = sum(r["children"] for r in reports)
+    # warm runs are children of the warm servers: their CPU is in the run log, the servers'
+    # own from /proc
+    children = sum(r["children"] for r in reports) + float(runlog.get("warm_cpu") or 0.0) + \
+        float(runlog.get("server_cpu") or 0.0)
     hostside = sum(side["cpu"].values())
     runs = runlog.get("runs") or side["runs"]
     return {
@@ -246,13 +271,17 @@ def main() -> None:
                         help="also restore every host after its change (the way back)")
     parser.add_argument("--lib", default=os.path.join(ROOT, "actions", "lib"))
     parser.add_argument("--reboot-seconds", type=float, default=1.0)
+    parser.add_argument("--cold", action="store_true",
+                        help="every ansible-playbook starts cold (pack config ansible_warm: "
+                             "false), to compare with the warm servers")
     args = parser.parse_args()
     lib = os.path.abspath(args.lib)
-    print(f"pack library: {lib}; restore: {args.restore}")
+    print(f"pack library: {lib}; restore: {args.restore}; ansible-playbook: "
+          f"{'cold' if args.cold else 'warm'}")
     print(f"{'hosts':>5} {'runs/host':>9} {'ansible':>8} {'controller':>10} {'host side':>9} "
           f"{'step py':>8} {'wall':>6}   (CPU-seconds per host)")
     for hosts in args.hosts:
-        out = measure(hosts, lib, args.restore, args.reboot_seconds)
+        out = measure(hosts, lib, args.restore, args.reboot_seconds, warm=not args.cold)
         print(f"{out['hosts']:>5} {out['runs_per_host']:>9.1f} {out['ansible_total']:>8.2f} "
               f"{out['controller']:>10.2f} {out['hostside']:>9.2f} {out['step_python']:>8.2f} "
               f"{out['wall']:>6.1f}   runs from {out['runs_source']}"

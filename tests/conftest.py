@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +19,39 @@ _PRIVATE = tempfile.mkdtemp(prefix="fleet-tests-")
 atexit.register(shutil.rmtree, _PRIVATE, True)
 os.environ["FLEET_ROLLOUT_HOME"] = os.path.join(_PRIVATE, "home")
 os.environ["FLEET_ROLLOUT_CACHE_DIR"] = os.path.join(_PRIVATE, "cache")
+# warm ansible-playbook servers (fleet_rollout.hostside.warm_ansible) of the tests leave a minute
+# after their last run, not five; whatever is left at the end is stopped by PID (below)
+os.environ.setdefault("FLEET_ROLLOUT_WARM_IDLE", "60")
+
+
+def _warm_servers_under(roots: list) -> list:
+    """PIDs of warm ansible-playbook servers whose warm dir is under one of `roots`: started by
+    this process's tests (every test's state dir is under its own temp dirs)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if len(argv) >= 4 and argv[1].endswith("warm_ansible.py") and argv[2] == "serve" and \
+                any(argv[3].startswith(root.rstrip("/") + "/") for root in roots):
+            found.append(int(entry))
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    roots = [_PRIVATE]
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        roots.append(str(factory.getbasetemp()))
+    for pid in _warm_servers_under(roots):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 @pytest.fixture

@@ -38,6 +38,8 @@ class PackConfig:
     # hosts one ansible-playbook run works on at once (its --forks); a shared run of a batch
     # of 200 hosts with 20 forks runs 20 at a time, each as soon as one finishes (strategy free)
     ansible_forks: int = 20
+    # ansible-playbook forked from a server that imported Ansible once (hostside.warm_ansible)
+    ansible_warm: bool = True
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -100,6 +102,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             profiles_dir=_optional_text(data, "profiles_dir"),
             ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
             ansible_forks=_forks(data.get("ansible_forks", 20)),
+            ansible_warm=_flag(data, "ansible_warm", True),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
@@ -115,6 +118,13 @@ def _window(value: Any) -> float:
 def _forks(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 500:
         raise ConfigError("pack config: ansible_forks must be a whole number from 1 to 500")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"pack config: {key} must be true or false")
     return value
 
 

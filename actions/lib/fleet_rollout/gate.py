@@ -8,6 +8,10 @@ then the judge.
 Counter windows of canary and control hosts cover the same wall-clock times; the window holding
 the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
 under the batch; a host whose collection failed is simply missing (the judge's data guards decide).
+
+    batch.<i>.counters.<label>      {"time", "parts": n}, written after its parts
+    batch.<i>.counters.<label>.<k>  {"snapshots", "errors"} of at most COUNTER_PART hosts (in
+                                    name order): no value grows with the batch or the fleet
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
+COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
 
 
 def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
@@ -36,15 +41,42 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
-    ctx.store.set_json(key(ctx.rollout_id, "batch", str(index), "counters", label),
-                       {"time": time.time(), "snapshots": snapshots, "errors": errors})
+    save_collection(ctx, index, label, time.time(), snapshots, errors)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors}
 
 
+def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
+                    snapshots: Dict[str, Any], errors: Dict[str, str]) -> None:
+    """One collection, in parts of COUNTER_PART hosts, the head (time, parts) last: a reader
+    never sees a head whose parts are not all written."""
+    head = key(ctx.rollout_id, "batch", str(index), "counters", label)
+    names = sorted(set(snapshots) | set(errors))
+    parts = [names[i:i + COUNTER_PART] for i in range(0, len(names), COUNTER_PART)]
+    for number, chunk in enumerate(parts):
+        ctx.store.set_json(f"{head}.{number}", {
+            "snapshots": {h: snapshots[h] for h in chunk if h in snapshots},
+            "errors": {h: errors[h] for h in chunk if h in errors}})
+    ctx.store.set_json(head, {"time": at, "parts": len(parts)})
+
+
+def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
+    """{"time", "snapshots", "errors"} of one collection ({} before it was made); a rollout
+    stored before the split (one document) reads the same."""
+    head = key(ctx.rollout_id, "batch", str(index), "counters", label)
+    doc = ctx.store.get_json(head, {}) or {}
+    if "parts" not in doc:
+        return doc
+    merged: Dict[str, Any] = {"time": doc.get("time"), "snapshots": {}, "errors": {}}
+    for number in range(int(doc["parts"])):
+        part = ctx.store.get_json(f"{head}.{number}", {}) or {}
+        merged["snapshots"].update(part.get("snapshots") or {})
+        merged["errors"].update(part.get("errors") or {})
+    return merged
+
+
 def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
-    data = {label: ctx.store.get_json(key(ctx.rollout_id, "batch", str(index), "counters",
-                                          label), {}) or {} for label in LABELS}
+    data = {label: load_collection(ctx, index, label) for label in LABELS}
     states = {h: ctx.state.host(h) for h in batch_hosts(ctx, index)}
     canary = [h for h, st in states.items() if st.get("status") == "done"]
     control = controls_for_batch(ctx.plan, index)

@@ -52,8 +52,21 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
                     config.resolve(config.ansible_private_key or "") or None,
                     forks=config.ansible_forks,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
-                    cache_dir=config.state_dir)  # host vars cached under state_dir/hostvars
+                    cache_dir=config.state_dir,  # host vars cached under state_dir/hostvars
+                    warm_dir=warm_ansible_dir(config))
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
+
+
+def warm_ansible_dir(config: PackConfig) -> Optional[str]:
+    """Where the warm ansible-playbook servers of this action runner live: state_dir/ansible/
+    warm, on a local file system only (a server's socket is this machine's); None: cold."""
+    if not config.ansible_warm:
+        return None
+    from fleet_rollout.hostside.coalesce import on_local_filesystem
+
+    if not on_local_filesystem(config.state_dir):
+        return None
+    return os.path.join(config.state_dir, "ansible", "warm")
 
 
 def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "all",

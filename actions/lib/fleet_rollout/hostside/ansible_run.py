@@ -35,6 +35,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from fleet_rollout import hostvars, timeouts
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.hostside import warm_ansible
 from fleet_rollout.inventory import check_host_name
 
 PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -257,6 +258,7 @@ class RunSpec:
     verbose: bool = False
     known_hosts: Optional[str] = None
     cache_dir: Optional[str] = None
+    warm_dir: Optional[str] = None  # ansible-playbook forked from a warm server (warm_ansible)
 
     def key(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True, default=str)
@@ -266,7 +268,7 @@ class RunSpec:
 def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] = None,
             forks: int = 20, private_key: Optional[str] = None, timeout: Optional[int] = None,
             verbose: bool = False, known_hosts: Optional[str] = None,
-            cache_dir: Optional[str] = None) -> RunSpec:
+            cache_dir: Optional[str] = None, warm_dir: Optional[str] = None) -> RunSpec:
     """The checked spec of a run of playbooks/<playbook>.yml (ConfigError for a missing
     playbook or inventory, a bad known_hosts path, Jinja in the extravars)."""
     path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOK_DIR, playbook + ".yml")
@@ -281,24 +283,26 @@ def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] =
     extra.update(extravars or {})
     check_extravars(extra)
     return RunSpec(path, inventory, extra, forks, private_key, timeout, verbose, known_hosts,
-                   cache_dir)
+                   cache_dir, warm_dir)
 
 
 def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
                  extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
                  private_key: Optional[str] = None, timeout: Optional[int] = None,
                  verbose: bool = False, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None) -> Dict[str, HostResult]:
+                 cache_dir: Optional[str] = None,
+                 warm_dir: Optional[str] = None) -> Dict[str, HostResult]:
     """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
 
     `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
     ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
-    `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir)."""
+    `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir).
+    `warm_dir`: ansible-playbook is forked from a warm server there (None: a cold start)."""
     names = check_host_names(hosts)
     if not names:
         return {}
     spec = prepare(playbook, inventory, extravars, forks, private_key, timeout, verbose,
-                   known_hosts, cache_dir)
+                   known_hosts, cache_dir, warm_dir)
     return run_spec(spec, names)
 
 
@@ -338,22 +342,28 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
     strangers: List[str] = []
     if entries:
         run_names = sorted(entries)
-        cmdline = f"--private-key {shlex.quote(spec.private_key)}" if spec.private_key else None
+        args = ["--private-key", spec.private_key] if spec.private_key else []
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
             run_inventory = hostvars.write_run_inventory(
                 os.path.join(data_dir, "fleet-run-inventory.yml"), list(entries.values()))
+            env = runner_env(spec.known_hosts)
+            warm = _warm_binary(spec.warm_dir)
+            if warm:  # the same ansible-playbook, forked from a warm server
+                env["FLEET_ROLLOUT_WARM_CPU"] = os.path.join(data_dir, "warm-cpu")
+                args.append(spec.playbook)  # ansible-runner passes no playbook to a binary
             runner = ansible_runner.run(
                 private_data_dir=data_dir, playbook=spec.playbook, inventory=run_inventory,
                 limit=",".join(run_names), extravars=spec.extravars,
                 forks=max(1, min(spec.forks, len(run_names))),
-                envvars=runner_env(spec.known_hosts), cmdline=cmdline, quiet=not spec.verbose,
-                timeout=spec.timeout or run_limit(spec, len(run_names)),
-                suppress_env_files=True)
+                envvars=env, cmdline=" ".join(shlex.quote(a) for a in args) or None,
+                quiet=not spec.verbose, timeout=spec.timeout or run_limit(spec, len(run_names)),
+                suppress_env_files=True, **warm)
             strangers = _collect(runner.events, combined)
             status = runner.status
-        _log_run(spec, run_names, status, before, started)
+            warm_cpu = _warm_cpu(env.get("FLEET_ROLLOUT_WARM_CPU"))
+        _log_run(spec, run_names, status, before, started, warm_cpu)
     for rid, results in per.items():
         if strangers:
             outcome[rid] = ConfigError(
@@ -389,17 +399,39 @@ def run_limit(spec: RunSpec, hosts: int) -> int:
     return int((timeouts.ANSIBLE + wait) * waves)
 
 
+def _warm_binary(warm_dir: Optional[str]) -> Dict[str, str]:
+    """ansible-runner's `binary` for a warm run; {} (a cold start) without a warm dir or when
+    its client cannot be written there."""
+    if not warm_dir:
+        return {}
+    try:
+        return {"binary": warm_ansible.client_path(warm_dir)}
+    except OSError:
+        return {}
+
+
+def _warm_cpu(path: Optional[str]) -> float:
+    """CPU-seconds of the warm server's child that ran the playbook (its client wrote them)."""
+    try:
+        with open(path or "") as handle:
+            return sum(float(line) for line in handle if line.strip())
+    except (OSError, ValueError):
+        return 0.0
+
+
 def _log_run(spec: RunSpec, hosts: List[str], status: str, before: Any,
-             started: float) -> None:
+             started: float, warm_cpu: float = 0.0) -> None:
     """A line per run in $FLEET_ROLLOUT_ANSIBLE_LOG, when set (benchmarks, debugging):
-    playbook, hosts, status, CPU-seconds of the ansible-playbook process tree, start and end."""
+    playbook, hosts, status, CPU-seconds of the ansible-playbook process tree (a warm run: its
+    client and the forked child), start and end."""
     path = os.environ.get("FLEET_ROLLOUT_ANSIBLE_LOG")
     if not path:
         return
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) + warm_cpu
     line = json.dumps({"playbook": os.path.basename(spec.playbook), "hosts": hosts,
                        "status": status, "cpu": round(cpu, 3), "pid": os.getpid(),
+                       "warm": bool(spec.warm_dir), "warm_cpu": round(warm_cpu, 3),
                        "started": round(started, 3), "at": round(time.time(), 3)})
     try:
         with open(path, "a") as handle:

@@ -28,17 +28,19 @@ class HostSide:
     resolved host variables are cached (None: fleet_rollout.hostvars.default_cache_dir()); a
     run reads only its hosts' variables, never the whole inventory. `coalesce`: runs of this
     process are gathered with identical ones of other processes (fleet_rollout.hostside.
-    coalesce; None: every call is a run of its own)."""
+    coalesce; None: every call is a run of its own). `warm_dir`: ansible-playbook is forked
+    from a warm server there (fleet_rollout.hostside.warm_ansible; None: cold starts)."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
                  timeout: Optional[int] = None, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None) -> None:
+                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None) -> None:
         self.inventory = inventory
         self.private_key = private_key or None
         self.forks = forks
         self.timeout = timeout
         self.known_hosts = known_hosts or None
         self.cache_dir = cache_dir or None
+        self.warm_dir = warm_dir or None
         self.coalesce: Optional[Coalescer] = None
 
     def _run(self, playbook: str, hosts: Iterable[str],
@@ -48,11 +50,12 @@ class HostSide:
             if not names:
                 return {}
             spec = prepare(playbook, self.inventory, extravars, self.forks, self.private_key,
-                           self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir)
+                           self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir,
+                           warm_dir=self.warm_dir)
             return self.coalesce.run(spec, names)
         return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
-                            cache_dir=self.cache_dir)
+                            cache_dir=self.cache_dir, warm_dir=self.warm_dir)
 
     def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,

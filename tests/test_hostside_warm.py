@@ -1,0 +1,244 @@
+"""Warm ansible-playbook (fleet_rollout.hostside.warm_ansible): the real playbooks through
+ansible-runner, each run forked from a server that imported Ansible once, against `sim` hosts
+(Ansible's local connection with a sysroot). Every server a test starts is under its tmp_path
+and is stopped by PID at the end."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+import yaml
+
+from fleet_lab.hosts import boot_config
+from fleet_lab.simhost import SimBackend
+from fleet_rollout.config import load_pack_config
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.hostside import warm_ansible
+from fleet_rollout.hostside.ansible_run import run_playbook
+from fleet_rollout.hostside.operations import HostSide
+
+HOSTS = ["sim-001", "sim-002"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(check, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def _pids_with(marker: str) -> List[int]:
+    """Processes whose command line holds `marker` (a value unique to the test)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read() and _alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture()
+def lab(tmp_path: Path, monkeypatch) -> Iterator[dict]:
+    monkeypatch.setenv("FLEET_ROLLOUT_ANSIBLE_LOG", str(tmp_path / "runs.jsonl"))
+    backend = SimBackend(str(tmp_path / "hosts"))
+    for name in HOSTS:
+        backend.power_on(boot_config(name, "early", "disabled"))
+    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
+                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    warm_dir = str(tmp_path / "warm")
+    try:
+        yield {"backend": backend, "inventory": str(inventory), "warm_dir": warm_dir,
+               "cache": str(tmp_path / "cache"), "tmp": tmp_path}
+    finally:
+        for pid in warm_ansible.server_pids(warm_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _runs(lab: dict) -> List[dict]:
+    path = lab["tmp"] / "runs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _sleeping_playbook(lab: dict, marker: str) -> str:
+    """A playbook whose task hangs (sleep with a marker argument this test can find)."""
+    path = lab["tmp"] / "hang.yml"
+    path.write_text(yaml.safe_dump([{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "fleet_result: hang", "ansible.builtin.command":
+                   f"sleep {marker}"}]}]))
+    return str(path)
+
+
+def test_warm_runs_give_what_cold_runs_give_from_one_server(lab):
+    cold = HostSide(lab["inventory"], forks=2, cache_dir=lab["cache"])
+    warm = HostSide(lab["inventory"], forks=2, cache_dir=lab["cache"],
+                    warm_dir=lab["warm_dir"])
+    expected = cold.health(HOSTS)
+    first = warm.health(HOSTS)
+    servers = warm_ansible.server_pids(lab["warm_dir"])
+    assert len(servers) == 1
+    second = warm.drain(HOSTS, timeout=5)
+    for name in HOSTS:
+        assert first[name].ok and expected[name].ok, (first[name], expected[name])
+        assert first[name].result == expected[name].result
+        assert first[name].tasks == expected[name].tasks
+        assert second[name].ok and second[name].result["drained"] is True
+    assert warm_ansible.server_pids(lab["warm_dir"]) == servers  # the same server, reused
+    runs = _runs(lab)
+    assert [r["warm"] for r in runs] == [False, True, True]
+    assert all(r["warm_cpu"] > 0 for r in runs[1:])  # the forked child's CPU, from the server
+
+
+def test_a_failing_task_and_an_unknown_host_read_the_same_warm(lab):
+    """Errors come from the run's events either way: the failed task's own message."""
+    results = {}
+    for warm_dir in (None, lab["warm_dir"]):
+        side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=warm_dir)
+        with pytest.raises(ValueError):
+            side.kernel(HOSTS, "apply; id")
+        results[warm_dir] = run_playbook("kernel", lab["inventory"], ["sim-001", "nosuch"],
+                                         {"fleet_kernel_action": "apply",
+                                          "fleet_kernel_settings": {}},
+                                         cache_dir=lab["cache"], warm_dir=warm_dir)
+    cold, warm = results[None], results[lab["warm_dir"]]
+    assert not warm["sim-001"].ok and warm["sim-001"].error == cold["sim-001"].error
+    assert "snapshot" in warm["sim-001"].error  # apply is refused without a snapshot
+    assert "not in inventory" in warm["nosuch"].error
+    assert warm_ansible.server_pids(lab["warm_dir"])
+
+
+def test_a_timed_out_warm_run_ends_its_forked_child(lab):
+    marker = f"600.{os.getpid()}1"
+    playbook = _sleeping_playbook(lab, marker)
+    started = time.monotonic()
+    results = run_playbook(playbook, lab["inventory"], ["sim-001"], timeout=4,
+                           cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    assert not results["sim-001"].ok and results["sim-001"].error
+    assert time.monotonic() - started < 60
+    assert _wait_for(lambda: not _pids_with(marker)), "the hanging task outlived its run"
+    servers = warm_ansible.server_pids(lab["warm_dir"])
+    assert len(servers) == 1  # the server itself goes on serving
+    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    assert side.health(["sim-001"])["sim-001"].ok
+
+
+def test_a_killed_client_takes_its_run_with_it(lab):
+    """SIGKILL of the program ansible-runner started (the client): the server sees its socket
+    close and ends the forked run's process group."""
+    marker = f"600.{os.getpid()}2"
+    playbook = _sleeping_playbook(lab, marker)
+    client = warm_ansible.client_path(lab["warm_dir"])
+    proc = subprocess.Popen([client, "-i", lab["inventory"], "--limit", "sim-001", playbook],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=str(lab["tmp"]), start_new_session=True)
+    try:
+        assert _wait_for(lambda: bool(_pids_with(marker)), 60), "the task never started"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert _wait_for(lambda: not _pids_with(marker), warm_ansible.KILL_GRACE + 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _pids_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_runs_cold_where_no_server_can_be(lab, monkeypatch):
+    """A configuration the server cannot have read (ANSIBLE_CONFIG), or a server that cannot
+    start: the run starts cold and gives the same results; never a new way to fail."""
+    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    cfg = lab["tmp"] / "ansible.cfg"
+    cfg.write_text("[defaults]\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    assert all(r.ok for r in side.health(HOSTS).values())
+    assert warm_ansible.server_pids(lab["warm_dir"]) == []
+    monkeypatch.delenv("ANSIBLE_CONFIG")
+    monkeypatch.setenv("FLEET_ROLLOUT_WARM_IDLE", "not-a-number")  # the server dies at start
+    assert all(r.ok for r in side.health(HOSTS).values())
+    assert warm_ansible.server_pids(lab["warm_dir"]) == []
+    logs = list(Path(lab["warm_dir"]).glob("*.log"))
+    assert logs and "not-a-number" in "".join(p.read_text() for p in logs)
+
+
+def test_a_server_leaves_when_its_socket_is_gone_or_it_is_idle(lab, monkeypatch):
+    monkeypatch.setenv("FLEET_ROLLOUT_WARM_IDLE", "2")
+    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    assert side.health(["sim-001"])["sim-001"].ok
+    (idle,) = warm_ansible.server_pids(lab["warm_dir"])
+    assert _wait_for(lambda: not _alive(idle), 20), "an idle server stayed"
+    monkeypatch.setenv("FLEET_ROLLOUT_WARM_IDLE", "600")
+    assert side.health(["sim-001"])["sim-001"].ok
+    (busy,) = warm_ansible.server_pids(lab["warm_dir"])
+    for sock in Path(lab["warm_dir"]).glob("*.sock"):
+        sock.unlink()
+    assert _wait_for(lambda: not _alive(busy), 20), "a server without its socket stayed"
+
+
+def test_the_server_key_follows_what_ansible_reads_at_import(tmp_path):
+    real = "/nonexistent/ansible-playbook"
+    base = {"PATH": "/usr/bin", "HOME": "/root", "ANSIBLE_PIPELINING": "True"}
+    key = warm_ansible.server_key(base, real)
+    assert warm_ansible.server_key(dict(base), real) == key
+    assert warm_ansible.server_key(dict(base, ANSIBLE_FORKS="7"), real) != key
+    assert warm_ansible.server_key(dict(base, ANSIBLE_PIPELINING="False"), real) != key
+    assert warm_ansible.server_key(dict(base, HOME="/home/x"), real) != key
+    # per run, read when used: one server serves every run
+    assert warm_ansible.server_key(dict(base, ANSIBLE_CACHE_PLUGIN_CONNECTION="/a"), real) == key
+    assert warm_ansible.server_key(dict(base, AWX_ISOLATED_DATA_DIR="/b"), real) == key
+    # PYTHONPATH: only where it could import another Ansible
+    assert warm_ansible.server_key(dict(base, PYTHONPATH="/nonexistent/lib"), real) == key
+    other = tmp_path / "site"
+    (other / "ansible").mkdir(parents=True)
+    assert warm_ansible.server_key(dict(base, PYTHONPATH=str(other)), real) != key
+
+
+def test_runs_cold_with_a_configuration_file_of_its_own(tmp_path):
+    assert not warm_ansible.runs_cold({}, str(tmp_path))
+    assert warm_ansible.runs_cold({"ANSIBLE_CONFIG": "/etc/x.cfg"}, str(tmp_path))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    assert warm_ansible.runs_cold({}, str(tmp_path))
+
+
+def test_pack_config_ansible_warm_gives_every_host_step_its_warm_dir(tmp_path):
+    """`ansible_warm` (default true): the host steps' HostSide forks ansible-playbook from a
+    server under state_dir/ansible/warm; false: cold starts; anything else is refused."""
+    from test_batch_info import stored_plan
+
+    from fleet_rollout import service
+
+    base = {"credentials": {"lab": {"username": "u", "password": "p"}},
+            "state_dir": str(tmp_path / "state")}
+    assert load_pack_config(base).ansible_warm is True
+    assert load_pack_config(dict(base, ansible_warm=False)).ansible_warm is False
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigError, match="ansible_warm"):
+            load_pack_config(dict(base, ansible_warm=bad))
+    _plan, store = stored_plan("warm-1", 4)
+    side = service.context(base, store, "warm-1").hostside
+    assert side.warm_dir == str(tmp_path / "state" / "ansible" / "warm")
+    assert service.context(dict(base, ansible_warm=False), store, "warm-1").hostside.warm_dir \
+        is None
