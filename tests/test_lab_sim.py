@@ -111,6 +111,29 @@ def test_counters_move_under_traffic_and_drain_stops_it(sim_lab):
     assert _udp(state, "lab-002")["InDatagrams"] > drained["InDatagrams"]
 
 
+def _rx_packets(state, host):
+    path = os.path.join(state, "hosts", host, "sys/class/net/eth0/statistics/rx_packets")
+    return int(open(path).read())
+
+
+def test_counters_move_in_small_steps_so_a_window_counts_its_own_traffic(sim_lab):
+    """A counter window is two reads some seconds apart: the packets between them follow the
+    time between them (a 2 s step once gave windows of 8 s of traffic in 9 s and 10 s in 8 s:
+    canary and control looked like a 1.6x traffic change)."""
+    from fleet_lab.daemon import sim_tick
+
+    assert sim_tick(4) == 0.5 and sim_tick(500) == 0.5 and sim_tick(2000) == 2.0
+    state, _inventory = sim_lab
+    rates = []
+    for _ in range(3):
+        t0, p0 = time.monotonic(), _rx_packets(state, "lab-003")
+        time.sleep(3.3)
+        t1, p1 = time.monotonic(), _rx_packets(state, "lab-003")
+        rates.append((p1 - p0) / (t1 - t0))
+    assert min(rates) > 0
+    assert max(rates) / min(rates) < 1.5, rates  # steps of 2 s: up to (4/3.3)/(2/3.3) = 2
+
+
 def test_status_json(sim_lab):
     state, _ = sim_lab
     out = _cli("lab", "status", "--state-dir", state, "--json")
