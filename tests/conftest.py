@@ -11,6 +11,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.process_support import command_lines
 from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
 
 # Never the user's: a test that names no runtime home or host-vars cache of its own gets this
@@ -27,19 +28,9 @@ os.environ.setdefault("FLEET_ROLLOUT_WARM_IDLE", "60")
 def _warm_servers_under(roots: list) -> list:
     """PIDs of warm ansible-playbook servers whose warm dir is under one of `roots`: started by
     this process's tests (every test's state dir is under its own temp dirs)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv = handle.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if len(argv) >= 4 and argv[1].endswith("warm_ansible.py") and argv[2] == "serve" and \
-                any(argv[3].startswith(root.rstrip("/") + "/") for root in roots):
-            found.append(int(entry))
-    return found
+    return [pid for pid, argv in command_lines()
+            if len(argv) >= 4 and argv[1].endswith("warm_ansible.py") and argv[2] == "serve"
+            and any(argv[3].startswith(root.rstrip("/") + "/") for root in roots)]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -15,6 +15,7 @@ from typing import Iterator, List
 
 import pytest
 import yaml
+from process_support import command_lines, gone, wait_for
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
@@ -28,35 +29,16 @@ HOSTS = ["sim-001", "sim-002"]
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return not gone(pid)
 
 
 def _wait_for(check, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
+    return wait_for(check, timeout)
 
 
 def _pids_with(marker: str) -> List[int]:
     """Processes whose command line holds `marker` (a value unique to the test)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if marker.encode() in handle.read() and _alive(int(entry)):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return [pid for pid, argv in command_lines() if marker in argv and _alive(pid)]
 
 
 @pytest.fixture()

@@ -15,11 +15,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from process_support import gone, wait_for
 
 from fleet_runtime.engine import Runtime
 from fleet_runtime.errors import MetadataError
@@ -188,23 +188,6 @@ def warm(home: Path, pack: Path) -> Iterator[Runtime]:
 def info(rt: Runtime, pack: Path) -> Dict[str, Any]:
     assert rt.warm_pool is not None
     return rt.warm_pool.info(str(pack))
-
-
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def run_until_file(rt: Runtime, path: Path, timeout: float = 90.0) -> List[int]:
