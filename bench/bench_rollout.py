@@ -221,11 +221,13 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                 "approval": {"required": False},
                 "redfish": {"graceful_timeout": bench.reboot * 3, "poll": 1}}, handle)
         cpu = CpuAccount()
+        host_side = _host_side_account(inventory, tmp)
         try:
             t0 = time.monotonic()
             out = _run_answering(env, preexec=cpu.preexec())
             total = time.monotonic() - t0
             controller_cpu = cpu.seconds()
+            host_cpu = host_side.seconds() if host_side else None
             rollout_id = ((out.get("result") or {}).get("output") or {}).get("rollout_id")
             plan, hosts = _stored_rollout(env["FLEET_ROLLOUT_HOME"], rollout_id)
             bound = _critical_path(plan, hosts, bench)
@@ -234,6 +236,8 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             estimate = _estimate_check(plan, hosts, bench, total)
         finally:
             cpu.close()
+            if host_side:
+                host_side.close()
             lab.down(state, progress=lambda _m: None)
     changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
     return {"hosts": bench.hosts, "reboot_seconds": bench.reboot, "status": out.get("status"),
@@ -247,8 +251,44 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             "pure_ratio": round(total / bound["pure"], 2) if bound["pure"] else None,
             "hosts_changed": changed, "controller_cpu_seconds": round(controller_cpu, 1),
             "cpu_per_host": round(controller_cpu / changed, 2) if changed else None,
+            "host_side_cpu_seconds": round(host_cpu, 1) if host_cpu is not None else None,
+            "host_side_cpu_per_host": round(host_cpu / changed, 2)
+            if host_cpu is not None and changed else None,
             "cpu_method": cpu.method, "largest_context_bytes": context,
             "largest_datastore_value_bytes": largest_value, "estimate": estimate}
+
+
+SHELL_WRAPPER = """#!/bin/sh
+# bench: what Ansible runs "on" a sim host (its local connection's shell) is the host's side:
+# on a real fleet it runs on the server. Counted apart from the controller (cgroup).
+echo $$ > {procs} 2>/dev/null
+exec /bin/sh "$@"
+"""
+
+
+def _host_side_account(inventory: str, tmp: str) -> Any:
+    """A cpuacct group of its own for the sim hosts' side (every command Ansible's local
+    connection runs for a host: the shell, the host script, the probe), through the hosts'
+    `ansible_shell_executable`; None without cgroups (then the controller's figure includes
+    it, as before)."""
+    from cpu_account import CpuAccount
+
+    account = CpuAccount("fleet-bench-hostside")
+    if account.path is None:
+        return None
+    wrapper = os.path.join(tmp, "host-side-shell")
+    with open(wrapper, "w") as handle:
+        handle.write(SHELL_WRAPPER.format(procs=os.path.join(account.path, "cgroup.procs")))
+    os.chmod(wrapper, 0o755)
+    with open(inventory) as handle:
+        doc = yaml.safe_load(handle)
+    for group in (doc["all"].get("children") or {}).values():
+        for entry in (group.get("hosts") or {}).values():
+            if entry.get("ansible_connection") == "local":
+                entry["ansible_shell_executable"] = wrapper
+    with open(inventory, "w") as handle:
+        yaml.safe_dump(doc, handle)
+    return account
 
 
 def _set_profiles_dir(home: str, directory: str) -> None:
@@ -440,7 +480,9 @@ def describe(r: Dict[str, Any]) -> str:
         f"{r['critical_path_seconds']} s: ratio {r['ratio']}; pure bound (sim reboot + probe "
         f"budget per wave) {r['pure_bound_seconds']} s: ratio {r['pure_ratio']}",
         f"  controller CPU {r['controller_cpu_seconds']} s for {r['hosts_changed']} changed "
-        f"hosts: {r['cpu_per_host']} CPU-s per host ({r['cpu_method']})",
+        f"hosts: {r['cpu_per_host']} CPU-s per host ({r['cpu_method']}); the sim hosts' own "
+        f"side (what runs on a server of a real fleet) apart: {r['host_side_cpu_seconds']} s, "
+        f"{r['host_side_cpu_per_host']} CPU-s per host",
         f"  largest workflow context {ctx['context']} bytes, conductor state "
         f"{ctx['conductor_state']} bytes; largest datastore value "
         f"{r['largest_datastore_value_bytes']['bytes']} bytes "

@@ -373,14 +373,17 @@ class Server:
         while self.runs or time.monotonic() - self.last < self.idle:
             if not os.path.exists(os.path.join(self.warm_dir, f"{self.key}.sock")):
                 break  # removed (the state dir is gone): nobody can reach this server
-            open_runs = {run[0]: pid for pid, run in self.runs.items()
+            open_runs = {run[0].fileno(): pid for pid, run in self.runs.items()
                          if not isinstance(run[0], _Closed)}
-            readable, _, _ = select.select([self.listener] + list(open_runs), [], [], 0.2)
-            for sock in readable:
-                if sock is self.listener:
+            poller = select.poll()  # no FD_SETSIZE limit on how many runs are open
+            for fd in [self.listener.fileno()] + list(open_runs):
+                poller.register(fd, select.POLLIN)
+            for fd, _event in poller.poll(200):
+                if fd == self.listener.fileno():
                     self._accept()
-                else:
-                    self._from_client(open_runs[sock])
+                elif fd in open_runs and open_runs[fd] in self.runs and \
+                        not isinstance(self.runs[open_runs[fd]][0], _Closed):
+                    self._from_client(open_runs[fd])
             self._reap()
             self._kill_overdue()
         self._stop()
