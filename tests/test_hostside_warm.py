@@ -28,17 +28,9 @@ from fleet_rollout.hostside.operations import HostSide
 HOSTS = ["sim-001", "sim-002"]
 
 
-def _alive(pid: int) -> bool:
-    return not gone(pid)
-
-
-def _wait_for(check, timeout: float = 20.0) -> bool:
-    return wait_for(check, timeout)
-
-
 def _pids_with(marker: str) -> List[int]:
     """Processes whose command line holds `marker` (a value unique to the test)."""
-    return [pid for pid, argv in command_lines() if marker in argv and _alive(pid)]
+    return [pid for pid, argv in command_lines() if marker in argv and not gone(pid)]
 
 
 @pytest.fixture()
@@ -121,7 +113,7 @@ def test_a_timed_out_warm_run_ends_its_forked_child(lab):
                            cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
     assert not results["sim-001"].ok and results["sim-001"].error
     assert time.monotonic() - started < 60
-    assert _wait_for(lambda: not _pids_with(marker)), "the hanging task outlived its run"
+    assert wait_for(lambda: not _pids_with(marker), 20), "the hanging task outlived its run"
     servers = warm_ansible.server_pids(lab["warm_dir"])
     assert len(servers) == 1  # the server itself goes on serving
     side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
@@ -133,15 +125,16 @@ def test_a_killed_client_takes_its_run_with_it(lab):
     close and ends the forked run's process group."""
     marker = f"600.{os.getpid()}2"
     playbook = _sleeping_playbook(lab, marker)
-    client = warm_ansible.client_path(lab["warm_dir"])
+    client = warm_ansible.client_path(
+        lab["warm_dir"], os.path.join(os.path.dirname(sys.executable), "ansible-playbook"))
     proc = subprocess.Popen([client, "-i", lab["inventory"], "--limit", "sim-001", playbook],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=str(lab["tmp"]), start_new_session=True)
     try:
-        assert _wait_for(lambda: bool(_pids_with(marker)), 60), "the task never started"
+        assert wait_for(lambda: bool(_pids_with(marker)), 60), "the task never started"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert _wait_for(lambda: not _pids_with(marker), warm_ansible.KILL_GRACE + 15)
+        assert wait_for(lambda: not _pids_with(marker), warm_ansible.KILL_GRACE + 15)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -170,7 +163,7 @@ def _started_server(lab: dict) -> int:
     """A server of this test's environment, started as a client starts one; its pid (the
     connection that started it is closed without a run)."""
     environ = dict(os.environ)
-    real = warm_ansible._real_ansible_playbook()
+    real = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     sock = warm_ansible._server(lab["warm_dir"], warm_ansible.server_key(environ, real),
                                 environ)
     (pid,) = warm_ansible.server_pids(lab["warm_dir"])
@@ -181,13 +174,13 @@ def _started_server(lab: dict) -> int:
 def test_a_server_leaves_when_its_socket_is_gone_or_it_is_idle(lab, monkeypatch):
     monkeypatch.setenv("FLEET_ROLLOUT_WARM_IDLE", "2")
     idle = _started_server(lab)
-    assert _wait_for(lambda: not _alive(idle), 30), "an idle server stayed"
+    assert wait_for(lambda: gone(idle), 30), "an idle server stayed"
     monkeypatch.setenv("FLEET_ROLLOUT_WARM_IDLE", "600")
     busy = _started_server(lab)
     assert busy != idle
     for sock in Path(lab["warm_dir"]).glob("*.sock"):
         sock.unlink()
-    assert _wait_for(lambda: not _alive(busy), 20), "a server without its socket stayed"
+    assert wait_for(lambda: gone(busy), 20), "a server without its socket stayed"
     assert warm_ansible.server_pids(lab["warm_dir"]) == []
 
 

@@ -405,8 +405,9 @@ def _warm_binary(warm_dir: Optional[str]) -> Dict[str, str]:
     if not warm_dir:
         return {}
     try:
-        return {"binary": warm_ansible.client_path(warm_dir)}
-    except OSError:
+        real = os.path.join(_ansible_bin_dir(), "ansible-playbook")
+        return {"binary": warm_ansible.client_path(warm_dir, real)}
+    except (OSError, ConfigError):
         return {}
 
 

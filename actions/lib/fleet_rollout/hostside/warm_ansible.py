@@ -74,9 +74,9 @@ PRELOAD = (
 
 
 # ------------------------------------------------------------------------------ pack side
-def client_path(warm_dir: str) -> str:
-    """The program ansible-runner starts instead of ansible-playbook (written once per Python
-    and per copy of this file; 0700)."""
+def client_path(warm_dir: str, real: str) -> str:
+    """The program ansible-runner starts instead of ansible-playbook `real` (written once per
+    Python and per copy of this file; 0700)."""
     os.makedirs(warm_dir, mode=0o700, exist_ok=True)
     os.chmod(warm_dir, 0o700)
     here = os.path.abspath(__file__)
@@ -84,7 +84,7 @@ def client_path(warm_dir: str) -> str:
     path = os.path.join(warm_dir, f"{CLIENT_NAME}-{digest}")
     text = (f"#!/bin/sh\n# fleet_rollout: ansible-playbook forked from a warm server\n"
             f"exec {_sh(sys.executable)} -I -S {_sh(here)} client {_sh(warm_dir)} "
-            f"{_sh(_real_ansible_playbook())} \"$@\"\n")
+            f"{_sh(real)} \"$@\"\n")
     try:
         with open(path) as handle:
             if handle.read() == text:
@@ -101,17 +101,6 @@ def client_path(warm_dir: str) -> str:
 
 def _sh(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-def _real_ansible_playbook() -> str:
-    here = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    if os.path.exists(here):
-        return here
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
-        found = os.path.join(directory, "ansible-playbook")
-        if directory and os.access(found, os.X_OK):
-            return found
-    return "ansible-playbook"
 
 
 def server_pids(warm_dir: str) -> list:
