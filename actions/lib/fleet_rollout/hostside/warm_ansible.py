@@ -359,6 +359,7 @@ class Server:
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop())
+        self.last = time.monotonic()  # idle from now: the preload may take longer than IDLE
         while self.runs or time.monotonic() - self.last < self.idle:
             if not os.path.exists(os.path.join(self.warm_dir, f"{self.key}.sock")):
                 break  # removed (the state dir is gone): nobody can reach this server
