@@ -54,3 +54,23 @@ def test_a_collection_stored_as_one_document_still_reads():
     store.set_json(key("parts-1", "batch", "1", "counters", "pre_start"), old)
     assert gate.load_collection(ctx, 1, "pre_start") == old
     assert gate.load_collection(ctx, 1, "post_start") == {}
+
+
+def test_the_judge_input_names_each_hosts_site_and_hardware_model():
+    """The judge compares hosts within their site and model (issue 15): the input gate builds
+    carries them from the plan, for canaries and controls alike."""
+    store = MemoryStore()
+    plan = {"batches": [{"index": 0, "hosts": ["web-1", "web-2"]}], "control": ["ctl-1"],
+            "hosts": {"web-1": {"site": "fra", "hardware_model": "r640"},
+                      "web-2": {"site": "ams", "hardware_model": "r640"},
+                      "ctl-1": {"site": "fra", "hardware_model": "r650"}}}
+    states = {"web-1": {"status": "done"}, "web-2": {"status": "done"}}
+    ctx = SimpleNamespace(store=store, rollout_id="parts-1", plan=plan,
+                          state=SimpleNamespace(host=lambda h: states.get(h, {})))
+    for n, label in enumerate(gate.LABELS):
+        gate.save_collection(ctx, 0, label, float(n), {h: _snapshot(n) for h in plan["hosts"]},
+                             {})
+    doc = gate.judge_input(ctx, 0)
+    assert doc["canary"] == ["web-1", "web-2"] and doc["control"] == ["ctl-1"]
+    assert {h: (v["site"], v["model"]) for h, v in doc["hosts"].items()} == {
+        "web-1": ("fra", "r640"), "web-2": ("ams", "r640"), "ctl-1": ("fra", "r650")}

@@ -63,7 +63,7 @@ def test_pass_on_no_change() -> None:
     assert verdict.test.n_canary == 8 and verdict.test.n_control == 32
     assert verdict.test.p_value > 0.025
     assert verdict.test.ci_ratio[0] < 1.0 < verdict.test.ci_ratio[1]
-    assert "PASS" in verdict.explanation and "Mann-Whitney p" in verdict.explanation
+    assert "PASS" in verdict.explanation and "permutation p" in verdict.explanation
 
 
 def test_fail_on_regression_with_numbers() -> None:

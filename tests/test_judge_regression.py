@@ -1,9 +1,10 @@
-"""The faster judge decides exactly as the judge did before the scale work.
+"""The judge decides exactly as it did when the fixture was written.
 
 tests/fixtures/judge_regression.json holds the verdicts, statistics and explanations the judge
 gave for 200 seeded inputs (1-3 canary batches, silent hosts, ties, missing data, ceilings,
-large lopsided batches) before the pairwise differences were selected instead of sorted and
-the input parsing lost its quadratic duplicate check. Floats are compared exactly.
+large lopsided batches). First written before the scale work (issue 14: the faster judge had to
+match it bit for bit); rewritten when issue 15 replaced the rank test by the weighted
+permutation test, an intended change of verdicts. Floats are compared exactly.
 """
 from __future__ import annotations
 

@@ -86,6 +86,10 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
         if all(snaps):
             hosts[host] = {"pre": {"start": snaps[0], "end": snaps[1]},
                            "post": {"start": snaps[2], "end": snaps[3]}}
+            info = ctx.plan["hosts"].get(host) or {}  # the judge compares within site and model
+            for field, source in (("site", "site"), ("model", "hardware_model")):
+                if info.get(source):
+                    hosts[host][field] = str(info[source])
     return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": index,
             "canary": canary, "control": control, "hosts": hosts}
 

@@ -7,7 +7,7 @@ rollout state (store.py: plan, meta, halt, host.<name>, batch.<n>) and the audit
   the halt reason;
 * an overview of the batches;
 * per batch: approval, the canary verdict (badge, numbers, explanation, a strip plot of the
-  per-host drop-rate change of canary and control hosts with the Hodges-Lehmann ratio and its
+  per-host drop-rate change of canary and control hosts with the weighted ratio and its
   CI), a Gantt-like timeline of every host's steps and a table of the hosts;
 * the audit trail: counts and the entries.
 
@@ -573,7 +573,7 @@ def _ratio_label(log10v: float) -> str:
 
 def render_verdict_plot(verdict: Dict[str, Any]) -> str:
     """Strip plot of the per-host drop-rate change exp(e) (post/pre), canary vs control, on a
-    log axis, with the group medians, the Hodges-Lehmann ratio (canary / control) and its CI."""
+    log axis, with the group medians, the weighted ratio (canary / control) and its CI."""
     hosts = [h for h in verdict.get("hosts") or [] if isinstance(h, dict)]
     points = [(h, float(h["e"])) for h in hosts if _num(h.get("e")) is not None]
     test = verdict.get("test") if isinstance(verdict.get("test"), dict) else None
@@ -665,7 +665,7 @@ def render_verdict_plot(verdict: Dict[str, Any]) -> str:
     parts.append(f'<text x="{_f(label_w - 8)}" y="{_f(yc - 2)}" text-anchor="end" '
                  'font-weight="600">canary \u00f7 control</text>'
                  f'<text x="{_f(label_w - 8)}" y="{_f(yc + 11)}" text-anchor="end" '
-                 'class="muted">Hodges-Lehmann, CI</text>')
+                 'class="muted">weighted ratio, CI</text>')
     if ratio and ratio > 0:
         level = _num(test.get("ci_level")) if test else None
         xl = x_of(ci_logs[0]) if ci_logs[0] is not None else label_w
@@ -891,11 +891,11 @@ def _verdict_section(verdict: Any) -> str:
         out.append(
             '<div class="tiles">'
             f'<div class="tile t-{cls}"><div class="n">{_e(_ratio(test.get("ratio")))}</div>'
-            '<div class="l">canary vs control drop-rate ratio (Hodges-Lehmann)</div></div>'
+            '<div class="l">canary vs control drop-rate ratio (weighted)</div></div>'
             f'<div class="tile"><div class="n">{_e(_ratio(ci[0]))} \u2013 {_e(_ratio(ci[1]))}'
             f'</div><div class="l">{level:.0%} confidence interval</div></div>'
             f'<div class="tile"><div class="n">{_e(_p(test.get("p_value")))}</div>'
-            '<div class="l">one-sided Mann-Whitney p</div></div>'
+            '<div class="l">one-sided permutation p</div></div>'
             f'<div class="tile"><div class="n">{_e(test.get("n_canary", "-"))} / '
             f'{_e(test.get("n_control", "-"))}</div><div class="l">canary / control hosts '
             "used</div></div></div>")
@@ -907,7 +907,7 @@ def _verdict_section(verdict: Any) -> str:
         out.append('<div class="legend"><span><i style="background:#e07b00"></i>canary host'
                    '</span><span><i style="background:#4f73a8"></i>control host</span>'
                    '<span><i style="background:#1d2330;height:2px"></i>group median / '
-                   'Hodges-Lehmann ratio with CI</span><span><i style="background:none;'
+                   'weighted ratio with CI</span><span><i style="background:none;'
                    'border-top:2px dashed #c62828;height:0"></i>fail threshold</span></div>')
     summary = verdict.get("summary") if isinstance(verdict.get("summary"), dict) else {}
     if summary:

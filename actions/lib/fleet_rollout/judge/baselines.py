@@ -1,6 +1,6 @@
 """Baselines for the evaluation only (bench/bench_judge.py): what common canary tools do.
 
-Neither is used to decide a rollout.
+None is used to decide a rollout.
 
 * :func:`kayenta_mann_whitney` - Kayenta-style (NetflixACAJudge MannWhitneyClassifier) on raw
   values: the canary and the baseline (control) metric series of the post window only are
@@ -12,6 +12,10 @@ Neither is used to decide a rollout.
 * :func:`pooled_poisson_rate_ratio` - sum drops and packets of each group over the post window
   and test the rate ratio with the exact conditional (binomial) test. It treats every drop as
   an independent event of one common rate, so host heterogeneity and bursts make it cry wolf.
+* :func:`rank_test` - the judge before issue 15: one-sided Mann-Whitney U of the canaries' e
+  against the controls' e, FAIL when p < alpha and the Hodges-Lehmann ratio is at least
+  ``min_ratio``. Every host weighs alike (a silent host as much as a busy one) and a burst at
+  one site counts as noise.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import stats as _stats
 
-from fleet_rollout.judge.stats import hodges_lehmann
+from fleet_rollout.judge.stats import hodges_lehmann, mann_whitney_greater
 
 
 @dataclass
@@ -62,3 +66,15 @@ def pooled_poisson_rate_ratio(canary_drops: float, canary_packets: float, contro
     p = float(_stats.binom.sf(d1 - 1, total, share))  # P(X >= d1), one-sided "canary higher"
     ratio = (d1 / canary_packets) / (d2 / control_packets) if d2 else float("inf")
     return BaselineResult("FAIL" if p < alpha else "PASS", p, ratio)
+
+
+def rank_test(canary_e: Sequence[float], control_e: Sequence[float], alpha: float = 0.025,
+              min_ratio: float = 1.1, ci_level: float = 0.95) -> BaselineResult:
+    x = np.asarray(canary_e, float)
+    y = np.asarray(control_e, float)
+    if x.size == 0 or y.size == 0:
+        return BaselineResult("NODATA")
+    _u, p = mann_whitney_greater(x, y)
+    shift, low, high = hodges_lehmann(x, y, ci_level)
+    verdict = "FAIL" if p < alpha and np.exp(shift) >= min_ratio else "PASS"
+    return BaselineResult(verdict, p, float(np.exp(shift)), low, high)

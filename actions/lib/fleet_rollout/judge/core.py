@@ -9,8 +9,10 @@ Method (DESIGN.md, "Canary judge"):
    above its own pre-window rate) FAILS the batch at once, whatever else the data say.
 3. Guards (guards.py): too few hosts, too little traffic, missing data or a canary traffic shift
    give INCONCLUSIVE, never PASS.
-4. One-sided Mann-Whitney U of canary e against control e; Hodges-Lehmann shift with its CI.
-   FAIL when p < alpha and the estimated rise is at least ``min_regression_ratio``; else PASS.
+4. A stratified, information-weighted permutation test of canary e against control e
+   (weighted.py: within site and hardware model, silent hosts weigh little, incidents are
+   clipped); the weighted difference with its CI. FAIL when p < alpha and the estimated rise
+   is at least ``min_regression_ratio``; else PASS.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from fleet_rollout.judge.guards import (
 )
 from fleet_rollout.judge.inputs import JudgeInput
 from fleet_rollout.judge.policy import Policy
-from fleet_rollout.judge.stats import hodges_lehmann, mann_whitney_greater
+from fleet_rollout.judge.weighted import HostData, host_dispersion, weighted_test
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -40,15 +42,21 @@ EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
 class TestResult:
     n_canary: int
     n_control: int
-    u: float
+    u: float  # the test statistic T (weighted.py); the name is kept for report readers
     p_value: float
-    shift: float  # Hodges-Lehmann estimate of the shift of e (natural log of a rate ratio)
+    shift: float  # weighted canary - control difference of e (natural log of a rate ratio)
     ci_low: float
     ci_high: float
     ci_level: float
     canary_median_e: float
     control_median_e: float
     canary_above_control_median: int
+    method: str = "weighted permutation"
+    strata: str = "none"  # site+model | site | model | none
+    n_strata: int = 1
+    tau: float = 0.0  # between-host sd of e with no change (fitted)
+    phi: float = 1.0  # over-dispersion of drops (fitted)
+    permutations: int = 0  # Monte Carlo relabellings; 0: normal approximation
 
     @property
     def ratio(self) -> float:
@@ -127,17 +135,31 @@ def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResul
     return sorted(breaches, key=lambda h: -(h.rate_post or 0.0))
 
 
-def _test(canary: List[HostResult], control: List[HostResult], policy: Policy) -> TestResult:
+def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
+          policy: Policy) -> TestResult:
+    data = []
+    for host in canary + control:
+        item = inp.hosts[host.host]
+        spread = [host_dispersion(steps) for steps in (item.steps_pre, item.steps_post)
+                  if steps is not None]
+        known = [value for value in spread if value is not None]
+        data.append(HostData(host.host, host.group == "canary", float(host.e),
+                             float(host.drops_pre), float(host.drops_post), host.site,
+                             host.model, float(np.mean(known)) if known else None))
+    result = weighted_test(data, policy.ci_level)
+    for host, weight in zip(canary + control, result.weights):
+        host.weight = round(float(weight), 6)
     x = [h.e for h in canary]
     y = [h.e for h in control]
-    u, p = mann_whitney_greater(x, y)
-    shift, low, high = hodges_lehmann(x, y, policy.ci_level)
     control_median = float(np.median(y))
     return TestResult(
-        n_canary=len(x), n_control=len(y), u=u, p_value=p, shift=shift, ci_low=low,
-        ci_high=high, ci_level=policy.ci_level, canary_median_e=float(np.median(x)),
+        n_canary=len(x), n_control=len(y), u=result.statistic, p_value=result.p_value,
+        shift=result.shift, ci_low=result.ci_low, ci_high=result.ci_high,
+        ci_level=policy.ci_level, canary_median_e=float(np.median(x)),
         control_median_e=control_median,
         canary_above_control_median=int(sum(1 for v in x if v > control_median)),
+        strata=result.strata, n_strata=result.n_strata, tau=result.tau, phi=result.phi,
+        permutations=result.permutations,
     )
 
 
@@ -173,7 +195,7 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     breaches = _ceiling_breaches(hosts, policy)
     canary = [h for h in hosts if h.group == "canary" and h.usable]
     control = [h for h in hosts if h.group == "control" and h.usable]
-    test = _test(canary, control, policy) if len(canary) >= 1 and len(control) >= 1 else None
+    test = _test(inp, canary, control, policy) if canary and control else None
 
     if breaches:
         verdict, reason = FAIL, "ceiling"

@@ -36,7 +36,7 @@ def _ci(verdict: Verdict) -> str:
     assert test is not None
     low, high = test.ci_ratio
     if math.isinf(test.ci_low) or math.isinf(test.ci_high):
-        return f"{test.ci_level:.0%} CI unbounded with this few hosts"
+        return f"{test.ci_level:.0%} CI unbounded: too few hosts or too few drops"
     return f"{test.ci_level:.0%} CI {_ratio(low)} to {_ratio(high)}"
 
 
@@ -48,11 +48,15 @@ def _medians(verdict: Verdict) -> str:
             f"{per_million(control['median_rate_post'])} after.")
 
 
+_STRATA = {"site+model": "site and hardware model", "site": "site", "model": "hardware model"}
+
+
 def _test_clause(verdict: Verdict) -> str:
     test = verdict.test
     assert test is not None
-    return (f"{_ratio(test.ratio)} relative to the control hosts ({_ci(verdict)}; one-sided "
-            f"Mann-Whitney p = {_p(test.p_value)}, {test.n_canary} canary vs {test.n_control} "
+    within = "" if test.strata == "none" else f" within {_STRATA[test.strata]}"
+    return (f"{_ratio(test.ratio)} relative to the control hosts{within} ({_ci(verdict)}; "
+            f"permutation p = {_p(test.p_value)}, {test.n_canary} canary vs {test.n_control} "
             "control hosts)")
 
 
@@ -154,10 +158,14 @@ def render_text(verdict: Verdict, all_hosts: bool = False, width: int = 100) -> 
             f"{_ratio(test.ci_ratio[0])} .. {_ratio(test.ci_ratio[1])}")
         rows = [
             ["hosts used", f"{test.n_canary} canary, {test.n_control} control"],
-            ["Mann-Whitney U (canary)", f"{test.u:g}"],
-            ["one-sided p", f"{_p(test.p_value)} (alpha {verdict.policy.alpha:g})"],
-            ["Hodges-Lehmann ratio", _ratio(test.ratio)],
+            ["compared within", test.strata if test.strata != "none" else "whole batch"],
+            ["weighted statistic T", f"{test.u:.4g}"],
+            ["one-sided p", f"{_p(test.p_value)} (alpha {verdict.policy.alpha:g}; "
+             + (f"{test.permutations} random relabellings)" if test.permutations
+                else "normal approximation)")],
+            ["weighted ratio", _ratio(test.ratio)],
             [f"{test.ci_level:.0%} CI", ci],
+            ["noise: host spread tau / over-dispersion phi", f"{test.tau:.3f} / {test.phi:.2f}"],
             ["median e canary / control",
              f"{test.canary_median_e:+.3f} / {test.control_median_e:+.3f}"],
         ]

@@ -44,6 +44,9 @@ class HostResult:
     rate_post: Optional[float] = None
     e: Optional[float] = None  # ln((d_post+.5)/p_post) - ln((d_pre+.5)/p_pre)
     traffic_ratio: Optional[float] = None  # packets_post / packets_pre
+    site: Optional[str] = None
+    model: Optional[str] = None
+    weight: Optional[float] = None  # its weight in the test (weighted.py), when used
 
     def to_dict(self) -> Dict[str, Any]:
         return {key: value for key, value in self.__dict__.items()}
@@ -82,7 +85,7 @@ def _window_problem(window: Any, name: str, policy: Policy) -> Optional[str]:
 
 
 def evaluate_host(item: HostWindows, policy: Policy) -> HostResult:
-    result = HostResult(item.host, item.group, usable=False)
+    result = HostResult(item.host, item.group, usable=False, site=item.site, model=item.model)
     for name in ("pre", "post"):
         window = getattr(item, name)
         if window is not None and window.problem is None and window.drops is not None:

@@ -11,13 +11,15 @@ Format (JSON; docs/judge.md has the full description and an example)::
       "control": ["web-101", ...],
       "hosts": {
         "web-001": {"pre":  {"drops": 12, "packets": 3400000},
-                    "post": {"drops": 30, "packets": 3500000, "coverage": 0.98}},
+                    "post": {"drops": 30, "packets": 3500000, "coverage": 0.98},
+                    "site": "fra1", "model": "r640"},                  (optional)
         "web-002": {"pre": {"start": SNAPSHOT, "end": SNAPSHOT}, "post": null,
                     "note": "reboot inside post window"}
       }
     }
 
-A window is either reduced (``drops``, ``packets``, optional ``coverage`` 0..1, ``seconds``) or
+A window is either reduced (``drops``, ``packets``, optional ``coverage`` 0..1, ``seconds``,
+``steps``: the drops per equal step of the window, adding up to ``drops``) or
 two raw collector snapshots (``start``/``end``) that are reduced here with the policy's metric.
 ``null`` (or no key) means the host has no usable data for that window. A host listed in
 ``canary``/``control`` without an entry in ``hosts`` has no data either; the guards count it.
@@ -38,8 +40,10 @@ from fleet_rollout.errors import ConfigError
 SCHEMA_VERSION = 1
 TOP_KEYS = ("schema_version", "rollout", "batch", "comment", "windows", "canary", "control",
             "hosts")
-HOST_KEYS = ("pre", "post", "note")
-WINDOW_KEYS = ("drops", "packets", "coverage", "seconds", "problem", "wraps", "resets", "detail")
+HOST_KEYS = ("pre", "post", "note", "site", "model")
+WINDOW_KEYS = ("drops", "packets", "coverage", "seconds", "problem", "wraps", "resets", "detail",
+               "steps")
+MAX_STEPS = 10000
 EQUAL_WINDOW_TOLERANCE = 0.02
 _HOST_KEY_SET = frozenset(HOST_KEYS)
 _WINDOW_KEY_SET = frozenset(WINDOW_KEYS)
@@ -53,6 +57,10 @@ class HostWindows:
     post: Optional[WindowCounts] = None
     note: Optional[str] = None
     listed_only: bool = False  # named in canary/control but no entry in hosts
+    site: Optional[str] = None  # compared within its site and hardware model (weighted.py)
+    model: Optional[str] = None
+    steps_pre: Optional[List[float]] = None  # per-step drops of a window, when given
+    steps_post: Optional[List[float]] = None
 
 
 @dataclass
@@ -152,6 +160,30 @@ def _window(value: Any, where: str, metric: MetricDefinition,
     return counts
 
 
+def _steps(value: Any, where: str) -> Optional[List[float]]:
+    """A window's per-step drops (equal steps, in order); they must add up to its drops."""
+    if not _is_mapping(value) or value.get("steps") is None:
+        return None
+    steps = value["steps"]
+    if not isinstance(steps, list) or not 2 <= len(steps) <= MAX_STEPS:
+        raise ConfigError(f"{where}.steps: must be a list of 2 to {MAX_STEPS} per-step drop "
+                          "counts")
+    out = [float(_count(item, f"{where}.steps[{i}]")) for i, item in enumerate(steps)]
+    total = sum(out)
+    drops = value.get("drops")
+    if _is_number(drops) and abs(total - drops) > 1e-6 * max(1.0, abs(drops)) + 1e-9:
+        raise ConfigError(f"{where}.steps: add up to {total:g}, but drops is {drops:g}")
+    return out
+
+
+def _label(value: Any, where: str) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ConfigError(f"{where}: must be a non-empty string (at most 200 characters)")
+    return value
+
+
 def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
                           where: str = "input") -> JudgeInput:
     """Validate and load a judge input document; ConfigError names the field."""
@@ -236,6 +268,10 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
                               f"(allowed: {', '.join(HOST_KEYS)})")
         item.pre = _window(entry.get("pre"), f"{path}.pre", metric, expected["pre"])
         item.post = _window(entry.get("post"), f"{path}.post", metric, expected["post"])
+        item.steps_pre = _steps(entry.get("pre"), f"{path}.pre")
+        item.steps_post = _steps(entry.get("post"), f"{path}.post")
+        item.site = _label(entry.get("site"), f"{path}.site")
+        item.model = _label(entry.get("model"), f"{path}.model")
         note = entry.get("note")
         if note is not None and not isinstance(note, str):
             raise ConfigError(f"{path}.note: must be a string")

@@ -2,9 +2,9 @@
 
 A policy file is YAML; every key is optional::
 
-    alpha: 0.025              # one-sided Mann-Whitney level for FAIL (= a two-sided 5% test)
-    ci_level: 0.95            # two-sided level of the Hodges-Lehmann interval (matches alpha)
-    min_regression_ratio: 1.1 # a significant rise smaller than this (HL estimate) still passes
+    alpha: 0.025              # one-sided level of the permutation test for FAIL
+    ci_level: 0.95            # two-sided level of the ratio's interval (matches alpha)
+    min_regression_ratio: 1.1 # a significant rise smaller than this (weighted ratio) still passes
     min_canary_hosts: 3       # usable canary hosts needed, else INCONCLUSIVE
     min_control_hosts: 5      # usable control hosts needed, else INCONCLUSIVE
     min_packets: 10000        # packets a host must receive in each window to be used

@@ -1,0 +1,333 @@
+"""The judge's test: a stratified, information-weighted permutation test of the hosts' e.
+
+Each usable host brings e (its own log drop-rate change, post against pre; guards.py) and how
+much it can tell: a host that dropped thousands of packets in each window measures its change
+far more precisely than one that dropped one or none, and a silent host's e barely moves even
+under a real regression. So:
+
+1. Strata. Hosts are compared within their site and hardware model where the input names them
+   (a burst at one site, or a quirk of one model, moves canary and control of that stratum
+   alike). The finest of site+model, site, model and none is used at which every canary's
+   stratum holds at least ``MIN_STRATUM_CONTROLS`` usable controls.
+2. Noise. With lam the host's mean drops per window, e varies by phi * v + tau^2, v = 2/(lam +
+   0.5): phi the over-dispersion of drops (bursts), tau^2 how much hosts' e differ with no
+   change at all (drift, load). phi is the median variance/mean of the per-step drops of the
+   hosts that drop (when the input has per-step counts); tau^2 then makes the hosts' median of
+   r^2 / (phi v + tau^2) equal the chi-square(1) median (r: e less its stratum's centre).
+   Without per-step counts, phi and tau^2 are fitted the same way to the worse- and the
+   better-measured half of the hosts.
+3. Weights. w = s / (phi v + tau^2) with s = lam / (lam + 0.5) (at least 0.05/0.5): how far a
+   regression can move the host's e over how noisy it is. No host counts more than s/tau^2.
+4. Statistic. Residuals r (e less the weighted median of its stratum) are clipped (Huber) at
+   ``CLIP`` standard deviations, so one host's incident cannot decide a batch alone; T = the
+   sum over canaries of w * (clipped r - the stratum's weighted mean of it). The p-value is how
+   often a random choice of as many canaries in each stratum gives a T at least as large:
+   Monte Carlo over ``PERMUTATIONS`` choices (seeded by the data: the same input gives the same
+   p-value), or the normal approximation with the exact permutation moments from
+   ``NORMAL_FROM`` canaries on.
+
+Everything in 1-4 is computed from all the hosts of a stratum, canary or not, so it is the
+same under every relabelling: the test holds its level whenever the canaries are a random
+choice within their strata, whatever the distribution of drops (over-dispersed, heavy-tailed,
+mostly zero).
+
+The estimate reported is the weighted mean of the canaries' e less that of the controls of
+their stratum (unclipped), pooled over strata by canary weight, as a ratio of drop rates; its
+interval uses the permutation variance of the same statistic (normal approximation).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+MIN_STRATUM_CONTROLS = 5  # fewer: a stratum's centre is noisier than what it removes
+CLIP = 2.5  # Huber clip of standardised residuals
+PERMUTATIONS = 4000
+MAX_HALF_WIDTH = 20.0  # of the interval of the log ratio (a factor of e^20 either way)
+NORMAL_FROM = 60  # canaries from which the normal approximation is used
+CHI2_1_MEDIAN = 0.4549364231195724
+INFORMATIVE = 2.0  # mean drops per window from which a host informs the noise model
+LEVELS = ("site+model", "site", "model", "none")
+
+
+@dataclass
+class HostData:
+    """What the test needs of one usable host."""
+    name: str
+    canary: bool
+    e: float
+    drops_pre: float
+    drops_post: float
+    site: Optional[str] = None
+    model: Optional[str] = None
+    dispersion: Optional[float] = None  # variance / mean of its per-step drops, when known
+
+
+@dataclass
+class WeightedResult:
+    p_value: float
+    shift: float  # weighted canary - control difference of e (log of a rate ratio)
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    strata: str  # which of LEVELS
+    n_strata: int  # strata holding both canaries and controls
+    tau: float
+    phi: float
+    permutations: int  # 0: normal approximation
+    statistic: float
+    weights: List[float]  # per host, in the order given
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.shift)
+
+
+def _stratum_key(host: HostData, level: str) -> Tuple[str, ...]:
+    if level == "site+model":
+        return (host.site or "", host.model or "")
+    if level == "site":
+        return (host.site or "",)
+    if level == "model":
+        return (host.model or "",)
+    return ()
+
+
+def choose_strata(hosts: Sequence[HostData]) -> Tuple[str, np.ndarray]:
+    """The finest level at which every canary's stratum has enough controls; stratum ids."""
+    have_site = any(h.site for h in hosts)
+    have_model = any(h.model for h in hosts)
+    for level in LEVELS:
+        if ("site" in level and not have_site) or ("model" in level and not have_model):
+            continue
+        keys = [_stratum_key(h, level) for h in hosts]
+        controls: Dict[Tuple[str, ...], int] = {}
+        for key, host in zip(keys, hosts):
+            if not host.canary:
+                controls[key] = controls.get(key, 0) + 1
+        if level == "none" or all(controls.get(key, 0) >= MIN_STRATUM_CONTROLS
+                                  for key, host in zip(keys, hosts) if host.canary):
+            index: Dict[Tuple[str, ...], int] = {}
+            ids = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+            return level, ids
+    raise AssertionError("unreachable: level none always fits")
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
+
+
+def _centres(e: np.ndarray, w: np.ndarray, strata: np.ndarray) -> np.ndarray:
+    out = np.empty_like(e)
+    for s in np.unique(strata):
+        members = strata == s
+        out[members] = _weighted_median(e[members], w[members])
+    return out
+
+
+def between_host_variance(r: np.ndarray, v: np.ndarray) -> float:
+    """tau^2 >= 0 with median(r^2 / (v + tau^2)) = the chi-square(1) median (0 if none)."""
+    if r.size < 3:
+        return 0.0
+    r2 = r * r
+
+    def excess(tau2: float) -> float:
+        return float(np.median(r2 / (v + tau2))) - CHI2_1_MEDIAN
+
+    if excess(0.0) <= 0:
+        return 0.0
+    low, high = 0.0, max(float(np.max(r2)), 1e-9) / CHI2_1_MEDIAN
+    for _ in range(60):
+        mid = 0.5 * (low + high)
+        if excess(mid) > 0:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
+def noise_model(r: np.ndarray, v: np.ndarray, lam: np.ndarray,
+                disp: np.ndarray) -> Tuple[float, float]:
+    """(phi, tau^2): var(r) = phi * v + tau^2, fitted robustly on the hosts that drop at all
+    (mean count >= INFORMATIVE). phi: the median over-dispersion of their per-step drops when
+    known; else phi so that the worse-measured half matches the chi-square median and tau^2
+    so that the better-measured half does."""
+    keep = lam >= INFORMATIVE
+    if keep.sum() < 4:
+        return 1.0, between_host_variance(r, v)
+    r, v, disp = r[keep], v[keep], disp[keep]
+    if np.isfinite(disp).sum() >= 4:
+        phi = max(1.0, float(np.median(disp[np.isfinite(disp)])))
+        return phi, between_host_variance(r, phi * v)
+    low = v <= np.median(v)
+    phi = 1.0
+    tau2 = 0.0
+    for _ in range(3):
+        tau2 = between_host_variance(r[low], phi * v[low])
+        phi = max(1.0, _scale(r[~low], v[~low], tau2))
+    return phi, tau2
+
+
+def _scale(r: np.ndarray, v: np.ndarray, tau2: float) -> float:
+    """phi with median(r^2 / (phi v + tau^2)) = the chi-square median (1 if none is needed)."""
+    r2 = r * r
+    if r2.size == 0:
+        return 1.0
+    low, high = 1.0, 1.0
+    while float(np.median(r2 / (high * v + tau2))) > CHI2_1_MEDIAN and high < 1e6:
+        high *= 2.0
+    if high == 1.0:
+        return 1.0
+    for _ in range(50):
+        mid = 0.5 * (low + high)
+        if float(np.median(r2 / (mid * v + tau2))) > CHI2_1_MEDIAN:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
+def _seed(e: np.ndarray, canary: np.ndarray) -> int:
+    digest = hashlib.sha256(np.round(e, 9).tobytes() + canary.tobytes()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def _permutation_moments(b: np.ndarray, canary: np.ndarray, strata: np.ndarray
+                         ) -> Tuple[float, float]:
+    """Mean and variance of sum(b over canaries) under relabelling within strata."""
+    mean = var = 0.0
+    for s in np.unique(strata):
+        members = strata == s
+        n = int(members.sum())
+        m = int((members & canary).sum())
+        if m == 0 or m == n:
+            mean += float(b[members & canary].sum())
+            continue
+        values = b[members]
+        mean += m * float(values.mean())
+        var += m * (n - m) / (n * (n - 1)) * float(((values - values.mean()) ** 2).sum())
+    return mean, var
+
+
+def _monte_carlo(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, observed: float,
+                 rng: np.random.Generator, count: int) -> float:
+    totals = np.zeros(count)
+    for s in np.unique(strata):
+        members = np.flatnonzero(strata == s)
+        m = int(canary[members].sum())
+        if m == 0:
+            continue
+        if m == members.size:
+            totals += b[members].sum()
+            continue
+        keys = rng.random((count, members.size))
+        chosen = np.argpartition(keys, m - 1, axis=1)[:, :m]
+        totals += b[members][chosen].sum(axis=1)
+    # the observed labelling is one of the possible ones (+1): never p = 0
+    return float((1 + np.count_nonzero(totals >= observed - 1e-12 * max(1.0, abs(observed))))
+                 / (1 + count))
+
+
+def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
+                  permutations: int = PERMUTATIONS) -> WeightedResult:
+    """One-sided test of "canaries' e is larger" (see the module text). Needs at least one
+    canary and one control."""
+    from scipy import stats as _stats
+
+    canary = np.array([h.canary for h in hosts], dtype=bool)
+    if not canary.any() or canary.all():
+        raise ValueError("the weighted test needs canary and control hosts")
+    e = np.array([h.e for h in hosts], dtype=float)
+    d0 = np.array([h.drops_pre for h in hosts], dtype=float)
+    d1 = np.array([h.drops_post for h in hosts], dtype=float)
+    level, strata = choose_strata(hosts)
+    # a host's mean count per window: how much its e can move (sensitivity) and how noisily
+    lam = 0.5 * (d0 + d1)
+    sens = np.maximum(lam, 0.05) / (lam + 0.5)  # never 0: every used host counts a little
+    v = 2.0 / (lam + 0.5)
+    disp = np.array([np.nan if h.dispersion is None else h.dispersion for h in hosts])
+    centre = _centres(e, sens / v, strata)
+    phi, tau2 = noise_model(e - centre, v, lam, disp)
+    w = sens / (phi * v + tau2)
+    centre = _centres(e, w, strata)
+    phi, tau2 = noise_model(e - centre, v, lam, disp)
+    w = sens / (phi * v + tau2)
+    sd = np.sqrt(phi * v + tau2)
+    clipped = np.clip((e - centre) / sd, -CLIP, CLIP) * sd
+
+    b = np.empty_like(e)
+    raw = np.empty_like(e)
+    n_strata = 0
+    for s in np.unique(strata):
+        members = strata == s
+        ws = w[members]
+        b[members] = ws * (clipped[members] - np.average(clipped[members], weights=ws))
+        raw[members] = ws * (e[members] - np.average(e[members], weights=ws))
+        if canary[members].any() and not canary[members].all():
+            n_strata += 1
+    observed = float(b[canary].sum())
+    mean, var = _permutation_moments(b, canary, strata)
+    used = 0
+    if var <= 0:
+        p = 1.0
+    elif int(canary.sum()) >= NORMAL_FROM:
+        p = float(_stats.norm.sf((observed - mean) / math.sqrt(var)))
+    else:
+        used = permutations
+        p = _monte_carlo(b, canary, strata, observed, np.random.default_rng(_seed(e, canary)),
+                         permutations)
+
+    shift, half = _estimate(raw, w, canary, strata, ci_level)
+    return WeightedResult(p_value=p, shift=shift, ci_low=shift - half, ci_high=shift + half,
+                          ci_level=ci_level, strata=level, n_strata=n_strata,
+                          tau=math.sqrt(tau2), phi=phi, permutations=used,
+                          statistic=observed, weights=[float(x) for x in w])
+
+
+def _estimate(raw: np.ndarray, w: np.ndarray, canary: np.ndarray, strata: np.ndarray,
+              ci_level: float) -> Tuple[float, float]:
+    """Weighted canary-minus-control difference of e within strata, pooled over strata by
+    the canaries' weight; half the width of its interval (normal, permutation variance)."""
+    from scipy import stats as _stats
+
+    total = 0.0
+    weight = 0.0
+    variance = 0.0
+    for s in np.unique(strata):
+        members = strata == s
+        c = members & canary
+        k = members & ~canary
+        if not c.any() or not k.any():
+            continue
+        wc, wk = float(w[c].sum()), float(w[k].sum())
+        # raw = w * (e - stratum mean): the difference of the two groups' weighted means
+        diff = float(raw[c].sum()) / wc - float(raw[k].sum()) / wk
+        _, var_sum = _permutation_moments(raw[members], canary[members], strata[members])
+        # var of sum(raw over canaries) -> var of diff (diff = sum_c raw * (1/wc + 1/wk))
+        scale = 1.0 / wc + 1.0 / wk
+        total += wc * diff
+        variance += (wc * scale) ** 2 * var_sum
+        weight += wc
+    if weight == 0:
+        return 0.0, math.inf
+    z = float(_stats.norm.ppf(0.5 + ci_level / 2.0))
+    half = z * math.sqrt(variance) / weight
+    # beyond e^MAX_HALF_WIDTH either way the interval says nothing: unbounded
+    return total / weight, (half if half <= MAX_HALF_WIDTH else math.inf)
+
+
+def host_dispersion(steps: List[float]) -> Optional[float]:
+    """Variance over mean of a window's per-step drops (None when it cannot say)."""
+    if len(steps) < 3:
+        return None
+    values = np.asarray(steps, dtype=float)
+    mean = float(values.mean())
+    if mean <= 0:
+        return None
+    return float(values.var(ddof=1)) / mean

@@ -1,0 +1,182 @@
+"""The judge's weighted permutation test (fleet_rollout.judge.weighted, issue 15): strata by site
+and hardware model, weights by what a host can tell, clipped incidents, its level under the null,
+and the input fields that feed it (site, model, per-step drops)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.judge import judge, judge_input_from_dict, weighted
+from fleet_rollout.judge.core import FAIL, PASS
+from fleet_rollout.judge.weighted import HostData, choose_strata, weighted_test
+
+PACKETS = 5_000_000
+
+
+def _doc(hosts: Dict[str, Dict[str, Any]], canary: List[str]) -> Dict[str, Any]:
+    return {"canary": canary, "control": [h for h in hosts if h not in canary], "hosts": hosts}
+
+
+def _host(pre: float, post: float, site: Optional[str] = None,
+          model: Optional[str] = None) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"pre": {"drops": pre, "packets": PACKETS},
+                           "post": {"drops": post, "packets": PACKETS}}
+    if site:
+        out["site"] = site
+    if model:
+        out["model"] = model
+    return out
+
+
+def _fleet(seed: int, canaries: int = 8, controls: int = 32, effect: float = 1.0,
+           burst_site: Optional[str] = None, burst: float = 1.0,
+           canary_sites: int = 4) -> Dict[str, Any]:
+    """Controls over 4 sites, canaries over the first `canary_sites`; each host's level differs
+    a lot, drops are over-dispersed."""
+    rng = np.random.default_rng(seed)
+    hosts = {}
+    names = [f"c{i}" for i in range(canaries)] + [f"k{i}" for i in range(controls)]
+    for i, name in enumerate(names):
+        site = f"s{i % (canary_sites if name.startswith('c') else 4)}"
+        level = 200 * np.exp(rng.normal(0, 1.0))
+        factor = effect if name.startswith("c") else 1.0
+        if site == burst_site:
+            factor *= burst
+        pre = rng.negative_binomial(20, 20 / (20 + level))
+        post = rng.negative_binomial(20, 20 / (20 + level * factor))
+        hosts[name] = _host(float(pre), float(post), site)
+    return _doc(hosts, names[:canaries])
+
+
+def test_a_site_wide_burst_is_compared_within_the_site() -> None:
+    """Every host of site s1, canary and control alike, drops 8x more after the change: within
+    the site that is no regression. Half the canaries but a quarter of the controls are at s1,
+    so without sites the burst looks like one (clipping keeps it from a FAIL here)."""
+    doc = _fleet(4, burst_site="s1", burst=8.0, canary_sites=2)
+    with_sites = judge(judge_input_from_dict(doc))
+    assert with_sites.verdict == PASS and with_sites.test.strata == "site"
+    assert "within site" in with_sites.explanation
+    for host in doc["hosts"].values():
+        host.pop("site")
+    blind = judge(judge_input_from_dict(doc))
+    assert blind.test.strata == "none"
+    assert blind.test.ratio > with_sites.test.ratio * 1.5
+    assert blind.test.p_value < with_sites.test.p_value
+
+
+def test_a_regression_fails_within_sites() -> None:
+    verdict = judge(judge_input_from_dict(_fleet(5, effect=2.5, burst_site="s2", burst=3.0)))
+    assert verdict.verdict == FAIL and verdict.reason == "regression"
+    assert verdict.test.strata == "site" and 1.8 < verdict.test.ratio < 3.5
+    assert verdict.test.ci_ratio[0] > 1.0
+
+
+def test_silent_hosts_weigh_little() -> None:
+    hosts = {f"k{i}": _host(400.0 + 10 * i, 410.0 + 7 * i) for i in range(10)}
+    hosts.update({f"q{i}": _host(0.0, 1.0 if i % 2 else 0.0) for i in range(6)})
+    hosts.update({f"c{i}": _host(300.0 + 5 * i, 310.0) for i in range(4)})
+    verdict = judge(judge_input_from_dict(_doc(hosts, [f"c{i}" for i in range(4)])))
+    weight = {h.host: h.weight for h in verdict.hosts}
+    busiest = max(weight.values())
+    assert all(weight[f"q{i}"] < 0.05 * busiest for i in range(6))
+    assert verdict.verdict == PASS
+
+
+def test_one_incident_does_not_decide_a_batch() -> None:
+    """One canary of eight with a burst 10x its usual drops, the others as before: clipped."""
+    rng = np.random.default_rng(11)
+    hosts = {}
+    for i in range(40):
+        name = f"c{i}" if i < 8 else f"k{i}"
+        level = float(rng.integers(150, 400))
+        post = level * (10.0 if name == "c0" else 1.0) + float(rng.integers(-20, 20))
+        hosts[name] = _host(level, post)
+    verdict = judge(judge_input_from_dict(_doc(hosts, [f"c{i}" for i in range(8)])))
+    assert verdict.verdict == PASS
+    assert verdict.test.p_value > 0.025
+
+
+def test_the_same_input_gives_the_same_p_value() -> None:
+    doc = _fleet(7, effect=1.4)
+    first = judge(judge_input_from_dict(doc)).test
+    second = judge(judge_input_from_dict(doc)).test
+    assert first.p_value == second.p_value and first.permutations == weighted.PERMUTATIONS
+
+
+def test_level_holds_under_random_relabelling() -> None:
+    """One over-dispersed, heterogeneous fleet without any change; canaries drawn at random
+    within sites 400 times: FAIL (p < 0.025) about 2.5% of the time, never far above it."""
+    rng = np.random.default_rng(2024)
+    base = _fleet(9, canaries=0, controls=48)["hosts"]
+    names = sorted(base)
+    rejected = 0
+    for _ in range(400):
+        canary = set()
+        for site in ("s0", "s1", "s2", "s3"):
+            members = [n for n in names if base[n]["site"] == site]
+            canary |= set(rng.choice(members, size=2, replace=False))
+        data = []
+        for name in names:
+            pre, post = base[name]["pre"]["drops"], base[name]["post"]["drops"]
+            e = np.log((post + 0.5) / PACKETS) - np.log((pre + 0.5) / PACKETS)
+            data.append(HostData(name, name in canary, float(e), pre, post, base[name]["site"]))
+        rejected += weighted_test(data, permutations=1000).p_value < 0.025
+    assert rejected / 400 <= 0.05
+
+
+def test_strata_fall_back_when_a_canary_stratum_lacks_controls() -> None:
+    def host(name: str, canary: bool, site: str, model: str) -> HostData:
+        return HostData(name, canary, 0.0, 10.0, 10.0, site, model)
+
+    hosts = [host("c0", True, "a", "m1"), host("c1", True, "b", "m2")]
+    hosts += [host(f"k{i}", False, "a" if i % 2 else "b", "m1" if i < 6 else "m2")
+              for i in range(12)]
+    level, ids = choose_strata(hosts)
+    assert level == "site" and len(set(ids.tolist())) == 2  # site+model: b/m1 has 3 controls
+    assert choose_strata([HostData("c", True, 0.0, 1.0, 1.0),
+                          HostData("k", False, 0.0, 1.0, 1.0)])[0] == "none"
+
+
+def test_many_canaries_use_the_normal_approximation(monkeypatch) -> None:
+    doc = _fleet(13, canaries=64, controls=64, effect=1.15)
+    normal = judge(judge_input_from_dict(doc)).test
+    assert normal.permutations == 0
+    monkeypatch.setattr(weighted, "NORMAL_FROM", 10_000)
+    exact = judge(judge_input_from_dict(doc)).test
+    assert exact.permutations == weighted.PERMUTATIONS
+    assert abs(normal.p_value - exact.p_value) < 0.02 + 0.2 * exact.p_value
+
+
+def test_per_step_drops_give_the_over_dispersion() -> None:
+    hosts = {}
+    rng = np.random.default_rng(4)
+    for i in range(20):
+        windows = {}
+        for label in ("pre", "post"):
+            steps = [float(x) for x in rng.negative_binomial(2, 2 / (2 + 30), 12)]
+            windows[label] = {"drops": sum(steps), "packets": PACKETS, "steps": steps}
+        hosts[f"c{i}" if i < 5 else f"k{i}"] = windows
+    verdict = judge(judge_input_from_dict(_doc(hosts, [f"c{i}" for i in range(5)])))
+    assert verdict.test.phi > 5  # negative binomial with size 2 around 30: var/mean about 16
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"drops": 5, "packets": PACKETS, "steps": [1, 2]}, "add up to 3, but drops is 5"),
+    ({"drops": 3, "packets": PACKETS, "steps": [1, -1, 3]}, "steps[1]"),
+    ({"drops": 3, "packets": PACKETS, "steps": "3"}, "per-step drop counts"),
+])
+def test_bad_steps_are_refused_with_the_field(entry: Dict[str, Any], message: str) -> None:
+    hosts = {"c0": {"pre": entry, "post": {"drops": 1, "packets": PACKETS}},
+             "k0": _host(1, 1)}
+    with pytest.raises(ConfigError) as err:
+        judge_input_from_dict(_doc(hosts, ["c0"]))
+    assert "hosts.c0.pre.steps" in str(err.value) and message in str(err.value)
+
+
+def test_site_and_model_must_be_names() -> None:
+    hosts = {"c0": dict(_host(1, 1), site=7), "k0": _host(1, 1)}
+    with pytest.raises(ConfigError, match=r"hosts\.c0\.site: must be a non-empty string"):
+        judge_input_from_dict(_doc(hosts, ["c0"]))
