@@ -19,6 +19,7 @@ from fleet_rollout.judge import (
     load_judge_input,
     policy_from_dict,
 )
+from fleet_rollout.judge.core import SHARE_GUARDS
 from fleet_rollout.judge.explain import render_text
 from fleet_rollout.judge.guards import log_rate_change
 
@@ -200,7 +201,8 @@ def test_unusable_windows_from_snapshot_problems() -> None:
 
 @pytest.mark.parametrize("seed", range(25))
 def test_guards_never_give_pass(seed: int) -> None:
-    """Whatever the data, a failing guard means INCONCLUSIVE (or FAIL by ceiling), never PASS."""
+    """Whatever the data, a failing guard means INCONCLUSIVE or FAIL, never PASS: FAIL by the
+    ceiling, or by a significant regression when only the share guards failed."""
     rng = np.random.default_rng(seed)
     doc = fleet(float(rng.choice([0.5, 1.0, 3.0])), n_canary=int(rng.integers(2, 10)),
                 n_control=int(rng.integers(3, 30)), seed=seed,
@@ -216,7 +218,10 @@ def test_guards_never_give_pass(seed: int) -> None:
     verdict = run(doc)
     if verdict.failed_guards:
         assert verdict.verdict in (INCONCLUSIVE, FAIL)
-        assert verdict.verdict != FAIL or verdict.reason == "ceiling"
+        if verdict.verdict == FAIL and verdict.reason != "ceiling":
+            assert verdict.reason == "regression" and verdict.test.p_value < 0.025
+            assert {g.name for g in verdict.failed_guards} <= SHARE_GUARDS
+            assert "the usable ones show the regression" in verdict.explanation
     else:
         assert verdict.verdict in (PASS, FAIL)
 
@@ -282,3 +287,28 @@ def test_control_side_guards() -> None:
         doc["hosts"][host]["post"]["packets"] = 900
     verdict = run(doc)
     assert verdict.verdict == INCONCLUSIVE and not _guard(verdict, "control_traffic").ok
+
+
+def test_a_regression_fails_though_some_hosts_lack_data() -> None:
+    """Two of eight canaries without data (25%, above the 20% allowed): no PASS, but the six
+    usable canaries show a clear regression, so the batch FAILs; with no regression it stays
+    INCONCLUSIVE."""
+    for effect, want in ((3.0, FAIL), (1.0, INCONCLUSIVE)):
+        doc = fleet(effect)
+        del doc["hosts"]["c0"], doc["hosts"]["c1"]
+        verdict = run(doc)
+        assert verdict.verdict == want, effect
+        assert [g.name for g in verdict.failed_guards] == ["canary_data"]
+    assert verdict.reason == "guards"
+
+
+def test_a_regression_does_not_fail_through_a_traffic_shift() -> None:
+    verdict = run(fleet(3.0, canary_traffic=0.3))
+    assert verdict.verdict == INCONCLUSIVE
+    assert "traffic_shift" in {g.name for g in verdict.failed_guards}
+
+
+def test_an_improvement_passes_with_its_size() -> None:
+    verdict = run(fleet(0.3))
+    assert verdict.verdict == PASS and verdict.test.ci_ratio[1] < 1.0
+    assert f"An improvement: {1 / verdict.test.ratio:.1f}x fewer drops" in verdict.explanation

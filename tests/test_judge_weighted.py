@@ -180,3 +180,25 @@ def test_site_and_model_must_be_names() -> None:
     hosts = {"c0": dict(_host(1, 1), site=7), "k0": _host(1, 1)}
     with pytest.raises(ConfigError, match=r"hosts\.c0\.site: must be a non-empty string"):
         judge_input_from_dict(_doc(hosts, ["c0"]))
+
+
+def test_the_ceiling_looks_at_what_the_site_did() -> None:
+    """A site-wide burst takes canary c1 and every control of its site from 0.6% to 1.8% drops:
+    above the 1% ceiling, but the change did not do it. A canary elsewhere that does the same
+    alone still fails the ceiling."""
+    def window(drops: float) -> Dict[str, Any]:
+        return {"drops": drops, "packets": 1_000_000}
+
+    hosts: Dict[str, Any] = {}
+    for i in range(8):
+        hosts[f"k{i}"] = {"pre": window(6000 + i), "post": window(18000 + i), "site": "s1"}
+        hosts[f"j{i}"] = {"pre": window(6000 + i), "post": window(6000 + i), "site": "s2"}
+    hosts["c1"] = {"pre": window(6000), "post": window(18000), "site": "s1"}
+    hosts["c2"] = {"pre": window(6000), "post": window(6100), "site": "s2"}
+    hosts["c3"] = {"pre": window(6000), "post": window(6050), "site": "s2"}
+    doc = _doc(hosts, ["c1", "c2", "c3"])
+    verdict = judge(judge_input_from_dict(doc))
+    assert verdict.reason != "ceiling" and not verdict.ceiling_breaches
+    doc["hosts"]["c2"]["post"]["drops"] = 18000  # 0.6% -> 1.8% where its site stayed put
+    verdict = judge(judge_input_from_dict(doc))
+    assert verdict.reason == "ceiling" and [h.host for h in verdict.ceiling_breaches] == ["c2"]

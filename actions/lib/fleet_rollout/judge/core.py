@@ -6,9 +6,11 @@ Method (DESIGN.md, "Canary judge"):
    each host is compared with itself, so hosts that always drop a lot or never drop anything
    weigh alike, and a traffic change common to the fleet cancels out.
 2. Ceiling first: a canary host whose post-window drop rate is above ``max_drop_rate`` (and
-   above its own pre-window rate) FAILS the batch at once, whatever else the data say.
+   above its own pre-window rate changed as the controls' of its site changed) FAILS the batch
+   at once, whatever else the data say.
 3. Guards (guards.py): too few hosts, too little traffic, missing data or a canary traffic shift
-   give INCONCLUSIVE, never PASS.
+   give INCONCLUSIVE, never PASS; a regression shown by enough usable hosts still FAILs when
+   only the share guards (missing data, low traffic) failed.
 4. A stratified, information-weighted permutation test of canary e against control e
    (weighted.py: within site and hardware model, silent hosts weigh little, incidents are
    clipped); the weighted difference with its CI. FAIL when p < alpha and the estimated rise
@@ -29,8 +31,16 @@ from fleet_rollout.judge.guards import (
     evaluate_host,
 )
 from fleet_rollout.judge.inputs import JudgeInput
+from fleet_rollout.judge.large_change import IMPROVEMENT as LARGE_IMPROVEMENT
+from fleet_rollout.judge.large_change import REGRESSION as LARGE_REGRESSION
+from fleet_rollout.judge.large_change import LargeChange, large_change
 from fleet_rollout.judge.policy import Policy
-from fleet_rollout.judge.weighted import HostData, host_dispersion, weighted_test
+from fleet_rollout.judge.weighted import (
+    MIN_STRATUM_CONTROLS,
+    HostData,
+    host_dispersion,
+    weighted_test,
+)
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -79,7 +89,8 @@ class TestResult:
 @dataclass
 class Verdict:
     verdict: str
-    reason: str  # ceiling | regression | no_regression | small_regression | guards
+    reason: str  # ceiling | regression | no_regression | small_regression | guards |
+    #              large_regression | large_improvement (large_change.py)
     explanation: str = ""
     test: Optional[TestResult] = None
     guards: List[GuardResult] = field(default_factory=list)
@@ -89,6 +100,7 @@ class Verdict:
     rollout: Optional[str] = None
     batch: Optional[Any] = None
     summary: Dict[str, Any] = field(default_factory=dict)
+    large: Optional[LargeChange] = None  # what decided a small batch
 
     @property
     def exit_code(self) -> int:
@@ -113,11 +125,21 @@ class Verdict:
                 "breaches": [h.to_dict() for h in self.ceiling_breaches],
             },
             "policy": self.policy.to_dict(),
+            "large_change": self.large.to_dict() if self.large else None,
             "hosts": [h.to_dict() for h in self.hosts],
         }
 
 
+def _common_change(host: HostResult, control: List[HostResult]) -> float:
+    """How the drop rate of the controls changed (median e, as a factor): those of the host's
+    site when it has enough of them (a site-wide burst), else all; 1 without controls."""
+    same = [h.e for h in control if host.site and h.site == host.site]
+    values = same if len(same) >= MIN_STRATUM_CONTROLS else [h.e for h in control]
+    return math.exp(float(np.median(values))) if values else 1.0
+
+
 def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResult]:
+    control = [h for h in hosts if h.group == "control" and h.usable]
     breaches = []
     for host in hosts:
         if host.group != "canary" or host.rate_post is None:
@@ -126,11 +148,14 @@ def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResul
             continue
         if host.rate_post <= policy.max_drop_rate:
             continue
-        if host.rate_pre is not None and host.rate_post <= host.rate_pre:
-            continue  # it was this bad before the change: not the change's doing
-        if host.rate_pre is not None and host.rate_pre > policy.max_drop_rate and (
-                host.rate_post <= 2.0 * host.rate_pre):
-            continue  # above the ceiling already before: only a doubling is the change's doing
+        # what its pre rate would be now had it changed like the controls (of its site)
+        expected = None if host.rate_pre is None else host.rate_pre * _common_change(host,
+                                                                                    control)
+        if expected is not None and host.rate_post <= expected:
+            continue  # it was this bad before the change, or its site got this bad: not the change
+        if expected is not None and expected > policy.max_drop_rate and (
+                host.rate_post <= 2.0 * expected):
+            continue  # above the ceiling already: only a doubling is the change's doing
         breaches.append(host)
     return sorted(breaches, key=lambda h: -(h.rate_post or 0.0))
 
@@ -185,6 +210,21 @@ def _summary(hosts: List[HostResult]) -> Dict[str, Any]:
     return out
 
 
+# guards on the share of hosts without usable data or traffic: they keep a verdict from PASS,
+# not a regression the usable hosts (at least the minimum of each group) show from FAIL
+SHARE_GUARDS = frozenset({"canary_data", "control_data", "canary_traffic", "control_traffic"})
+
+
+# a batch with too few usable canaries (and perhaps some without data) may still show a large
+# change (large_change.py); never when controls are thin or traffic shifted
+SMALL_BATCH_GUARDS = frozenset({"canary_hosts", "canary_data", "canary_traffic"})
+
+
+def _regression(test: Optional[TestResult], policy: Policy) -> bool:
+    return (test is not None and test.p_value < policy.alpha
+            and test.ratio >= policy.min_regression_ratio)
+
+
 def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     """Decide one batch. Never raises on data; bad input is refused earlier (inputs.py)."""
     from fleet_rollout.judge.explain import explain  # local: explain imports this module
@@ -197,9 +237,20 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     control = [h for h in hosts if h.group == "control" and h.usable]
     test = _test(inp, canary, control, policy) if canary and control else None
 
+    failed = {g.name for g in guards if not g.ok}
+    large = None
+    if "canary_hosts" in failed and failed <= SMALL_BATCH_GUARDS:
+        listed = [h for h in hosts if h.group == "canary"]
+        large = large_change(inp, canary, control, policy, len(canary) == len(listed))
     if breaches:
         verdict, reason = FAIL, "ceiling"
-    elif any(not g.ok for g in guards):
+    elif failed and failed <= SHARE_GUARDS and _regression(test, policy):
+        # thin data never PASS, but enough usable hosts that show a regression still FAIL
+        verdict, reason = FAIL, "regression"
+    elif failed and failed <= SMALL_BATCH_GUARDS and large is not None:
+        verdict = FAIL if large.reason == LARGE_REGRESSION else PASS
+        reason = large.reason
+    elif failed:
         verdict, reason = INCONCLUSIVE, "guards"
     elif test is not None and test.p_value < policy.alpha:
         if test.ratio >= policy.min_regression_ratio:
@@ -211,6 +262,7 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
 
     result = Verdict(verdict, reason, test=test, guards=guards, ceiling_breaches=breaches,
                      hosts=hosts, policy=policy, rollout=inp.rollout, batch=inp.batch,
-                     summary=_summary(hosts))
+                     summary=_summary(hosts),
+                     large=large if reason in (LARGE_REGRESSION, LARGE_IMPROVEMENT) else None)
     result.explanation = explain(result)
     return result

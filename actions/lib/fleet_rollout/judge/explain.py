@@ -82,6 +82,8 @@ def explain(verdict: Verdict) -> str:
         if test is not None:
             text += f" For reference, the canaries' drop rate changed {_test_clause(verdict)}."
         return text
+    if verdict.large is not None:
+        return _large(verdict, where)
     if verdict.verdict == INCONCLUSIVE:
         reasons = "; ".join(g.message for g in verdict.failed_guards)
         text = f"INCONCLUSIVE{where}: the judge cannot decide this batch: {reasons}."
@@ -93,22 +95,51 @@ def explain(verdict: Verdict) -> str:
         return text
     assert test is not None
     if verdict.verdict == FAIL:
+        thin = ""
+        if verdict.failed_guards:
+            thin = (" Not every host had usable data ("
+                    + "; ".join(g.message for g in verdict.failed_guards)
+                    + "), but the usable ones show the regression.")
         return (f"FAIL{where}: after the change the canaries' drop rate rose "
                 f"{_test_clause(verdict)}; {test.canary_above_control_median} of "
                 f"{test.n_canary} canaries changed more than the median control host. "
                 f"{_medians(verdict)} The regression is significant (p < {policy.alpha:g}) and "
                 f"at least the {policy.min_regression_ratio:g}x the policy counts, so the batch "
-                "should not go on.")
+                f"should not go on.{thin}")
     if verdict.reason == "small_regression":
         return (f"PASS{where}: the canaries' drop rate changed {_test_clause(verdict)}. The rise "
                 f"is significant but below the {policy.min_regression_ratio:g}x the policy "
                 f"counts as a regression. {_medians(verdict)}")
     bound = ""
-    if not math.isinf(test.ci_high):
+    if test.ci_ratio[1] is not None and not math.isinf(test.ci_high) and test.ci_ratio[1] < 1.0:
+        bound = (f" An improvement: {1 / test.ratio:.1f}x fewer drops than the controls would "
+                 f"predict (at least {1 / test.ci_ratio[1]:.2f}x at this confidence).")
+    elif not math.isinf(test.ci_high):
         bound = (f" At this confidence the data rule out a rise above "
                  f"{_ratio(test.ci_ratio[1])}.")
     return (f"PASS{where}: no drop regression: the canaries' drop rate changed "
             f"{_test_clause(verdict)}. {_medians(verdict)}{bound}")
+
+
+def _large(verdict: Verdict, where: str) -> str:
+    """A small batch decided by a large change (large_change.py)."""
+    large = verdict.large
+    assert large is not None
+    hosts = "; ".join(
+        f"{h['host']} {_ratio(h['ratio'])} ({h['z']:.1f} sd"
+        + (f", median post step {_ratio(h['step_ratio'])} its pre mean" if h["step_ratio"]
+           is not None else "") + ")" for h in large.hosts)
+    few = (f"{len(large.hosts)} usable canar{'y' if len(large.hosts) == 1 else 'ies'}, fewer "
+           f"than the {verdict.policy.min_canary_hosts} the comparison needs")
+    if verdict.verdict == FAIL:
+        return (f"FAIL{where}: a large regression: with {few}, the drop rate rose "
+                f"{_ratio(large.ratio)} relative to the control hosts ({hosts}); a change of "
+                f"{large.threshold:g}x or more in every canary decides on its own. "
+                f"{_medians(verdict)} The batch should not go on.")
+    return (f"PASS{where}: a large improvement: with {few}, the drop rate fell to "
+            f"{_ratio(large.ratio)} of the control hosts' ({1 / large.ratio:.1f}x fewer drops; "
+            f"{hosts}); a change of {large.threshold:g}x or more in every canary decides on its "
+            f"own. {_medians(verdict)}")
 
 
 _NUMERIC = re.compile(r"^[-+]?[\d.,]+(e[-+]?\d+)?[x%]?$|^-$|^n/a$")

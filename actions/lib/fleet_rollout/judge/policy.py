@@ -13,7 +13,10 @@ A policy file is YAML; every key is optional::
     max_low_traffic_share: 0.34  # hosts of a group below min_packets
     max_traffic_shift: 1.5    # canary vs control change of traffic (ratio of medians), either way
     max_drop_rate: 0.01       # per canary host, post window: above it (and above its own pre
-                              # rate; twice it if pre was above the ceiling) FAILS at once
+                              # rate changed as its site's controls changed; twice that if it
+                              # was above the ceiling already) FAILS at once
+    large_change: 5.0         # with fewer canaries than min_canary_hosts, a change this large
+                              # (either way) is still decided (large_change.py)
     metric: {...}             # the drop metric (fleet_rollout.counters.metric), default if absent
 
 In a profile the same keys go under ``canary:``; :func:`policy_from_dict` takes either mapping.
@@ -44,6 +47,7 @@ class Policy:
     max_low_traffic_share: float = 0.34
     max_traffic_shift: float = 1.5
     max_drop_rate: float = 0.01
+    large_change: float = 5.0
     metric: MetricDefinition = field(default=DEFAULT_METRIC)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -70,6 +74,7 @@ SCHEMA: Dict[str, Any] = {
         "max_low_traffic_share": dict(_NUMBER, minimum=0, maximum=1),
         "max_traffic_shift": dict(_NUMBER, minimum=1),
         "max_drop_rate": dict(_NUMBER, minimum=0, exclusiveMinimum=True, maximum=1),
+        "large_change": dict(_NUMBER, minimum=2),
         "metric": {"type": "object"},
     },
 }

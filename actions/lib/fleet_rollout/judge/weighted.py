@@ -49,6 +49,7 @@ CLIP = 2.5  # Huber clip of standardised residuals
 PERMUTATIONS = 4000
 MAX_HALF_WIDTH = 20.0  # of the interval of the log ratio (a factor of e^20 either way)
 NORMAL_FROM = 60  # canaries from which the normal approximation is used
+SPARSE_SUBSET = 20  # m canaries among more than 20 m hosts: subsets drawn index by index
 CHI2_1_MEDIAN = 0.4549364231195724
 INFORMATIVE = 2.0  # mean drops per window from which a host informs the noise model
 LEVELS = ("site+model", "site", "model", "none")
@@ -117,7 +118,7 @@ def choose_strata(hosts: Sequence[HostData]) -> Tuple[str, np.ndarray]:
     raise AssertionError("unreachable: level none always fits")
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
     return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
@@ -127,7 +128,7 @@ def _centres(e: np.ndarray, w: np.ndarray, strata: np.ndarray) -> np.ndarray:
     out = np.empty_like(e)
     for s in np.unique(strata):
         members = strata == s
-        out[members] = _weighted_median(e[members], w[members])
+        out[members] = weighted_median(e[members], w[members])
     return out
 
 
@@ -226,12 +227,25 @@ def _monte_carlo(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, observed
         if m == members.size:
             totals += b[members].sum()
             continue
-        keys = rng.random((count, members.size))
-        chosen = np.argpartition(keys, m - 1, axis=1)[:, :m]
-        totals += b[members][chosen].sum(axis=1)
+        totals += b[members][_subsets(rng, count, members.size, m)].sum(axis=1)
     # the observed labelling is one of the possible ones (+1): never p = 0
     return float((1 + np.count_nonzero(totals >= observed - 1e-12 * max(1.0, abs(observed))))
                  / (1 + count))
+
+
+def _subsets(rng: np.random.Generator, count: int, n: int, m: int) -> np.ndarray:
+    """`count` random m-subsets of range(n), as indices of shape (count, m)."""
+    if m * SPARSE_SUBSET > n:  # a good share of the stratum: rank n random keys per subset
+        return np.argpartition(rng.random((count, n)), m - 1, axis=1)[:, :m]
+    # a few of many (20 canaries among 20,000 controls): m draws per subset, subsets that drew
+    # an index twice drawn again (rare: m^2 << n)
+    chosen = rng.integers(0, n, (count, m))
+    while True:
+        ordered = np.sort(chosen, axis=1)
+        again = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        if not again.any():
+            return chosen
+        chosen[again] = rng.integers(0, n, (int(again.sum()), m))
 
 
 def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
