@@ -72,5 +72,6 @@ def test_the_judge_input_names_each_hosts_site_and_hardware_model():
                              {})
     doc = gate.judge_input(ctx, 0)
     assert doc["canary"] == ["web-1", "web-2"] and doc["control"] == ["ctl-1"]
+    assert doc["batch"] == 1  # the label chat shows for index 0 ("batch 1 of 1")
     assert {h: (v["site"], v["model"]) for h, v in doc["hosts"].items()} == {
         "web-1": ("fra", "r640"), "web-2": ("ams", "r640"), "ctl-1": ("fra", "r650")}

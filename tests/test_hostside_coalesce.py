@@ -17,6 +17,7 @@ from typing import Any, Dict, List
 
 import pytest
 import yaml
+from process_support import command_lines
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
@@ -209,6 +210,11 @@ def _run_dirs(lab: Any) -> List[str]:
     return found
 
 
+def _run_process(rundir: str) -> bool:
+    """The gathered run's own process (coalesce.run_gathered) is running."""
+    return any(rundir in argv for _pid, argv in command_lines())
+
+
 def _pending(lab: Any) -> int:
     if not os.path.isdir(lab.root):
         return 0
@@ -250,7 +256,10 @@ def test_a_host_waits_for_the_gathered_run_its_killed_step_left(lab):
         handle.write("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
                      "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
     procs = {h: _start(lab, "20", "2", "drain", h, "4") for h in ("sim-001", "sim-002")}
-    _wait_for(lambda: any(os.path.exists(os.path.join(d, "hosts.json")) for d in _run_dirs(lab)))
+    # gathered: the run process is up (a step killed between writing the run's hosts and
+    # starting its process leaves a run that never starts: nothing drained, nothing to wait for)
+    _wait_for(lambda: any(os.path.exists(os.path.join(d, "hosts.json")) and _run_process(d)
+                          for d in _run_dirs(lab)))
     for proc in procs.values():  # both steps cancelled once their drains are gathered
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)

@@ -90,7 +90,8 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
             for field, source in (("site", "site"), ("model", "hardware_model")):
                 if info.get(source):
                     hosts[host][field] = str(info[source])
-    return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": index,
+    # batch: the label chat and the audit use ("batch 2 of 3" is index 1), not the index
+    return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": index + 1,
             "canary": canary, "control": control, "hosts": hosts}
 
 
@@ -106,7 +107,7 @@ def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     doc = judge_input(ctx, index)
     if not doc["canary"] or not doc["control"]:
         verdict = {"verdict": "INCONCLUSIVE", "reason": "no_hosts",
-                   "explanation": f"INCONCLUSIVE (batch {index}): "
+                   "explanation": f"INCONCLUSIVE (batch {index + 1}): "
                    f"{len(doc['canary'])} changed host(s) and {len(doc['control'])} "
                    "control host(s) left to compare; no verdict is possible."}
     else:
