@@ -35,12 +35,7 @@ from fleet_rollout.judge.large_change import IMPROVEMENT as LARGE_IMPROVEMENT
 from fleet_rollout.judge.large_change import REGRESSION as LARGE_REGRESSION
 from fleet_rollout.judge.large_change import LargeChange, large_change
 from fleet_rollout.judge.policy import Policy
-from fleet_rollout.judge.weighted import (
-    MIN_STRATUM_CONTROLS,
-    HostData,
-    host_dispersion,
-    weighted_test,
-)
+from fleet_rollout.judge.weighted import HostData, dispersion, site_peers, weighted_test
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -133,9 +128,11 @@ class Verdict:
 def _common_change(host: HostResult, control: List[HostResult]) -> float:
     """How the drop rate of the controls changed (median e, as a factor): those of the host's
     site when it has enough of them (a site-wide burst), else all; 1 without controls."""
-    same = [h.e for h in control if host.site and h.site == host.site]
-    values = same if len(same) >= MIN_STRATUM_CONTROLS else [h.e for h in control]
-    return math.exp(float(np.median(values))) if values else 1.0
+    if not control:
+        return 1.0
+    values = np.array([h.e for h in control], dtype=float)
+    peers = site_peers(host.site, [h.site for h in control])
+    return math.exp(float(np.median(values if peers is None else values[peers])))
 
 
 def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResult]:
@@ -165,12 +162,9 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
     data = []
     for host in canary + control:
         item = inp.hosts[host.host]
-        spread = [host_dispersion(steps) for steps in (item.steps_pre, item.steps_post)
-                  if steps is not None]
-        known = [value for value in spread if value is not None]
         data.append(HostData(host.host, host.group == "canary", float(host.e),
                              float(host.drops_pre), float(host.drops_post), host.site,
-                             host.model, float(np.mean(known)) if known else None))
+                             host.model, dispersion(item.steps_pre, item.steps_post)))
     result = weighted_test(data, policy.ci_level)
     for host, weight in zip(canary + control, result.weights):
         host.weight = round(float(weight), 6)

@@ -111,7 +111,7 @@ def explain(verdict: Verdict) -> str:
                 f"is significant but below the {policy.min_regression_ratio:g}x the policy "
                 f"counts as a regression. {_medians(verdict)}")
     bound = ""
-    if test.ci_ratio[1] is not None and not math.isinf(test.ci_high) and test.ci_ratio[1] < 1.0:
+    if not math.isinf(test.ci_high) and test.ci_ratio[1] < 1.0:
         bound = (f" An improvement: {1 / test.ratio:.1f}x fewer drops than the controls would "
                  f"predict (at least {1 / test.ci_ratio[1]:.2f}x at this confidence).")
     elif not math.isinf(test.ci_high):

@@ -33,9 +33,10 @@ from fleet_rollout.judge.guards import HostResult
 from fleet_rollout.judge.inputs import JudgeInput
 from fleet_rollout.judge.policy import Policy
 from fleet_rollout.judge.weighted import (
-    MIN_STRATUM_CONTROLS,
-    host_dispersion,
+    dispersion,
+    information,
     noise_model,
+    site_peers,
     weighted_median,
 )
 
@@ -68,31 +69,24 @@ def _step_ratio(inp: JudgeInput, host: str) -> Optional[float]:
 def _noise(inp: JudgeInput, control: List[HostResult]) -> tuple:
     """(phi, tau^2, the controls' e, their weights) of the controls (weighted.py's model)."""
     e = np.array([h.e for h in control], dtype=float)
-    lam = 0.5 * np.array([h.drops_pre + h.drops_post for h in control], dtype=float)
-    v = 2.0 / (lam + 0.5)
-    disp = np.array([_dispersion(inp, h.host) for h in control], dtype=float)
-    weights = np.maximum(lam, 0.05) / (lam + 0.5) / v
-    phi, tau2 = noise_model(e - weighted_median(e, weights), v, lam, disp)
-    weights = np.maximum(lam, 0.05) / (lam + 0.5) / (phi * v + tau2)
-    return phi, tau2, e, weights
+    lam, sens, v = information(np.array([h.drops_pre for h in control], dtype=float),
+                               np.array([h.drops_post for h in control], dtype=float))
+    disp = np.array([np.nan if d is None else d for d in (
+        dispersion(inp.hosts[h.host].steps_pre, inp.hosts[h.host].steps_post)
+        for h in control)], dtype=float)
+    phi, tau2 = noise_model(e - weighted_median(e, sens / v), v, lam, disp)
+    return phi, tau2, e, sens / (phi * v + tau2)
 
 
 def _centre(host: HostResult, control: List[HostResult], e: np.ndarray,
             weights: np.ndarray) -> tuple:
     """The controls' weighted median e, within the host's site when it has enough controls
     there (a burst at one site moves them all), and the sd of that centre."""
-    same = np.array([bool(host.site) and h.site == host.site for h in control])
-    if same.sum() >= MIN_STRATUM_CONTROLS:
-        e, weights = e[same], weights[same]
+    peers = site_peers(host.site, [h.site for h in control])
+    if peers is not None:
+        e, weights = e[peers], weights[peers]
     spread = float(np.sqrt(1.0 / weights.sum())) if weights.sum() > 0 else math.inf
     return weighted_median(e, weights), spread
-
-
-def _dispersion(inp: JudgeInput, host: str) -> float:
-    item = inp.hosts[host]
-    known = [d for d in (host_dispersion(s) for s in (item.steps_pre, item.steps_post)
-                         if s is not None) if d is not None]
-    return float(np.mean(known)) if known else math.nan
 
 
 def large_change(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],

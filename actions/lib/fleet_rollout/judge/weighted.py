@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -143,8 +143,12 @@ def between_host_variance(r: np.ndarray, v: np.ndarray) -> float:
 
     if excess(0.0) <= 0:
         return 0.0
-    low, high = 0.0, max(float(np.max(r2)), 1e-9) / CHI2_1_MEDIAN
-    for _ in range(60):
+    return _bisect(excess, 0.0, max(float(np.max(r2)), 1e-9) / CHI2_1_MEDIAN, 60)
+
+
+def _bisect(excess: Callable[[float], float], low: float, high: float, rounds: int) -> float:
+    """The root of a decreasing `excess` between low (> 0 there) and high (<= 0 there)."""
+    for _ in range(rounds):
         mid = 0.5 * (low + high)
         if excess(mid) > 0:
             low = mid
@@ -180,18 +184,16 @@ def _scale(r: np.ndarray, v: np.ndarray, tau2: float) -> float:
     r2 = r * r
     if r2.size == 0:
         return 1.0
-    low, high = 1.0, 1.0
-    while float(np.median(r2 / (high * v + tau2))) > CHI2_1_MEDIAN and high < 1e6:
+
+    def excess(phi: float) -> float:
+        return float(np.median(r2 / (phi * v + tau2))) - CHI2_1_MEDIAN
+
+    high = 1.0
+    while excess(high) > 0 and high < 1e6:
         high *= 2.0
     if high == 1.0:
         return 1.0
-    for _ in range(50):
-        mid = 0.5 * (low + high)
-        if float(np.median(r2 / (mid * v + tau2))) > CHI2_1_MEDIAN:
-            low = mid
-        else:
-            high = mid
-    return 0.5 * (low + high)
+    return _bisect(excess, 1.0, high, 50)
 
 
 def _seed(e: np.ndarray, canary: np.ndarray) -> int:
@@ -261,10 +263,7 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     d0 = np.array([h.drops_pre for h in hosts], dtype=float)
     d1 = np.array([h.drops_post for h in hosts], dtype=float)
     level, strata = choose_strata(hosts)
-    # a host's mean count per window: how much its e can move (sensitivity) and how noisily
-    lam = 0.5 * (d0 + d1)
-    sens = np.maximum(lam, 0.05) / (lam + 0.5)  # never 0: every used host counts a little
-    v = 2.0 / (lam + 0.5)
+    lam, sens, v = information(d0, d1)
     disp = np.array([np.nan if h.dispersion is None else h.dispersion for h in hosts])
     centre = _centres(e, sens / v, strata)
     phi, tau2 = noise_model(e - centre, v, lam, disp)
@@ -334,6 +333,27 @@ def _estimate(raw: np.ndarray, w: np.ndarray, canary: np.ndarray, strata: np.nda
     half = z * math.sqrt(variance) / weight
     # beyond e^MAX_HALF_WIDTH either way the interval says nothing: unbounded
     return total / weight, (half if half <= MAX_HALF_WIDTH else math.inf)
+
+
+def information(drops_pre: np.ndarray, drops_post: np.ndarray
+                ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lam, s, v) per host: its mean drops per window, how far its e can move (s, never 0:
+    every used host counts a little) and the Poisson variance of its e before phi and tau^2."""
+    lam = 0.5 * (drops_pre + drops_post)
+    return lam, np.maximum(lam, 0.05) / (lam + 0.5), 2.0 / (lam + 0.5)
+
+
+def site_peers(site: Optional[str], sites: Sequence[Optional[str]]) -> Optional[np.ndarray]:
+    """Which of the hosts of `sites` share `site`, when at least MIN_STRATUM_CONTROLS do (a
+    comparison within the site); None: compare with them all."""
+    same = np.array([bool(site) and other == site for other in sites], dtype=bool)
+    return same if same.sum() >= MIN_STRATUM_CONTROLS else None
+
+
+def dispersion(*windows: Optional[List[float]]) -> Optional[float]:
+    """The mean over-dispersion of a host's windows with per-step drops (None: none says)."""
+    known = [d for d in (host_dispersion(w) for w in windows if w is not None) if d is not None]
+    return float(np.mean(known)) if known else None
 
 
 def host_dispersion(steps: List[float]) -> Optional[float]:
