@@ -232,7 +232,7 @@ def test_a_killed_step_does_not_kill_the_others_run(lab):
                      "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
     procs = {h: _start(lab, "20", "3", "drain", h, "4") for h in HOSTS}
     _wait_for(lambda: any(os.path.exists(os.path.join(d, "run.lock")) and
-                          any(e.startswith("req-") for e in os.listdir(d))
+                          any(e.startswith("req-") for e in os.listdir(d)) and _run_process(d)
                           for d in _run_dirs(lab)))
     for host in ("sim-001", "sim-002"):  # the gatherer is among them or not: either way
         os.killpg(procs[host].pid, signal.SIGKILL)
