@@ -206,7 +206,10 @@ def _run_dirs(lab: Any) -> List[str]:
     if os.path.isdir(lab.root):
         for key in os.listdir(lab.root):
             runs = os.path.join(lab.root, key, "runs")
-            found.extend(os.path.join(runs, d) for d in os.listdir(runs))
+            try:
+                found.extend(os.path.join(runs, d) for d in os.listdir(runs))
+            except FileNotFoundError:
+                pass  # the key's directory is made before its runs/
     return found
 
 
