@@ -103,22 +103,45 @@ def test_ceiling_fails_at_once_even_when_guards_fail() -> None:
     assert "canary host c1 dropped 3.000%" in verdict.explanation
 
 
+def _breached(doc) -> list:
+    return [h.host for h in run(doc).ceiling_breaches]
+
+
 def test_ceiling_ignores_hosts_that_were_that_bad_before() -> None:
     doc = fleet(1.0)
     doc["hosts"]["c1"]["pre"] = {"drops": 50000, "packets": 1_000_000}
     doc["hosts"]["c1"]["post"] = {"drops": 40000, "packets": 1_000_000}
-    assert run(doc).reason != "ceiling"
+    assert _breached(doc) == []
     doc["hosts"]["c1"]["post"] = {"drops": 60000, "packets": 1_000_000}
-    assert run(doc).reason != "ceiling"  # already above the ceiling: only a doubling counts
+    assert _breached(doc) == []  # already above the ceiling: only a doubling counts
     doc["hosts"]["c1"]["post"] = {"drops": 110000, "packets": 1_000_000}
-    assert run(doc).reason == "ceiling"
+    assert _breached(doc) == ["c1"]
     doc["hosts"]["c1"]["pre"] = {"drops": 500, "packets": 1_000_000}  # was fine before
     doc["hosts"]["c1"]["post"] = {"drops": 12000, "packets": 1_000_000}
-    assert run(doc).reason == "ceiling"
+    assert _breached(doc) == ["c1"]
     # a control host above the ceiling is not the change's doing
     doc = fleet(1.0)
     doc["hosts"]["k1"]["post"] = {"drops": 60000, "packets": 1_000_000}
-    assert run(doc).reason != "ceiling"
+    assert _breached(doc) == [] and run(doc).verdict != FAIL
+
+
+def test_a_regression_the_comparison_shows_is_the_first_reason_the_ceiling_the_second() -> None:
+    """One canary above the ceiling while the comparison is unremarkable: FAIL by the ceiling.
+    Every canary far worse and one of them above the ceiling: FAIL by the comparison, with the
+    ceiling named as the second reason (the chat shows both)."""
+    doc = fleet(1.0, n_canary=8, n_control=32, seed=11)
+    doc["hosts"]["c1"]["post"] = {"drops": 30000, "packets": 1_000_000}
+    alone = run(doc)
+    assert alone.verdict == FAIL and alone.reason == "ceiling"
+    assert "alone would not have" in alone.explanation and "Second reason" not in alone.explanation
+    worse = fleet(4.0, n_canary=8, n_control=32, seed=11)
+    worse["hosts"]["c1"]["post"] = {"drops": 30000, "packets": 1_000_000}
+    both = run(worse)
+    assert both.verdict == FAIL and both.reason == "regression"
+    assert [h.host for h in both.ceiling_breaches] == ["c1"]
+    first, second = both.explanation.split(" Second reason: ")
+    assert first.startswith("FAIL") and "rose" in first
+    assert second.startswith("canary host c1 dropped 3.000%") and "absolute ceiling" in second
 
 
 def test_ceiling_needs_traffic() -> None:

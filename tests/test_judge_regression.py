@@ -4,7 +4,9 @@ tests/fixtures/judge_regression.json holds the verdicts, statistics and explanat
 gave for 200 seeded inputs (1-3 canary batches, silent hosts, ties, missing data, ceilings,
 large lopsided batches). First written before the scale work (issue 14: the faster judge had to
 match it bit for bit); rewritten when issue 15 replaced the rank test by the weighted
-permutation test, an intended change of verdicts. Floats are compared exactly.
+permutation test, an intended change of verdicts, and again when a regression the comparison
+shows became the first reason of a FAIL and a breached ceiling the second. Floats are compared
+exactly.
 """
 from __future__ import annotations
 

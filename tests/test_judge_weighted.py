@@ -201,4 +201,56 @@ def test_the_ceiling_looks_at_what_the_site_did() -> None:
     assert verdict.reason != "ceiling" and not verdict.ceiling_breaches
     doc["hosts"]["c2"]["post"]["drops"] = 18000  # 0.6% -> 1.8% where its site stayed put
     verdict = judge(judge_input_from_dict(doc))
-    assert verdict.reason == "ceiling" and [h.host for h in verdict.ceiling_breaches] == ["c2"]
+    assert verdict.verdict == FAIL and [h.host for h in verdict.ceiling_breaches] == ["c2"]
+    assert "absolute ceiling" in verdict.explanation
+
+
+def _steps_host(rng: np.random.Generator, level: float, site: str, burst: float,
+                steps: range) -> Dict[str, Any]:
+    """Per-step drops of one host: `level` per step, x`burst` in the post window's `steps`."""
+    pre = [int(x) for x in rng.poisson(level, 12)]
+    post = [int(rng.poisson(level * (burst if i in steps else 1.0))) for i in range(12)]
+    return {"pre": {"drops": sum(pre), "packets": PACKETS, "steps": pre},
+            "post": {"drops": sum(post), "packets": PACKETS, "steps": post}, "site": site}
+
+
+def test_a_short_site_burst_is_seen_in_the_steps_and_taken_out() -> None:
+    """A 3x burst over 4 of 12 steps of site a's post window raises every host there by 5/3.
+    Site a has too few controls to be a stratum (3), so without per-step drops its 4 canaries
+    look like a regression; with them, the judge sees the burst in the site's profile and
+    passes. A burst in a site without canaries changes nothing either way."""
+    rng = np.random.default_rng(5)
+    hosts = {f"c{i}": _steps_host(rng, 100, "a", 3.0, range(3, 7)) for i in range(4)}
+    hosts.update({f"k{i}": _steps_host(rng, 100, "a", 3.0, range(3, 7)) for i in range(3)})
+    hosts.update({f"j{i}": _steps_host(rng, 100, "b", 1.0, range(0)) for i in range(12)})
+    doc = _doc(hosts, [f"c{i}" for i in range(4)])
+    with_steps = judge(judge_input_from_dict(doc))
+    assert with_steps.test.strata == "none" and with_steps.verdict == PASS
+    assert with_steps.test.ratio == pytest.approx(1.0, abs=0.1)
+    for host in hosts.values():
+        for window in ("pre", "post"):
+            del host[window]["steps"]
+    without = judge(judge_input_from_dict(doc))
+    assert without.verdict == FAIL and without.test.ratio == pytest.approx(5 / 3, rel=0.1)
+
+
+def test_the_site_profile_measures_a_burst_and_ignores_the_labels() -> None:
+    flat = np.full((8, 12), 50.0)
+    assert weighted.transient(flat) == pytest.approx(0.0)
+    burst = flat.copy()
+    burst[:, 2:5] *= 4.0  # 3 of 12 steps at 4x: (9 + 12) / 12 times the drops
+    assert weighted.transient(burst) == pytest.approx(np.log(21 / 12))
+    assert weighted.transient(burst[:3]) == 0.0  # 3 dropping hosts cannot say
+    one = flat.copy()
+    one[0, 2:5] *= 40.0  # one host's incident: its weight is capped, the site barely moves
+    assert weighted.transient(one) < 0.25 * np.log(1 + 3 * 39 / 12)
+    rng = np.random.default_rng(3)
+    hosts = [HostData(f"h{i}", i < 3, 0.0, 600.0, 600.0, "a",
+                      steps_pre=list(rng.poisson(50, 12)),
+                      steps_post=list(rng.poisson(50, 12) * np.r_[1, 1, 4, 4, 4, [1] * 7]))
+             for i in range(8)]
+    shifted = weighted.site_transients(hosts)
+    for host in hosts:
+        host.canary = not host.canary
+    assert list(weighted.site_transients(hosts)) == list(shifted)
+    assert shifted[0] > 0.4 and len(set(shifted)) == 1

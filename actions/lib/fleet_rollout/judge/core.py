@@ -164,7 +164,8 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
         item = inp.hosts[host.host]
         data.append(HostData(host.host, host.group == "canary", float(host.e),
                              float(host.drops_pre), float(host.drops_post), host.site,
-                             host.model, dispersion(item.steps_pre, item.steps_post)))
+                             host.model, dispersion(item.steps_pre, item.steps_post),
+                             item.steps_pre, item.steps_post))
     result = weighted_test(data, policy.ci_level)
     for host, weight in zip(canary + control, result.weights):
         host.weight = round(float(weight), 6)
@@ -219,6 +220,16 @@ def _regression(test: Optional[TestResult], policy: Policy) -> bool:
             and test.ratio >= policy.min_regression_ratio)
 
 
+def _compared_regression(test: Optional[TestResult], large: Optional[LargeChange],
+                         failed: set, policy: Policy) -> bool:
+    """Whether the comparison with the controls FAILs the batch on its own (the ceiling is then
+    the second reason, not the first)."""
+    if not failed or failed <= SHARE_GUARDS:
+        return _regression(test, policy)
+    return (failed <= SMALL_BATCH_GUARDS and large is not None
+            and large.reason == LARGE_REGRESSION)
+
+
 def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     """Decide one batch. Never raises on data; bad input is refused earlier (inputs.py)."""
     from fleet_rollout.judge.explain import explain  # local: explain imports this module
@@ -236,8 +247,9 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     if "canary_hosts" in failed and failed <= SMALL_BATCH_GUARDS:
         listed = [h for h in hosts if h.group == "canary"]
         large = large_change(inp, canary, control, policy, len(canary) == len(listed))
-    if breaches:
-        verdict, reason = FAIL, "ceiling"
+    if breaches and not _compared_regression(test, large, failed, policy):
+        verdict, reason = FAIL, "ceiling"  # the comparison alone would not FAIL: the ceiling does
+    # else the comparison decides; a breached ceiling is the verdict's second reason
     elif failed and failed <= SHARE_GUARDS and _regression(test, policy):
         # thin data never PASS, but enough usable hosts that show a regression still FAIL
         verdict, reason = FAIL, "regression"

@@ -62,28 +62,40 @@ def _test_clause(verdict: Verdict) -> str:
 
 def explain(verdict: Verdict) -> str:
     """One paragraph: the verdict, the numbers behind it and what follows."""
-    policy = verdict.policy
     where = ""
     if verdict.rollout is not None:
         where = f" ({verdict.rollout}" + (f", batch {verdict.batch}" if verdict.batch is not None
                                           else "") + ")"
     test = verdict.test
     if verdict.reason == "ceiling":
-        worst = verdict.ceiling_breaches[0]
-        others = len(verdict.ceiling_breaches) - 1
-        text = (f"FAIL{where}: canary host {worst.host} dropped {worst.rate_post:.3%} of its "
-                f"received packets after the change ({worst.drops_post:.0f} of "
-                f"{worst.packets_post:.0f}; before: "
-                f"{'n/a' if worst.rate_pre is None else f'{worst.rate_pre:.3%}'}), above the "
-                f"absolute ceiling of {policy.max_drop_rate:.3%}")
-        text += (f"; {others} more canary host{'s' if others > 1 else ''} above it too."
-                 if others else ".")
-        text += " The ceiling fails a batch at once, without waiting for the comparison."
+        text = f"FAIL{where}: {_breaches(verdict)}"
+        text += (" The ceiling fails a batch at once; the comparison with the control hosts "
+                 "alone would not have.")
         if test is not None:
             text += f" For reference, the canaries' drop rate changed {_test_clause(verdict)}."
         return text
+    second = f" Second reason: {_breaches(verdict)}" if verdict.ceiling_breaches else ""
     if verdict.large is not None:
-        return _large(verdict, where)
+        return _large(verdict, where) + second
+    return _by_comparison(verdict, where) + second
+
+
+def _breaches(verdict: Verdict) -> str:
+    """The canary hosts above the absolute ceiling, worst first (one sentence)."""
+    worst = verdict.ceiling_breaches[0]
+    others = len(verdict.ceiling_breaches) - 1
+    text = (f"canary host {worst.host} dropped {worst.rate_post:.3%} of its received packets "
+            f"after the change ({worst.drops_post:.0f} of {worst.packets_post:.0f}; before: "
+            f"{'n/a' if worst.rate_pre is None else f'{worst.rate_pre:.3%}'}), above the "
+            f"absolute ceiling of {verdict.policy.max_drop_rate:.3%}")
+    return text + (f"; {others} more canary host{'s' if others > 1 else ''} above it too."
+                   if others else ".")
+
+
+def _by_comparison(verdict: Verdict, where: str) -> str:
+    """A verdict of the guards or of the comparison with the control hosts."""
+    policy = verdict.policy
+    test = verdict.test
     if verdict.verdict == INCONCLUSIVE:
         reasons = "; ".join(g.message for g in verdict.failed_guards)
         text = f"INCONCLUSIVE{where}: the judge cannot decide this batch: {reasons}."

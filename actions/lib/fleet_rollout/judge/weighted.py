@@ -5,6 +5,14 @@ much it can tell: a host that dropped thousands of packets in each window measur
 far more precisely than one that dropped one or none, and a silent host's e barely moves even
 under a real regression. So:
 
+0. Site transients. A burst that hits a whole site for a few steps of a window (a network
+   event) raises that window's drops of every host there, canary or not. Where the hosts give
+   per-step drops, the site's per-step profile (pooled over its hosts) shows it: the window's
+   drops over what its quieter half of the steps would give. e is corrected by how much more
+   that factor raised the post window than the pre window, before anything else, so a site
+   burst no longer needs the site as a stratum to be removed (with few controls per site it
+   often cannot be one). A burst lasting the whole window leaves no trace in the profile: the
+   strata (1) remain for that.
 1. Strata. Hosts are compared within their site and hardware model where the input names them
    (a burst at one site, or a quirk of one model, moves canary and control of that stratum
    alike). The finest of site+model, site, model and none is used at which every canary's
@@ -53,6 +61,8 @@ SPARSE_SUBSET = 20  # m canaries among more than 20 m hosts: subsets drawn index
 CHI2_1_MEDIAN = 0.4549364231195724
 INFORMATIVE = 2.0  # mean drops per window from which a host informs the noise model
 LEVELS = ("site+model", "site", "model", "none")
+TRANSIENT_HOSTS = 4  # dropping hosts a site needs for its per-step profile to say anything
+TRANSIENT_HOST_DROPS = 200.0  # a host's weight in its site's profile grows up to about this
 
 
 @dataclass
@@ -66,6 +76,8 @@ class HostData:
     site: Optional[str] = None
     model: Optional[str] = None
     dispersion: Optional[float] = None  # variance / mean of its per-step drops, when known
+    steps_pre: Optional[Sequence[float]] = None  # its per-step drops, when known
+    steps_post: Optional[Sequence[float]] = None
 
 
 @dataclass
@@ -259,7 +271,7 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     canary = np.array([h.canary for h in hosts], dtype=bool)
     if not canary.any() or canary.all():
         raise ValueError("the weighted test needs canary and control hosts")
-    e = np.array([h.e for h in hosts], dtype=float)
+    e = np.array([h.e for h in hosts], dtype=float) - site_transients(hosts)
     d0 = np.array([h.drops_pre for h in hosts], dtype=float)
     d1 = np.array([h.drops_post for h in hosts], dtype=float)
     level, strata = choose_strata(hosts)
@@ -365,3 +377,50 @@ def host_dispersion(steps: List[float]) -> Optional[float]:
     if mean <= 0:
         return None
     return float(values.var(ddof=1)) / mean
+
+
+
+def site_transients(hosts: Sequence[HostData]) -> np.ndarray:
+    """Per host, how much more a short site-wide burst raised its site's post window than its
+    pre window: ln(F_post / F_pre) of the site (0 where the steps cannot say). Computed from
+    every host of the site alike, canary or not, so the test stays exact."""
+    out = np.zeros(len(hosts))
+    sites: Dict[str, List[int]] = {}
+    for i, host in enumerate(hosts):
+        if host.site:
+            sites.setdefault(host.site, []).append(i)
+    for members in sites.values():
+        pre = _window_steps([hosts[i].steps_pre for i in members])
+        post = _window_steps([hosts[i].steps_post for i in members])
+        out[members] = transient(post) - transient(pre)
+    return out
+
+
+def _window_steps(steps: List[Optional[Sequence[float]]]) -> np.ndarray:
+    """The hosts' per-step drops of one window as rows, those with the most common step count."""
+    known = [list(x) for x in steps if x is not None]
+    if not known:
+        return np.zeros((0, 0))
+    lengths = [len(x) for x in known]
+    common = max(set(lengths), key=lengths.count)
+    return np.array([x for x in known if len(x) == common], dtype=float)
+
+
+def transient(steps: np.ndarray) -> float:
+    """ln F of a site's window: its drops over what its quieter half of the steps would give
+    over the whole window (a burst over a few steps: F > 1). The site's profile pools the
+    hosts' per-step shares, each host weighing by its drops up to TRANSIENT_HOST_DROPS (no
+    host decides alone). 0 with fewer than TRANSIENT_HOSTS dropping hosts or 4 steps."""
+    if steps.ndim != 2 or steps.shape[1] < 4:
+        return 0.0
+    totals = steps.sum(axis=1)
+    keep = totals > 0
+    if keep.sum() < TRANSIENT_HOSTS:
+        return 0.0
+    shares = steps[keep] / totals[keep, None]
+    weight = totals[keep] / (1.0 + totals[keep] / TRANSIENT_HOST_DROPS)
+    profile = (weight[:, None] * shares).sum(axis=0) / weight.sum()
+    quiet = float(np.sort(profile)[: profile.size // 2].mean())
+    if quiet <= 0:
+        return 0.0
+    return float(np.log(float(profile.mean()) / quiet))
