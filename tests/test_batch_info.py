@@ -36,6 +36,11 @@ def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path
     info = service.batch_info(config, store, "delay-1", 0)
     assert info["window"] == 11 and type(info["window"]) is int
     assert info["soak"] == 4 and type(info["soak"]) is int
+    # the window in the profile's steps (home-snoop: the default 4): each step's delay too
+    assert info["steps"] == 4 and info["step"] == 3 and type(info["step"]) is int
+    plan, store = stored_plan("delay-2", 20, window_seconds=60, window_steps=1)
+    info = service.batch_info(config, store, "delay-2", 0)
+    assert (info["window"], info["steps"], info["step"]) == (60, 1, 60)
     assert info["hosts"] == [plan["batches"][0]["hosts"][0]] and info["count"] == 1
 
 

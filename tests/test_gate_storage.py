@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from fleet_rollout import gate
+from fleet_rollout.counters.deltas import SCHEMA
+from fleet_rollout.judge import judge_input_from_dict
 from fleet_rollout.store import MemoryStore, key
 
 
@@ -66,6 +70,7 @@ def test_the_judge_input_names_each_hosts_site_and_hardware_model():
                       "ctl-1": {"site": "fra", "hardware_model": "r650"}}}
     states = {"web-1": {"status": "done"}, "web-2": {"status": "done"}}
     ctx = SimpleNamespace(store=store, rollout_id="parts-1", plan=plan,
+                          profile={"canary": {"window_steps": 1}},
                           state=SimpleNamespace(host=lambda h: states.get(h, {})))
     for n, label in enumerate(gate.LABELS):
         gate.save_collection(ctx, 0, label, float(n), {h: _snapshot(n) for h in plan["hosts"]},
@@ -75,3 +80,54 @@ def test_the_judge_input_names_each_hosts_site_and_hardware_model():
     assert doc["batch"] == 1  # the label chat shows for index 0 ("batch 1 of 1")
     assert {h: (v["site"], v["model"]) for h, v in doc["hosts"].items()} == {
         "web-1": ("fra", "r640"), "web-2": ("ams", "r640"), "ctl-1": ("fra", "r650")}
+
+
+def _collector(host: str, at: float, drops: int, packets: int, boot: str = "b1") -> dict:
+    """A collector snapshot (counters/collector.py's schema) with cumulative counters."""
+    return {"schema": SCHEMA, "host": host, "boot_id": boot, "time": at,
+            "interfaces": {"eth0": {"statistics": {"rx_packets": packets, "rx_dropped": drops},
+                                    "ethtool": None}},
+            "softnet": [{"cpu": 0, "processed": packets, "dropped": 0}],
+            "snmp": {"Udp": {"RcvbufErrors": 0}}, "snmp6": None, "errors": []}
+
+
+def test_a_window_collected_in_steps_gives_the_judge_each_hosts_drops_per_step():
+    """window_steps 3: pre_start, pre_step_1, pre_step_2, pre_end (and the same for post). The
+    judge input carries the snapshots inside each window (between), the judge reads them as
+    the host's drops per step; a host one of whose step collections failed has no steps for
+    that window (never unequal ones), its window sums stay."""
+    store = MemoryStore()
+    plan = {"batches": [{"index": 0, "hosts": ["web-1"]}], "control": ["ctl-1"],
+            "hosts": {"web-1": {}, "ctl-1": {}}}
+    ctx = SimpleNamespace(store=store, rollout_id="steps-1", plan=plan,
+                          profile={"canary": {"window_steps": 3}},
+                          state=SimpleNamespace(host=lambda h: {"status": "done"}))
+    drops = {"web-1": [0, 5, 7, 20], "ctl-1": [0, 1, 2, 3]}
+    order = {"pre": ["pre_start", "pre_step_1", "pre_step_2", "pre_end"],
+             "post": ["post_start", "post_step_1", "post_step_2", "post_end"]}
+    for offset, window in ((0.0, "pre"), (100.0, "post")):
+        for n, label in enumerate(order[window]):
+            at = offset + 10.0 * n
+            snaps = {h: _collector(h, at, d[n] * (2 if window == "post" else 1), 1000 * n + 1000)
+                     for h, d in drops.items()}
+            if label == "post_step_1":
+                del snaps["ctl-1"]  # its collection failed at this step
+            gate.save_collection(ctx, 0, label, at, snaps, {})
+    doc = gate.judge_input(ctx, 0)
+    assert len(doc["hosts"]["web-1"]["pre"]["between"]) == 2
+    assert "between" not in doc["hosts"]["ctl-1"]["post"]
+    inp = judge_input_from_dict(doc)
+    assert inp.hosts["web-1"].steps_pre == [5.0, 2.0, 13.0]
+    assert inp.hosts["web-1"].steps_post == [10.0, 4.0, 26.0]
+    assert inp.hosts["ctl-1"].steps_pre == [1.0, 1.0, 1.0]
+    assert inp.hosts["ctl-1"].steps_post is None and inp.hosts["ctl-1"].post.drops == 6.0
+
+
+def test_step_labels_are_checked():
+    for label in ("pre_start", "post_end", "pre_step_1", "post_step_11"):
+        gate.check_label(label)
+    for label in ("pre_step_0", "pre_step_12", "mid_step_1", "pre_step_1; rm", "post"):
+        with pytest.raises(ValueError, match="pre_step_<k>"):
+            gate.check_label(label)
+    assert gate.step_labels("post", 3) == ["post_step_1", "post_step_2"]
+    assert gate.step_labels("pre", 1) == []

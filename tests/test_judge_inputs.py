@@ -180,3 +180,38 @@ def test_snapshot_windows_are_reduced_with_the_metric() -> None:
     broken["hosts"]["c1"]["pre"]["end"]["schema"] = "v0"
     with pytest.raises(ConfigError, match=r"input.hosts.c1.pre.end: schema is 'v0'"):
         judge_input_from_dict(broken)
+
+
+def test_snapshots_between_give_the_window_in_steps() -> None:
+    """start, between..., end: the drops between consecutive snapshots are the window's steps
+    (they add up to its drops). A reboot inside one step leaves the window unusable and no
+    steps; snapshots out of order or a between that is not a list are refused by name."""
+    pre = {"start": _snapshot(0, "b1", 0, 0, 0), "end": _snapshot(3600, "b1", 10**6, 30, 6),
+           "between": [_snapshot(1200, "b1", 3 * 10**5, 4, 0),
+                       _snapshot(2400, "b1", 6 * 10**5, 20, 2)]}
+    post = {"start": _snapshot(7200, "b1", 10**6, 30, 6),
+            "end": _snapshot(10800, "b1", 2 * 10**6, 60, 6)}
+    doc = {"windows": {"pre": {"start": 0, "end": 3600}, "post": {"start": 7200, "end": 10800}},
+           "canary": ["c1"], "control": ["k1"], "hosts": {"c1": {"pre": pre, "post": post}}}
+    data = judge_input_from_dict(copy.deepcopy(doc))
+    assert data.hosts["c1"].steps_pre == [4.0, 18.0, 14.0] and data.hosts["c1"].pre.drops == 36
+    assert data.hosts["c1"].steps_post is None  # no snapshots between: sums only
+    rebooted = copy.deepcopy(doc)
+    rebooted["hosts"]["c1"]["pre"]["between"][1]["boot_id"] = "b2"
+    rebooted["hosts"]["c1"]["pre"]["end"]["boot_id"] = "b2"
+    data = judge_input_from_dict(rebooted)
+    assert "reboot" in data.hosts["c1"].pre.problem and data.hosts["c1"].steps_pre is None
+    swapped = copy.deepcopy(doc)
+    between = swapped["hosts"]["c1"]["pre"]["between"]
+    between.reverse()
+    with pytest.raises(ConfigError, match=r"c1.pre.between\[1\]: end snapshot .time 1200"):
+        judge_input_from_dict(swapped)
+    for bad in ({}, [], "x"):
+        broken = copy.deepcopy(doc)
+        broken["hosts"]["c1"]["pre"]["between"] = bad
+        with pytest.raises(ConfigError, match=r"input.hosts.c1.pre.between: must be a list"):
+            judge_input_from_dict(broken)
+    extra = copy.deepcopy(doc)
+    extra["hosts"]["c1"]["pre"]["middle"] = []
+    with pytest.raises(ConfigError, match="only start, end and between"):
+        judge_input_from_dict(extra)

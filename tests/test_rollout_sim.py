@@ -225,7 +225,8 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         profile = sim.profile("home-snoop", approval={"required": False},
                               batches={"canary_size": 3, "growth": 2, "max_batch": 8,
                                        "max_unavailable_per_site": 8,
-                                       "max_unavailable_per_rack": 4, "parallel": 8})
+                                       "max_unavailable_per_rack": 4, "parallel": 8},
+                              canary={"window_seconds": 10, "window_steps": 2})
         execution = sim.run("fleet_rollout.rollout", profile=profile)
         result = output(execution)
         assert execution["status"] == "succeeded", error_text(execution)
@@ -243,6 +244,17 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         used = [[_fingerprint(sim, rollout_id, h)["controls_used"] for h in b["hosts"]]
                 for b in plan]
         assert set(used[0]) == {0} and min(used[1]) >= 3 and min(used[3]) >= min(used[1]), used
+        # each window collected at its step too (window_steps 2): pre_step_1 and post_step_1,
+        # every host of the batch and its controls, between the window's start and end
+        for i, batch in enumerate(plan):
+            times = []
+            for label in ("pre_start", "pre_step_1", "pre_end", "post_start", "post_step_1",
+                          "post_end"):
+                head = sim.kv(rollout_id, f"batch.{i}.counters.{label}")
+                part = sim.kv(rollout_id, f"batch.{i}.counters.{label}.0")
+                assert set(batch["hosts"]) <= set(part["snapshots"]), (i, label)
+                times.append(head["time"])
+            assert times == sorted(times) and times[1] - times[0] >= 4.5, times
         verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
         # the last batch's waits were paced by the reboots of the batch before it

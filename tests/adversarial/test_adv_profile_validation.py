@@ -99,6 +99,9 @@ ATTACKS = [
     (("redfish", "boot_timeout"), 10 ** 7, "redfish.boot_timeout"),
     (("drain", "timeout"), "300; id", "drain.timeout"),
     (("approval", "ttl_minutes"), 10 ** 6, "approval.ttl_minutes"),
+    (("canary", "window_steps"), 13, "canary.window_steps"),
+    (("canary", "window_steps"), 0, "canary.window_steps"),
+    (("canary", "window_steps"), "4", "canary.window_steps"),
     (("name",), "../etc/passwd", "name"),
     (("name",), "x" * 65, "name"),
     (("reverse_of",), "/etc/passwd", "reverse_of"),
@@ -116,6 +119,20 @@ def test_attack_is_refused_naming_profile_and_field(path, value, field):
     text = str(err.value)
     assert text.startswith("adv.yaml: field "), text
     assert field in text, text
+
+
+def test_window_steps_must_leave_each_step_time_for_a_collection():
+    """A step is at least 5 s (a collection of the batch and its controls must fit): 12 steps
+    of a 60 s window are fine, 4 steps of a 15 s window are not, and the error says how many
+    would be; the default is 4 steps, 1 means none."""
+    assert validate_profile(_with(("canary", "window_steps"), 12), "adv.yaml")
+    assert validate_profile(_base(), "adv.yaml")["canary"]["window_steps"] == 4
+    short = _with(("canary", "window_seconds"), 15)
+    with pytest.raises(ConfigError, match=r"adv.yaml: field canary.window_steps: 4 steps of a "
+                                          r"15 s window .* use at most 3 steps"):
+        validate_profile(short, "adv.yaml")
+    short["canary"]["window_steps"] = 1
+    assert validate_profile(short, "adv.yaml")["canary"]["window_steps"] == 1
 
 
 def test_the_base_profile_and_every_shipped_profile_validate():

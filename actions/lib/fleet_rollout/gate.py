@@ -5,6 +5,10 @@ then the judge.
     ... change the batch ... soak ...
     post_start --window-- post_end (after every host of the batch is back in service)
 
+With the profile's canary.window_steps n > 1, each window is also collected at n - 1 steps
+inside it (pre_step_1 .. pre_step_<n-1>, the same for post): the judge then has each host's
+drops per step (over-dispersion, short site-wide bursts; docs/judge.md).
+
 Counter windows of canary and control hosts cover the same wall-clock times; the window holding
 the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
 under the batch; a host whose collection failed is simply missing (the judge's data guards decide).
@@ -15,6 +19,7 @@ under the batch; a host whose collection failed is simply missing (the judge's d
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Dict, List
 
@@ -23,6 +28,8 @@ from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
+MAX_WINDOW_STEPS = 12
+STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
 
 
@@ -35,8 +42,7 @@ def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
 
 def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     """Snapshot the counters of this batch's hosts and its controls; stored under the batch."""
-    if label not in LABELS:
-        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}")
+    check_label(label)
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
@@ -44,6 +50,18 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     save_collection(ctx, index, label, time.time(), snapshots, errors)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors}
+
+
+def check_label(label: str) -> None:
+    step = STEP_LABEL.match(label)
+    if label not in LABELS and not (step and int(step.group(2)) < MAX_WINDOW_STEPS):
+        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}, or pre_step_<k> / "
+                         f"post_step_<k> with k from 1 to {MAX_WINDOW_STEPS - 1}")
+
+
+def step_labels(window: str, steps: int) -> List[str]:
+    """The labels of the collections inside a window of `steps` steps, in order."""
+    return [f"{window}_step_{k}" for k in range(1, steps)]
 
 
 def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
@@ -77,6 +95,9 @@ def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, An
 
 def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     data = {label: load_collection(ctx, index, label) for label in LABELS}
+    steps = int(ctx.profile["canary"].get("window_steps", 1))
+    inside = {window: [load_collection(ctx, index, label) for label in step_labels(window, steps)]
+              for window in ("pre", "post")}
     states = {h: ctx.state.host(h) for h in batch_hosts(ctx, index)}
     canary = [h for h, st in states.items() if st.get("status") == "done"]
     control = controls_for_batch(ctx.plan, index)
@@ -86,6 +107,10 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
         if all(snaps):
             hosts[host] = {"pre": {"start": snaps[0], "end": snaps[1]},
                            "post": {"start": snaps[2], "end": snaps[3]}}
+            for window in ("pre", "post"):
+                between = [c.get("snapshots", {}).get(host) for c in inside[window]]
+                if between and all(between):  # every step of the window, else none
+                    hosts[host][window]["between"] = between
             info = ctx.plan["hosts"].get(host) or {}  # the judge compares within site and model
             for field, source in (("site", "site"), ("model", "hardware_model")):
                 if info.get(source):

@@ -106,6 +106,7 @@ SCHEMA: Dict[str, Any] = {
             "min_remote_local_ratio": _num(1, 1000)}},
         "canary": {"type": "object", "additionalProperties": False, "properties": {
             "window_seconds": _num(1, DAY),
+            "window_steps": _int(1, 12),
             "soak_seconds": _SECONDS,
             "metric": {"type": "object"},
             "policy": {"type": "object"}}},
@@ -132,7 +133,8 @@ DEFAULTS: Dict[str, Any] = {
     "kernel": {},
     "bios_extra": {},
     "probe": {"budget_ms": 3000},
-    "canary": {"window_seconds": 60, "soak_seconds": 30, "metric": {}, "policy": {}},
+    "canary": {"window_seconds": 60, "window_steps": 4, "soak_seconds": 30, "metric": {},
+               "policy": {}},
     "batches": {"canary_size": 1, "growth": 2.0, "max_batch": 50,
                 "max_unavailable_per_site": 2, "max_unavailable_per_rack": 1, "parallel": 10,
                 "control_ratio": 2},
@@ -279,7 +281,16 @@ def _check_schema(data: Dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: field {_field(first)}: {_message(first)}")
 
 
+MIN_STEP_SECONDS = 5  # a collection of the batch and its controls must fit in a step
+
+
 def _check_canary(canary: Dict[str, Any], where: str) -> None:
+    steps = int(canary["window_steps"])
+    if steps > 1 and canary["window_seconds"] / steps < MIN_STEP_SECONDS:
+        raise ConfigError(
+            f"{where}: field canary.window_steps: {steps} steps of a {canary['window_seconds']:g} "
+            f"s window are shorter than {MIN_STEP_SECONDS} s each; use at most "
+            f"{max(1, int(canary['window_seconds'] // MIN_STEP_SECONDS))} steps (1: no steps)")
     try:
         from fleet_rollout.counters.metric import metric_from_dict
         from fleet_rollout.judge.policy import policy_from_dict

@@ -149,6 +149,9 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
             # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
             "window": whole_seconds(canary["window_seconds"]),
+            # the window in `steps` steps, each collected (gate.py): the delay before each
+            "steps": int(canary.get("window_steps", 1)),
+            "step": whole_seconds(canary["window_seconds"] / int(canary.get("window_steps", 1))),
             "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,
             "controls": len(controls_for_batch(plan, batch)),

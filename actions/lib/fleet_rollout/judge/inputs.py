@@ -20,7 +20,9 @@ Format (JSON; docs/judge.md has the full description and an example)::
 
 A window is either reduced (``drops``, ``packets``, optional ``coverage`` 0..1, ``seconds``,
 ``steps``: the drops per equal step of the window, adding up to ``drops``) or
-two raw collector snapshots (``start``/``end``) that are reduced here with the policy's metric.
+two raw collector snapshots (``start``/``end``, and optionally ``between``: the snapshots taken
+at the steps inside the window, in order) that are reduced here with the policy's metric; the
+drops between consecutive snapshots are the window's steps.
 ``null`` (or no key) means the host has no usable data for that window. A host listed in
 ``canary``/``control`` without an entry in ``hosts`` has no data either; the guards count it.
 """
@@ -129,8 +131,8 @@ def _window(value: Any, where: str, metric: MetricDefinition,
         raise ConfigError(f"{where}: must be an object (drops/packets or start/end snapshots) "
                           "or null")
     if "start" in value or "end" in value:
-        if set(value) - {"start", "end"}:
-            raise ConfigError(f"{where}: a snapshot window has only start and end")
+        if set(value) - {"start", "end", "between"}:
+            raise ConfigError(f"{where}: a snapshot window has only start, end and between")
         if "start" not in value or "end" not in value:
             raise ConfigError(f"{where}: a snapshot window needs both start and end")
         return window_from_snapshots(value["start"], value["end"], metric, expected_seconds,
@@ -160,8 +162,11 @@ def _window(value: Any, where: str, metric: MetricDefinition,
     return counts
 
 
-def _steps(value: Any, where: str) -> Optional[List[float]]:
+def _steps(value: Any, where: str, metric: MetricDefinition,
+           window: Optional[WindowCounts]) -> Optional[List[float]]:
     """A window's per-step drops (equal steps, in order); they must add up to its drops."""
+    if _is_mapping(value) and value.get("between") is not None:
+        return _snapshot_steps(value, where, metric, window)
     if not _is_mapping(value) or value.get("steps") is None:
         return None
     steps = value["steps"]
@@ -174,6 +179,28 @@ def _steps(value: Any, where: str) -> Optional[List[float]]:
     if _is_number(drops) and abs(total - drops) > 1e-6 * max(1.0, abs(drops)) + 1e-9:
         raise ConfigError(f"{where}.steps: add up to {total:g}, but drops is {drops:g}")
     return out
+
+
+def _snapshot_steps(value: Mapping[str, Any], where: str, metric: MetricDefinition,
+                    window: Optional[WindowCounts]) -> Optional[List[float]]:
+    """The drops between consecutive snapshots of a window (start, between..., end); None when
+    the window or one of its steps has a problem (a reboot or reset shows in the window)."""
+    between = value["between"]
+    if not isinstance(between, list) or not 1 <= len(between) < MAX_STEPS:
+        raise ConfigError(f"{where}.between: must be a list of 1 to {MAX_STEPS - 1} snapshots "
+                          "taken inside the window, in order")
+    if window is None or window.problem or window.drops is None:
+        return None
+    chain = [value["start"], *between, value["end"]]
+    steps = []
+    for i in range(len(chain) - 1):
+        # named by the snapshot that ends the step
+        name = f"{where}.between[{i}]" if i < len(between) else f"{where}.end"
+        step = window_from_snapshots(chain[i], chain[i + 1], metric, None, name)
+        if step.problem or step.drops is None:
+            return None
+        steps.append(float(step.drops))
+    return steps
 
 
 def _label(value: Any, where: str) -> Optional[str]:
@@ -268,8 +295,8 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
                               f"(allowed: {', '.join(HOST_KEYS)})")
         item.pre = _window(entry.get("pre"), f"{path}.pre", metric, expected["pre"])
         item.post = _window(entry.get("post"), f"{path}.post", metric, expected["post"])
-        item.steps_pre = _steps(entry.get("pre"), f"{path}.pre")
-        item.steps_post = _steps(entry.get("post"), f"{path}.post")
+        item.steps_pre = _steps(entry.get("pre"), f"{path}.pre", metric, item.pre)
+        item.steps_post = _steps(entry.get("post"), f"{path}.post", metric, item.post)
         item.site = _label(entry.get("site"), f"{path}.site")
         item.model = _label(entry.get("model"), f"{path}.model")
         note = entry.get("note")
