@@ -17,8 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from fleet_runtime.engine import COMPLETED, PAUSED, PENDING, Runtime
 from fleet_runtime.home import RuntimeHome
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from fleet_runtime.paths import REPO_ROOT
 
 
 def default_pack_dir() -> Optional[str]:

@@ -10,8 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_runtime.engine import COMPLETED, Runtime
 from fleet_runtime.home import RuntimeHome
+from fleet_runtime.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PACK = REPO_ROOT / "tests" / "fixtures" / "runtime_pack"
 
 

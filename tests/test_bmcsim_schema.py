@@ -1,5 +1,5 @@
-"""The simulator is a live service, not a mockup: its payloads use only properties that the DMTF
-CSDL schemas (shared/reference/redfish/csdl) define for the declared @odata.type version, and
+"""The simulator is a live service, not a mockup: its payloads use only properties that DMTF's
+CSDL schemas (in tests/fixtures/redfish_csdl) define for the declared @odata.type version, and
 carry no mockup-only @Redfish.Copyright."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from test_pack_layout import ROOT
 from fleet_lab.bmcsim import payloads
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS
 
-# DMTF's CSDL files of the types the simulator serves (copied from shared/reference/redfish,
+# DMTF's CSDL files of the types the simulator serves (from DMTF's Redfish schema bundle,
 # BSD-licensed: tests/fixtures/redfish_csdl/LICENSE-DMTF.md)
 CSDL = os.path.join(ROOT, "tests", "fixtures", "redfish_csdl")
 EDM = "{http://docs.oasis-open.org/odata/ns/edm}"

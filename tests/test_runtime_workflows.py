@@ -1,4 +1,4 @@
-"""The Orquesta behaviours the pack relies on, on the embedded runtime (DESIGN.md, st2 facts).
+"""The Orquesta behaviours the pack relies on, on the embedded runtime (docs/runtime.md).
 
 The engine runs in-process; python-script actions run as subprocesses like st2's python runner.
 """

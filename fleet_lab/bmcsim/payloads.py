@@ -1,4 +1,4 @@
-"""Redfish payloads of a simulated BMC, shaped after the DMTF schemas (shared/reference/redfish).
+"""Redfish payloads of a simulated BMC, shaped after the DMTF schemas (tests/fixtures/redfish_csdl).
 
 A live service is not a mockup: no @Redfish.Copyright, and every property is one the schema of the
 declared @odata.type version defines (tests check this against the CSDL files).

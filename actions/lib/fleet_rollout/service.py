@@ -18,6 +18,7 @@ from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
 from fleet_rollout.names import check_rollout_id, check_targets
+from fleet_rollout.paths import PACK_DIR, PROFILES_DIR
 from fleet_rollout.plan import (
     batch_of,
     build_plan,
@@ -29,9 +30,6 @@ from fleet_rollout.profile import load_profile
 from fleet_rollout.redfish.operations import check_desired
 from fleet_rollout.st2api import ActionApi
 from fleet_rollout.store import ActionServiceStore, RolloutState, Store
-
-PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
 
 
 def as_store(datastore: Any) -> Store:
@@ -113,7 +111,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
 
 def profile_dir(config: PackConfig, name: str) -> str:
     """Where profile `name` lives: the pack's profiles/, else the config's profiles_dir."""
-    shipped = os.path.join(PACK_DIR, "profiles")
+    shipped = PROFILES_DIR
     if not config.profiles_dir or not isinstance(name, str) or \
             os.path.basename(name) != name or \
             os.path.isfile(os.path.join(shipped, f"{name}.yaml")):
@@ -392,14 +390,10 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
     counts: Dict[str, int] = {}
     for st in states.values():
         counts[st.get("status", "pending")] = counts.get(st.get("status", "pending"), 0) + 1
-    report_path = None
-    try:
-        from fleet_rollout.report import write_report
+    from fleet_rollout.report import write_report  # here: only the rollout's end renders one
 
-        report_path = write_report(ctx.state, ctx.audit, os.path.join(
-            ctx.state_dir, rollout_id, "report.html"))
-    except ImportError:
-        report_path = None
+    report_path = write_report(ctx.state, ctx.audit, os.path.join(
+        ctx.state_dir, rollout_id, "report.html"))
     audit = ctx.audit.summary()
     damaged = (f" ({audit['unreadable_lines']} unreadable audit line(s) skipped)"
                if audit["unreadable_lines"] else "")

@@ -37,10 +37,8 @@ from fleet_rollout import hostvars, timeouts
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import warm_ansible
 from fleet_rollout.inventory import check_host_name
+from fleet_rollout.paths import PLAYBOOK_DIR
 
-PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))))
-PLAYBOOK_DIR = os.path.join(PACK_DIR, "playbooks")
 HOST_SCRIPT = os.path.join(PLAYBOOK_DIR, "files", "fleet_host.py")
 RESERVED_HOST_NAMES = ("all", "ungrouped")
 JINJA_MARKERS = hostvars.JINJA_MARKERS

@@ -7,16 +7,15 @@ import os
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from fleet_rollout.hostside.ansible_run import (
-    PACK_DIR,
     HostResult,
     check_host_names,
     prepare,
     run_playbook,
 )
 from fleet_rollout.hostside.coalesce import Coalescer
+from fleet_rollout.paths import LIBRARY_DIR
 
-COLLECTOR_SCRIPT = os.path.join(PACK_DIR, "actions", "lib", "fleet_rollout", "counters",
-                                "collector.py")
+COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
 KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
 
 

@@ -1,6 +1,6 @@
 """The canary judge: PASS / FAIL / INCONCLUSIVE from per-host pre/post drop windows.
 
-Method (DESIGN.md, "Canary judge"):
+Method (docs/judge.md, "Method"):
 
 1. Per usable host, e = ln((drops_post+0.5)/packets_post) - ln((drops_pre+0.5)/packets_pre):
    each host is compared with itself, so hosts that always drop a lot or never drop anything

@@ -66,7 +66,7 @@ class GuardResult:
 
 def log_rate_change(drops_pre: float, packets_pre: float, drops_post: float,
                     packets_post: float) -> float:
-    """The per-host statistic e of the method (DESIGN.md, Canary judge)."""
+    """The per-host statistic e of the method (docs/judge.md, Method)."""
     return (math.log((drops_post + 0.5) / packets_post)
             - math.log((drops_pre + 0.5) / packets_pre))
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
 from fleet_rollout.errors import HostError
+from fleet_rollout.paths import PACK_DIR, PROBE_DIR
 
-PACK_ROOT = Path(__file__).resolve().parents[4]
-SCHEMA_PATH = PACK_ROOT / "probe" / "probe-output.schema.json"
+PACK_ROOT = Path(PACK_DIR)
+SCHEMA_PATH = Path(PROBE_DIR) / "probe-output.schema.json"
 SCHEMA_VERSION = 1
 
 _validator_cache: Dict[str, Any] = {}

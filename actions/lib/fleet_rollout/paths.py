@@ -1,0 +1,14 @@
+"""Where the pack's own files are: its directory (the one with pack.yaml) and what is in it.
+
+The one place that knows where this library sits in the pack (actions/lib/fleet_rollout/):
+everything else asks here, so moving the library moves one line.
+"""
+from __future__ import annotations
+
+import os
+
+LIBRARY_DIR = os.path.dirname(os.path.abspath(__file__))  # actions/lib/fleet_rollout
+PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(LIBRARY_DIR)))
+PROFILES_DIR = os.path.join(PACK_DIR, "profiles")
+PLAYBOOK_DIR = os.path.join(PACK_DIR, "playbooks")
+PROBE_DIR = os.path.join(PACK_DIR, "probe")
