@@ -279,7 +279,7 @@ def test_verdict_plot_numbers(rollout):
         assert f"{low:.2f}\u00d7 \u2013 {high:.2f}\u00d7" in doc
         host = next(h for h in v["hosts"] if h["group"] == "canary")
         assert f"{host['host']} (canary): drop rate x" in doc
-    assert "2.24\u00d7" in doc and "0.89\u00d7" in doc
+    assert "2.25\u00d7" in doc and "0.97\u00d7" in doc
     assert "guards: 7 of 7 ok" in doc
 
 

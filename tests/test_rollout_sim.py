@@ -286,11 +286,15 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     with open(os.path.join(sim.state, "hosts", f"{odd}.hardware.json"), "w") as handle:
         json.dump({"cross_socket_distance": 31}, handle)  # another memory population
     execution = sim.run("fleet_rollout.rollout", profile=profile)
-    for _ in range(len(sim.host_names())):  # 6 hosts are too few for a verdict: proceed
+    # 6 hosts are too few for a verdict: the first INCONCLUSIVE is answered "extend" (a fresh
+    # post window and a new verdict, INCONCLUSIVE again), every other one "proceed"
+    choices = ["extend"] + ["proceed"] * len(sim.host_names())
+    for choice in choices:
         if execution["status"] != "paused":
             break
         inquiry = json.loads(sim.cli("inquiry", "list", "--json").stdout)[0]["id"]
-        answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"choice": "proceed"}', "--json")
+        answer = sim.cli("inquiry", "respond", inquiry, "-r", json.dumps({"choice": choice}),
+                         "--json")
         assert answer.returncode == 0, answer.stderr
         execution = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
     result = output(execution)
@@ -301,7 +305,13 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     # every INCONCLUSIVE answer is recorded with who gave it (the authenticated requester)
     answers = [a for i in range(len(batches) - 1)
                for a in sim.kv(rollout_id, f"batch.{i}").get("answers", [])]
-    assert answers and all((a["choice"], a["by"]) == ("proceed", "alice") for a in answers)
+    assert [(a["choice"], a["by"]) for a in answers[:2]] == [("extend", "alice"),
+                                                             ("proceed", "alice")]
+    assert all((a["choice"], a["by"]) == ("proceed", "alice") for a in answers[1:])
+    # extend: batch 0's post window was collected again after the first answer, then judged
+    first = sim.kv(rollout_id, "batch.0")
+    post_start = sim.kv(rollout_id, "batch.0.counters.post_start")["time"]
+    assert post_start > answers[0]["at"] and first["verdict"]["verdict"] == "INCONCLUSIVE"
     status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
     assert "proceed:alice" in output(status)["table"]
     state = sim.kv(rollout_id, f"host.{odd}")

@@ -24,8 +24,9 @@ after batch, nothing overlapping:
     undrain   Ansible run
   approval wait = min(assumed human response, approval.ttl_minutes) for a batch that needs an
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
-  overhead = BATCH_ACTIONS x action start (batch_info, announce, the answer, four counter
-          collections, judge, verdict post)
+  overhead = (BATCH_ACTIONS + 2 x (canary.window_steps - 1)) x action start (batch_info,
+          announce, the answer, the counter collections: each window's start and end and its
+          steps, judge, verdict post)
   best case = batch - approval wait (every approval instant)
 
 Every number that the profile does not give is an Assumptions field, stated in the result; the
@@ -40,7 +41,8 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
-STEPS = ("precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain")
+from fleet_rollout.states import HOST_STEPS
+
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
 
@@ -97,7 +99,7 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
         "verify": bmc + run + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,
     }
-    return {step: round(assume.action_start + work[step], 1) for step in STEPS}
+    return {step: round(assume.action_start + work[step], 1) for step in HOST_STEPS}
 
 
 def waves(hosts: int, parallel: int) -> int:
@@ -129,7 +131,8 @@ def estimate_plan(plan: Dict[str, Any],
     ttl = float(profile["approval"]["ttl_minutes"]) * 60.0
     steps = host_steps(profile, assume)
     per_host = round(sum(steps.values()), 1)
-    overhead = round(BATCH_ACTIONS * assume.action_start, 1)
+    window_steps = int(profile["canary"].get("window_steps", 1))
+    overhead = round((BATCH_ACTIONS + 2 * (window_steps - 1)) * assume.action_start, 1)
     rows: List[Dict[str, Any]] = []
     cumulative = best_cumulative = 0.0
     for batch in plan["batches"]:

@@ -25,6 +25,7 @@ from typing import Any, Dict, List
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
+from fleet_rollout.states import DONE, batch_label
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
@@ -99,7 +100,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     inside = {window: [load_collection(ctx, index, label) for label in step_labels(window, steps)]
               for window in ("pre", "post")}
     states = {h: ctx.state.host(h) for h in batch_hosts(ctx, index)}
-    canary = [h for h, st in states.items() if st.get("status") == "done"]
+    canary = [h for h, st in states.items() if st.get("status") == DONE]
     control = controls_for_batch(ctx.plan, index)
     hosts: Dict[str, Any] = {}
     for host in canary + control:
@@ -116,7 +117,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                 if info.get(source):
                     hosts[host][field] = str(info[source])
     # batch: the label chat and the audit use ("batch 2 of 3" is index 1), not the index
-    return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": index + 1,
+    return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": batch_label(index),
             "canary": canary, "control": control, "hosts": hosts}
 
 
@@ -132,7 +133,7 @@ def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     doc = judge_input(ctx, index)
     if not doc["canary"] or not doc["control"]:
         verdict = {"verdict": "INCONCLUSIVE", "reason": "no_hosts",
-                   "explanation": f"INCONCLUSIVE (batch {index + 1}): "
+                   "explanation": f"INCONCLUSIVE (batch {batch_label(index)}): "
                    f"{len(doc['canary'])} changed host(s) and {len(doc['control'])} "
                    "control host(s) left to compare; no verdict is possible."}
     else:

@@ -34,12 +34,34 @@ from fleet_rollout.redfish import bios as rf_bios
 from fleet_rollout.redfish import power as rf_power
 from fleet_rollout.redfish.client import RedfishSession
 from fleet_rollout.redfish.discovery import discover
-from fleet_rollout.redfish.operations import Timeouts, check_desired, restore_bios, take_snapshot
+from fleet_rollout.redfish.operations import (
+    Timeouts,
+    check_desired,
+    reset_once,
+    restore_bios,
+    stage_and_commit,
+    take_snapshot,
+    wait_bios_applied,
+)
+from fleet_rollout.states import (
+    DONE,
+    FAILED,
+    HOST_STEPS,
+    LEFT_DRAINED,
+    PENDING,
+    RESTORE_DONE_STATES,
+    RESTORE_FAILED,
+    RESTORE_STATES,
+    RESTORE_STEP,
+    RESTORED,
+    RESTORING,
+    RUNNING,
+    StepRegistry,
+    batch_label,
+)
 from fleet_rollout.store import RolloutState, Store
 
-STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
-# a host in one of these states is on its way back (or back): no step may touch it again
-RESTORE_STATES = ("restoring", "restored", "left_drained", "restore_failed")
+steps = StepRegistry()  # each HostRun step_* says which step it is
 
 
 class Halted(FleetRolloutError):
@@ -127,7 +149,7 @@ class HostRun:
         state = self.ctx.state.host(self.name)
         state.setdefault("host", self.name)
         state.setdefault("steps", {})
-        state.setdefault("status", "pending")
+        state.setdefault("status", PENDING)
         return state
 
     def save(self, state: Dict[str, Any]) -> None:
@@ -152,8 +174,7 @@ class HostRun:
 
     # ------------------------------------------------------------------ run
     def run(self, step: str) -> Dict[str, Any]:
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; steps: {', '.join(STEPS)}")
+        steps.check(step)
         with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
                        f"step {step}", self.ctx.sleep):
             return self._run_locked(step)
@@ -172,7 +193,7 @@ class HostRun:
                               "is never changed); step not started", self.name)
         approval = self.ctx.state.batch(batch).get("approval") or {}
         if approval.get("approved") is not True:
-            raise NotApproved(f"batch {batch + 1} of rollout {self.ctx.rollout_id} has no "
+            raise NotApproved(f"batch {batch_label(batch)} of rollout {self.ctx.rollout_id} has no "
                               f"recorded approval; step {step} not started", self.name)
         claims.claim(self.ctx.state_dir, self.name, self.ctx.rollout_id)
 
@@ -182,22 +203,22 @@ class HostRun:
         if done and done.get("ok"):
             return {"host": self.name, "step": step, "skipped": True, "detail": done["detail"]}
         self._refuse_unless_allowed(step, state)
-        state["status"] = "running"
+        state["status"] = RUNNING
         started = time.time()
         try:
-            detail = getattr(self, f"step_{step}")(state)
+            detail = steps.function(step)(self, state)
         except Exception as err:  # every outcome is recorded, then re-raised
             message = _outcome_message(err)
             state["error"] = {"step": step, "message": message}
-            state["status"] = "failed"
+            state["status"] = FAILED
             self._record(state, step, False, {"error": message}, started)
             if isinstance(err, FleetRolloutError):
                 raise
             raise HostError(f"step {step}: {message}", self.name) from err
-        if step == "undrain":
-            state["status"] = "done"
+        if step == HOST_STEPS[-1]:
+            state["status"] = DONE
         self._record(state, step, True, detail, started)
-        if step == "undrain":
+        if step == HOST_STEPS[-1]:
             claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
         return {"host": self.name, "step": step, "skipped": False, "detail": detail}
 
@@ -209,6 +230,7 @@ class HostRun:
             raise HostError(f"{what} failed{where}: {entry.error}", self.name)
         return entry.result
 
+    @steps.step("precheck")
     def step_precheck(self, state: Dict[str, Any]) -> Dict[str, Any]:
         ep = self.endpoint()
         check = check_desired(ep, self.targets())
@@ -239,6 +261,7 @@ class HostRun:
         return {"vendor": check["vendor"], "compliant": check["compliant"],
                 "targets": check["targets"], "boot_id": health["boot_id"]}
 
+    @steps.step("snapshot")
     def step_snapshot(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """BIOS and kernel as they are, before anything changes (first snapshot kept)."""
         out: Dict[str, Any] = {}
@@ -261,6 +284,7 @@ class HostRun:
                                    if k != "taken_at")
         return out
 
+    @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         drain = self.ctx.profile["drain"]
         result = self._ansible(self.ctx.hostside.drain([self.name], drain["timeout"],
@@ -270,6 +294,7 @@ class HostRun:
                                   self.ctx.execution_id, self.ctx.user)
         return result
 
+    @steps.step("stage")
     def step_stage(self, state: Dict[str, Any]) -> Dict[str, Any]:
         ep = self.endpoint()
         snap = state["bios_snapshot"]
@@ -283,10 +308,9 @@ class HostRun:
                 targets.update(extra)
                 for attr in extra:  # so a restore puts these back too
                     snap["attributes"].setdefault(attr, current.get(attr))
-            staged = rf_bios.stage(session, ctx, targets,
-                                   clear_foreign=self.ctx.profile["redfish"]["clear_foreign"],
-                                   owned=set(snap["attributes"]))
-            committed = rf_bios.commit(session, ctx, staged)
+            staged, committed = stage_and_commit(
+                session, ctx, targets, self.ctx.profile["redfish"]["clear_foreign"],
+                set(snap["attributes"]))
         state["bios_snapshot"] = snap
         state["stage"] = {"targets": targets, "bios": staged.to_dict(),
                           "commit": committed.to_dict(),
@@ -340,25 +364,6 @@ class HostRun:
         ep = self.endpoint()
         with RedfishSession(ep) as session:
             ctx = discover(session, ep.vendor)
-            marker = state.get(key)
-            if marker is not None:
-                before = rf_power.BootMarker(**marker)
-                verdict = rf_power.await_restart(session, ctx, before, timeouts.graceful,
-                                                 timeouts.poll, self.ctx.sleep,
-                                                 host_boot_id=self._boot_id_via(session, ctx))
-                if verdict == rf_power.RESTARTED:
-                    return {"reset": "already done by an earlier attempt"}
-                if verdict == rf_power.UNKNOWN:
-                    raise rf_power.RestartNotConfirmed(
-                        "restart not confirmed: an earlier attempt may have sent the reset and "
-                        "nothing shows whether the system restarted; not sending another",
-                        self.name)
-                result = rf_power.reset(session, ctx, graceful_timeout=timeouts.graceful,
-                                        force_timeout=timeouts.force, poll=timeouts.poll,
-                                        graceful=False, sleep=self.ctx.sleep,
-                                        host_boot_id=self._boot_id_via(session, ctx),
-                                        boot_id_before=before.boot_id)
-                return result.to_dict()
 
             def remember(before: rf_power.BootMarker) -> None:
                 # the very marker the reset is judged against, taken once the system settled
@@ -366,12 +371,13 @@ class HostRun:
                 state[key] = before.to_dict()
                 self.save(state)
 
-            return rf_power.reset(session, ctx, timeouts.graceful, timeouts.force,
-                                  timeouts.poll, sleep=self.ctx.sleep,
-                                  host_boot_id=self._boot_id_via(session, ctx),
-                                  boot_id_before=boot_id_before, on_before=remember,
-                                  expected=timeouts.reboot).to_dict()
+            result = reset_once(session, ctx, timeouts, self.ctx.sleep, state.get(key),
+                                remember, self._boot_id_via(session, ctx), boot_id_before)
+        if result is None:
+            return {"reset": "already done by an earlier attempt"}
+        return result.to_dict()
 
+    @steps.step("reboot")
     def step_reboot(self, state: Dict[str, Any]) -> Dict[str, Any]:
         if not state.get("needs_reboot"):
             return {"reset": "not needed (nothing pending)"}
@@ -435,6 +441,7 @@ class HostRun:
         started = ((state.get("steps") or {}).get("reboot") or {}).get("started")
         return max(0.0, time.time() - float(started)) if started else 0.0
 
+    @steps.step("wait")
     def step_wait(self, state: Dict[str, Any]) -> Dict[str, Any]:
         timeouts = self.ctx.timeouts()
         stage = state.get("stage") or {}
@@ -444,12 +451,12 @@ class HostRun:
             with RedfishSession(ep) as session:
                 ctx = discover(session, ep.vendor)
                 job = stage.get("commit", {}).get("job_id")
-                applied = rf_power.wait_applied(
+                applied = wait_bios_applied(
                     session, ctx, stage.get("targets", {}), stage.get("settings_time_before"),
-                    [job] if job else [], timeouts.boot, timeouts.poll, self.ctx.sleep,
+                    [job] if job else [], timeouts, self.ctx.sleep,
                     host_boot_id=self._boot_id_via(session, ctx),
-                    boot_id_before=state.get("boot_id_before"), expected=timeouts.reboot,
-                    since_reset=self._since_reset(state))
+                    boot_id_before=state.get("boot_id_before"),
+                    since_reset=self._since_reset(state), expected=timeouts.reboot)
                 out["bios"] = applied.to_dict()
                 health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
                                        osgate.look_with(session, ctx))
@@ -458,6 +465,7 @@ class HostRun:
         out["boot_id"] = health["boot_id"]
         return out
 
+    @steps.step("verify")
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
         from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
 
@@ -492,6 +500,7 @@ class HostRun:
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
         return {"bios": check["targets"], "probe": result.to_dict()}
 
+    @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         result = self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
         if result.get("changed"):
@@ -506,13 +515,13 @@ class HostRun:
         Runs even when the rollout is halted: it is the way back, not a change. Holds the
         host's lock (waiting for a running step to end); a re-run after a kill resumes, and
         sends no second reset (restore_reset_marker)."""
-        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()["restore"],
-                       "restore", self.ctx.sleep):
+        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[RESTORE_STEP],
+                       RESTORE_STEP, self.ctx.sleep):
             return self._restore_locked(leave_drained)
 
     def _restore_locked(self, leave_drained: Optional[bool]) -> Dict[str, Any]:
         state = self.load()
-        if state["status"] in ("restored", "left_drained"):
+        if state["status"] in RESTORE_DONE_STATES:
             return {"host": self.name, "status": state["status"], "skipped": True}
         owner = claims.owner(self.ctx.state_dir, self.name)
         if owner and owner != self.ctx.rollout_id:
@@ -527,19 +536,19 @@ class HostRun:
         policy = self.ctx.profile["failure_budget"]["on_host_failure"]
         leave = policy == "leave_drained" if leave_drained is None else leave_drained
         started = time.time()
-        state["status"] = "restoring"
+        state["status"] = RESTORING
         self.save(state)
         try:
             report = self._put_back(state, leave)
         except Exception as err:  # every outcome is recorded
             message = _outcome_message(err)
-            state["status"] = "restore_failed"
+            state["status"] = RESTORE_FAILED
             state["restore_error"] = message
-            self._record(state, "restore", False, {"error": message}, started)
+            self._record(state, RESTORE_STEP, False, {"error": message}, started)
             raise HostError(f"restore failed, host left drained and marked: {message}",
                             self.name) from None
         state["restore"] = report
-        self._record(state, "restore", True, report, started, reached=False)
+        self._record(state, RESTORE_STEP, True, report, started, reached=False)
         claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
         report["status"] = state["status"]
         return report
@@ -594,9 +603,9 @@ class HostRun:
                 with RedfishSession(ep) as session:
                     ctx = discover(session, ep.vendor)
                     job = pending.get("job_id")
-                    report["applied"] = rf_power.wait_applied(
+                    report["applied"] = wait_bios_applied(
                         session, ctx, pending["targets"], pending["settings_time_before"],
-                        [job] if job else [], timeouts_.boot, timeouts_.poll, self.ctx.sleep,
+                        [job] if job else [], timeouts_, self.ctx.sleep,
                         host_boot_id=self._boot_id_via(session, ctx),
                         boot_id_before=boot_before).to_dict()
         if rebooted or not before.ok:
@@ -609,14 +618,14 @@ class HostRun:
             if wrong:
                 raise RedfishError(f"BIOS not back to its snapshot: {wrong}", self.name)
         if not state["steps"].get("drain"):
-            state["status"] = "restored"  # never drained by us: nothing to undrain
+            state["status"] = RESTORED  # never drained by us: nothing to undrain
         elif leave:
-            state["status"] = "left_drained"
+            state["status"] = LEFT_DRAINED
         else:
             self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
             self.ctx.audit.record(self.name, "service", "drained", "in service",
                                   self.ctx.execution_id, self.ctx.user, action="restore")
-            state["status"] = "restored"
+            state["status"] = RESTORED
         return report
 
 
@@ -632,7 +641,7 @@ def batch_summary(ctx: RolloutContext, hosts: List[str]) -> Dict[str, Any]:
     states = {h: ctx.state.host(h) for h in hosts}
     counts: Dict[str, int] = {}
     for st in states.values():
-        status = st.get("status", "pending")
+        status = st.get("status", PENDING)
         counts[status] = counts.get(status, 0) + 1
-    failed = sorted(h for h, st in states.items() if st.get("status") not in ("done",))
+    failed = sorted(h for h, st in states.items() if st.get("status") != DONE)
     return {"hosts": len(hosts), "by_status": counts, "not_done": failed}

@@ -29,6 +29,20 @@ from fleet_rollout.plan import (
 from fleet_rollout.profile import load_profile
 from fleet_rollout.redfish.operations import check_desired
 from fleet_rollout.st2api import ActionApi
+from fleet_rollout.states import (
+    ABORTING,
+    DONE,
+    FAILED,
+    LEFT_DRAINED,
+    PENDING,
+    PLANNED,
+    REJECTED,
+    RESTORE_FAILED,
+    RESTORED,
+    ROLLING_BACK,
+    RUNNING,
+    batch_label,
+)
 from fleet_rollout.store import ActionServiceStore, RolloutState, Store
 
 
@@ -98,7 +112,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if state.plan_exists():
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
-    state.update_meta(status="planned", planned_at=time.time(), started=time.time(),
+    state.update_meta(status=PLANNED, planned_at=time.time(), started=time.time(),
                       planned_by=user, started_by=user,
                       profile=prof.name, batches=len(plan["batches"]))
     estimate = estimate_plan(plan)
@@ -129,7 +143,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
     users, roles = approvals.inquiry_acl(ctx.config)
     shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
     prev = (f" Previous batch: {previous['verdict']}." if previous else "")
-    message = (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch + 1} of "
+    message = (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch_label(batch)} of "
                f"{len(plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
                f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
                f"reject with `rollout reject {rollout_id}`.")
@@ -139,7 +153,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
                                             for h in gate.batch_hosts(ctx, batch - 1))
         if observed is not None:
             learned = {"expected_reboot": observed}
-    ctx.state.update_meta(status="running", current_batch=batch, **learned)
+    ctx.state.update_meta(status=RUNNING, current_batch=batch, **learned)
     canary = ctx.profile["canary"]
     return {"hosts": hosts, "count": len(hosts), "approval_required": needs,
             "message": message, "route": ctx.config.chat_route,
@@ -183,7 +197,7 @@ def asking_workflow(api: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
     if ref != BATCH_WORKFLOW or params.get("rollout_id") != rollout_id or \
             str(params.get("batch")) != str(batch):
         raise ConfigError(
-            f"record_answer for rollout {rollout_id} batch {batch + 1} runs only in that "
+            f"record_answer for rollout {rollout_id} batch {batch_label(batch)} runs only in that "
             f"batch's {BATCH_WORKFLOW} workflow (its parent is {ref or '?'}); nothing recorded")
     return workflow
 
@@ -227,8 +241,8 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     try:
         if outcome == "auto":
             if question != "approval" or needs_approval(ctx.profile, batch):
-                raise ConfigError(f"batch {batch + 1} of rollout {rollout_id} needs an approval "
-                                  "by an approver; it cannot be recorded as automatic")
+                raise ConfigError(f"batch {batch_label(batch)} of rollout {rollout_id} needs an "
+                                  "approval by an approver; it cannot be recorded as automatic")
             record.update(approved=True, by="auto")
         elif outcome == "timed_out":
             record.update(approved=False, by="nobody (the question timed out)")
@@ -256,13 +270,13 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
 
     ctx.state.update_batch(batch, put)
     what = "approval" if question == "approval" else f"inconclusive: {record['choice']}"
-    ctx.audit.record("(rollout)", f"batch.{batch + 1}.{question}", None, what,
+    ctx.audit.record("(rollout)", f"batch.{batch_label(batch)}.{question}", None, what,
                      api.execution_id, record["by"] or "nobody", action="answer",
                      approved_by=record["by"] if record["approved"] else None)
     if question == "approval" and not record["approved"]:
         why = record.get("reason") or f"rejected by {record['by'] or 'an approver'}"
-        ctx.state.halt(f"batch {batch + 1} not approved: {why}", record["by"])
-        ctx.state.update_meta(status="rejected")
+        ctx.state.halt(f"batch {batch_label(batch)} not approved: {why}", record["by"])
+        ctx.state.update_meta(status=REJECTED)
     return record
 
 
@@ -308,21 +322,21 @@ def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) ->
     failed = [h for h in summary["not_done"]]
     result: Dict[str, Any] = {"batch": batch, "failed_hosts": failed, "summary": summary}
     total_failed = sum(1 for st in ctx.state.hosts().values()
-                       if st.get("status") not in ("done", "pending", "running"))
+                       if st.get("status") not in (DONE, PENDING, RUNNING))
     if len(failed) > budget["per_batch"] or (budget["total"] and total_failed > budget["total"]):
-        reason = (f"{len(failed)} host(s) failed in batch {batch + 1} (budget "
+        reason = (f"{len(failed)} host(s) failed in batch {batch_label(batch)} (budget "
                   f"{budget['per_batch']} per batch, {budget['total']} total): "
                   f"{', '.join(failed[:10])}")
         ctx.state.halt(reason)
         verdict = {"verdict": "FAIL", "reason": "failure_budget", "explanation":
-                   f"FAIL (batch {batch + 1}): {reason}. Rolling back."}
+                   f"FAIL (batch {batch_label(batch)}): {reason}. Rolling back."}
         ctx.state.update_batch(batch, lambda b: b.update(verdict=verdict))
         result.update(verdict="FAIL", reason="failure_budget",
                       explanation=verdict["explanation"])
         return result
     result.update(gate.judge_batch(ctx, batch))
     if result["verdict"] == "FAIL":
-        ctx.state.halt(f"canary regression in batch {batch + 1}")
+        ctx.state.halt(f"canary regression in batch {batch_label(batch)}")
     return result
 
 
@@ -336,13 +350,13 @@ def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
     # restore, even when only the precheck ran)
     touched = sorted(h for h, st in states.items()
                      if any((st.get("steps") or {}).values())
-                     or st.get("status") not in (None, "pending", "done", "restored"))
+                     or st.get("status") not in (None, PENDING, DONE, RESTORED))
     chosen = touched if not hosts else [h for h in hosts if h in states]
     unknown = sorted(set(hosts or []) - set(states))
     if unknown:
         raise ConfigError(f"rollout {rollout_id}: host(s) {', '.join(unknown[:20])} were never "
                           "touched by it")
-    ctx.state.update_meta(status="rolling_back")
+    ctx.state.update_meta(status=ROLLING_BACK)
     return {"hosts": chosen, "count": len(chosen),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
 
@@ -355,7 +369,7 @@ def _halt_reason(cause: str, batch: int, verdict: Dict[str, Any], user: str) -> 
     if cause == "operator":
         return f"halted by {user or 'an operator'}"
     explanation = str(verdict.get("explanation") or "")
-    where = f"batch {batch + 1}" if batch >= 0 else "a batch"
+    where = f"batch {batch_label(batch)}" if batch >= 0 else "a batch"
     if cause == "canary_regression":
         return f"canary regression in {where}" + (f": {explanation}" if explanation else "")
     return f"automatic rollback after {where}" + (f": {explanation}" if explanation else
@@ -372,10 +386,10 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     # the canary_regression trigger can be injected: trust only the recorded verdict
     if cause == "canary_regression" and verdict.get("verdict") != "FAIL":
         raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
-                          f"{batch + 1}; a canary_regression halt is refused")
+                          f"{batch_label(batch)}; a canary_regression halt is refused")
     reason = _halt_reason(cause, batch, verdict, user)
     ctx.state.halt(reason, user)
-    ctx.state.update_meta(status="aborting", aborted_by=user)
+    ctx.state.update_meta(status=ABORTING, aborted_by=user)
     return {"rollout_id": rollout_id, "halted": True, "reason": reason}
 
 
@@ -389,7 +403,7 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
     states = ctx.state.hosts()
     counts: Dict[str, int] = {}
     for st in states.values():
-        counts[st.get("status", "pending")] = counts.get(st.get("status", "pending"), 0) + 1
+        counts[st.get("status", PENDING)] = counts.get(st.get("status", PENDING), 0) + 1
     from fleet_rollout.report import write_report  # here: only the rollout's end renders one
 
     report_path = write_report(ctx.state, ctx.audit, os.path.join(
@@ -420,10 +434,10 @@ def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
             where.setdefault(h, batch["index"])
         batches.append({
             "index": batch["index"], "hosts": len(batch["hosts"]),
-            "done": sum(1 for s in hosts.values() if s.get("status") == "done"),
+            "done": sum(1 for s in hosts.values() if s.get("status") == DONE),
             "failed": sorted(h for h, s in hosts.items() if s.get("status") in (
-                "failed", "restore_failed", "left_drained")),
-            "restored": sorted(h for h, s in hosts.items() if s.get("status") == "restored"),
+                FAILED, RESTORE_FAILED, LEFT_DRAINED)),
+            "restored": sorted(h for h, s in hosts.items() if s.get("status") == RESTORED),
             "approval": info.get("approval"),
             "answers": [{"choice": a.get("choice"), "by": a.get("by"), "at": a.get("at")}
                         for a in info.get("answers") or []],
@@ -448,12 +462,12 @@ def render_status(batches: List[Dict[str, Any]], hosts: List[Dict[str, Any]]) ->
         verdict = b["verdict"] or "-"
         if b["answers"]:  # what an approver chose after an INCONCLUSIVE verdict, and who
             verdict += "".join(f" {a['choice']}:{a['by'] or '?'}" for a in b["answers"][-2:])
-        lines.append(f"{b['index'] + 1:<6}{b['hosts']:>6}{b['done']:>6}  {who:<14}"
+        lines.append(f"{batch_label(b['index']):<6}{b['hosts']:>6}{b['done']:>6}  {who:<14}"
                      f"{verdict:<14}{', '.join(b['failed']) or '-'}")
     lines.append("")
     lines.append(f"{'HOST':<16}{'BATCH':>6}  {'STATUS':<15}{'STEP':<10}ERROR")
     for h in hosts:
-        batch = "-" if h["batch"] is None else h["batch"] + 1
+        batch = "-" if h["batch"] is None else batch_label(h["batch"])
         lines.append(f"{h['host']:<16}{batch!s:>6}  {h['status'] or '-':<15}"
                      f"{h['step'] or '-':<10}{(h['error'] or '')[:80]}")
     return "\n".join(lines)

@@ -30,12 +30,13 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+from fleet_rollout import states
 from fleet_rollout.names import check_rollout_id
 
 PREFIX = "fleet_rollout"
 # End states of a rollout, by precedence: when two paths end it (the rollout's own rollback and
 # the canary-regression rule's), the worse one stays.
-END_RANK = {"completed": 0, "rejected": 1, "aborted": 1, "rolled_back": 2, "failed": 3}
+END_RANK = states.END_RANK
 _LOCAL_LOCKS: Dict[str, threading.Lock] = {}
 _LOCAL_GUARD = threading.Lock()
 

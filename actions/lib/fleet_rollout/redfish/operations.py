@@ -3,14 +3,21 @@
 These are what the pack's actions call: snapshot, apply (plan -> stage -> commit -> reset ->
 wait_applied) and restore (back to a snapshot). Every result is a plain dict (JSON for the st2
 datastore) and carries the request counts of the session that produced it.
+
+One BIOS change path: stage_and_commit, reset_once and wait_bios_applied are what apply_bios and
+restore_bios do inside one session, and what the rollout's host steps (hoststeps.HostRun) call
+step by step, each in a session of its own, so tests and benchmarks of apply_bios cover what a
+rollout runs.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet_rollout.redfish.bios import (
     BiosSnapshot,
+    CommitResult,
+    StageResult,
     commit,
     plan,
     read_state,
@@ -21,7 +28,18 @@ from fleet_rollout.redfish.bios import (
 from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
 from fleet_rollout.redfish.discovery import BmcContext, discover
 from fleet_rollout.redfish.personalities import validate_desired
-from fleet_rollout.redfish.power import BootMarker, HostBootId, reset, wait_applied
+from fleet_rollout.redfish.power import (
+    RESTARTED,
+    UNKNOWN,
+    AppliedResult,
+    BootMarker,
+    HostBootId,
+    ResetResult,
+    RestartNotConfirmed,
+    await_restart,
+    reset,
+    wait_applied,
+)
 
 
 class Timeouts:
@@ -66,13 +84,64 @@ def check_desired(endpoint: BmcEndpoint, desired: Dict[str, Any],
                 "requests": dict(session.requests)}
 
 
+def stage_and_commit(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
+                     clear_foreign: bool, owned: Any) -> Tuple[StageResult, CommitResult]:
+    """Stage `targets` as pending settings and commit them the vendor's way (a config job, an
+    apply time); they apply at the next reset."""
+    staged = stage(session, ctx, targets, clear_foreign=clear_foreign, owned=owned)
+    return staged, commit(session, ctx, staged)
+
+
+def reset_once(session: RedfishSession, ctx: BmcContext, timeouts: Timeouts,
+               sleep: Callable[[float], None], marker: Optional[Dict[str, Any]] = None,
+               remember: Optional[Callable[[BootMarker], None]] = None,
+               host_boot_id: Optional[HostBootId] = None,
+               boot_id_before: Optional[str] = None) -> Optional[ResetResult]:
+    """One reset of the system for one purpose, even across retries and resumes.
+
+    marker: what an earlier attempt saved through `remember` (None: no earlier attempt). With a
+    marker, a restart since it counts as this reset (None is returned: nothing sent); positive
+    evidence that the system runs on from before it sends one ForceRestart; no evidence either
+    way raises RestartNotConfirmed (never a second reset). Without one, the reset is sent and
+    `remember` gets its marker before the system goes down."""
+    if marker is not None:
+        before = BootMarker(**marker)
+        verdict = await_restart(session, ctx, before, timeouts.graceful, timeouts.poll, sleep,
+                                host_boot_id=host_boot_id)
+        if verdict == RESTARTED:
+            return None
+        if verdict == UNKNOWN:
+            raise RestartNotConfirmed(
+                "restart not confirmed: an earlier attempt may have sent the reset and nothing "
+                "shows whether the system restarted; not sending another", ctx.host)
+        return reset(session, ctx, graceful_timeout=timeouts.graceful,
+                     force_timeout=timeouts.force, poll=timeouts.poll, graceful=False,
+                     sleep=sleep, host_boot_id=host_boot_id, boot_id_before=before.boot_id)
+    return reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll, sleep=sleep,
+                 host_boot_id=host_boot_id, boot_id_before=boot_id_before, on_before=remember,
+                 expected=timeouts.reboot)
+
+
+def wait_bios_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
+                      settings_time_before: Optional[str], job_ids: List[str],
+                      timeouts: Timeouts, sleep: Callable[[float], None],
+                      host_boot_id: Optional[HostBootId] = None,
+                      boot_id_before: Optional[str] = None, since_reset: float = 0.0,
+                      seen: Optional[BootMarker] = None,
+                      expected: Optional[float] = None) -> AppliedResult:
+    """After the reset: until POST is done (up to timeouts.boot), then the BIOS must hold
+    `targets` (power.wait_applied names every problem)."""
+    return wait_applied(session, ctx, targets, settings_time_before, job_ids, timeouts.boot,
+                        timeouts.poll, sleep, host_boot_id, boot_id_before, expected,
+                        since_reset, seen)
+
+
 def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
                    timeouts: Timeouts, clear_foreign: bool, owned: Any,
                    sleep: Callable[[float], None], do_reset: bool,
                    settings_time: Optional[str], host_boot_id: Optional[HostBootId] = None,
                    boot_id_before: Optional[str] = None) -> Dict[str, Any]:
-    staged = stage(session, ctx, targets, clear_foreign=clear_foreign, owned=owned)
-    committed = commit(session, ctx, staged)
+    staged, committed = stage_and_commit(session, ctx, targets, clear_foreign, owned)
     report: Dict[str, Any] = {"host": ctx.host, "vendor": ctx.personality.key,
                               "targets": targets, "stage": staged.to_dict(),
                               "commit": committed.to_dict(), "reset": None, "applied": None,
@@ -80,17 +149,17 @@ def _apply_targets(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
     if not staged.needs_reset or not do_reset:
         return report
     before_time = settings_time  # settings Time moves only when the BMC applies settings
-    done = reset(session, ctx, timeouts.graceful, timeouts.force, timeouts.poll, sleep=sleep,
-                 host_boot_id=host_boot_id, boot_id_before=boot_id_before,
-                 expected=timeouts.reboot)
+    done = reset_once(session, ctx, timeouts, sleep, host_boot_id=host_boot_id,
+                      boot_id_before=boot_id_before)
+    assert done is not None  # no marker: a reset was sent
     report["reset"] = done.to_dict()
     jobs = [committed.job_id] if committed.job_id else []
     # the look that showed the restart is where the wait for POST starts (not read again)
     seen = BootMarker(**done.after) if done.after else None
-    report["applied"] = wait_applied(
-        session, ctx, targets, before_time, jobs, timeouts.boot, timeouts.poll, sleep,
-        host_boot_id, (report["reset"]["before"] or {}).get("boot_id"), timeouts.reboot,
-        done.since_sent, seen).to_dict()
+    report["applied"] = wait_bios_applied(
+        session, ctx, targets, before_time, jobs, timeouts, sleep, host_boot_id,
+        (report["reset"]["before"] or {}).get("boot_id"), done.since_sent, seen,
+        timeouts.reboot).to_dict()
     return report
 
 

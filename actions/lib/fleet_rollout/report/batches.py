@@ -32,6 +32,7 @@ from fleet_rollout.report.status import (
 from fleet_rollout.report.style import HOST_STATUS, STATUS_RANK, VERDICT_CLASS
 from fleet_rollout.report.timeline import render_timeline, timeline_legend
 from fleet_rollout.report.verdict_plot import render_verdict_plot
+from fleet_rollout.states import batch_label
 
 
 def _status_bar(names: Sequence[str], hosts: Dict[str, Dict[str, Any]], width: float = 220,
@@ -80,7 +81,8 @@ def overview_section(plan: Mapping[str, Any], hosts: Dict[str, Dict[str, Any]],
         starts = [s for s, _e2 in spans if s is not None]
         ends = [e for _s, e in spans if e is not None]
         index = info.get("index")
-        label = f'<a href="#batch-{esc(index)}">{esc(index)}</a>' + (
+        shown = "-" if index is None else batch_label(index)  # batch 1 is index 0, as in chat
+        label = f'<a href="#batch-{esc(index)}">{esc(shown)}</a>' + (
             " <span class=muted>canary</span>" if info.get("canary") else "")
         rows.append(f"<tr><td>{label}</td><td class=num>{len(names)}</td>"
                     f"<td>{esc(', '.join(info.get('sites') or []))}</td>"
@@ -199,7 +201,8 @@ def batch_section(info: Dict[str, Any], state: Dict[str, Any], hosts: Dict[str, 
     index = info.get("index")
     names = list(info.get("hosts") or [])
     counts = count_hosts(names, hosts)
-    title = f"Batch {index}" + (" (canary)" if info.get("canary") else "")
+    shown = "-" if index is None else batch_label(index)  # batch 1 is index 0, as in chat
+    title = f"Batch {shown}" + (" (canary)" if info.get("canary") else "")
     summary = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()
                         if n and k != "restore_failed")
     out = [f'<section class="card" id="batch-{esc(index)}"><h2>{esc(title)} '

@@ -5,30 +5,28 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from fleet_rollout import states
 from fleet_rollout.report.format import num
 from fleet_rollout.report.style import STATUS_RANK
 
-STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
-TIMELINE_STEPS = STEPS + ["restore"]
+STEPS = list(states.HOST_STEPS)
+TIMELINE_STEPS = list(states.TIMELINE_STEPS)
 
 
 def rollout_status(meta: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
                    halt: Optional[Dict[str, Any]] = None) -> str:
-    """meta.status normalised (running, completed, rolled back, aborted, failed, ...)."""
-    status = str(meta.get("status") or "").strip().lower().replace("_", " ").replace("-", " ")
-    if status in ("rolledback", "rollback", "rolled back"):
-        return "rolled back"
-    if status in ("complete", "done", "succeeded", "success"):
-        return "completed"
+    """meta.status (states.ROLLOUT_STATES) as words: running, completed, rolled back, ...;
+    without one: halted, running or planned."""
+    status = str(meta.get("status") or "").strip().lower()
     if status:
-        return status
+        return status.replace("_", " ")
     if halt:
         return "halted"
-    return "running" if hosts else "planned"
+    return states.RUNNING if hosts else states.PLANNED
 
 
 def host_status(state: Dict[str, Any]) -> str:
-    return str(state.get("status") or "pending")
+    return str(state.get("status") or states.PENDING)
 
 
 def count_hosts(names: Iterable[str], hosts: Dict[str, Dict[str, Any]]) -> Dict[str, int]:
@@ -37,18 +35,18 @@ def count_hosts(names: Iterable[str], hosts: Dict[str, Dict[str, Any]]) -> Dict[
            "in_progress": 0, "pending": 0}
     for name in names:
         status = host_status(hosts.get(name) or {})
-        if status == "done":
+        if status == states.DONE:
             out["changed"] += 1
-        elif status == "restored":
+        elif status == states.RESTORED:
             out["restored"] += 1
-        elif status == "failed":
+        elif status == states.FAILED:
             out["failed"] += 1
-        elif status == "restore_failed":
+        elif status == states.RESTORE_FAILED:
             out["failed"] += 1
             out["restore_failed"] += 1
-        elif status == "left_drained":
+        elif status == states.LEFT_DRAINED:
             out["left_drained"] += 1
-        elif status in ("running", "restoring"):
+        elif status in states.IN_PROGRESS_STATES:
             out["in_progress"] += 1
         else:
             out["pending"] += 1
@@ -84,7 +82,7 @@ def failed_step(state: Dict[str, Any]) -> Optional[str]:
     if isinstance(err, dict) and err.get("step"):
         return str(err["step"])
     for step, rec, _start, _end in timed_steps(state):
-        if rec.get("ok") is False and step != "restore":
+        if rec.get("ok") is False and step != states.RESTORE_STEP:
             return step
     return None
 
@@ -109,8 +107,8 @@ def row_order(names: Sequence[str], hosts: Dict[str, Dict[str, Any]]) -> List[st
 
 
 def next_step(state: Dict[str, Any]) -> Optional[str]:
-    if host_status(state) == "restoring":
-        return "restore"
+    if host_status(state) == states.RESTORING:
+        return states.RESTORE_STEP
     step = state.get("step")
     if step in STEPS and STEPS.index(step) + 1 < len(STEPS):
         return STEPS[STEPS.index(step) + 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from fleet_rollout import states
 from fleet_rollout.report.format import (
     clip,
     clock,
@@ -93,7 +94,8 @@ def render_timeline(names: Sequence[str], hosts: Dict[str, Dict[str, Any]],
             ends.append(end)
     if not starts:
         return '<p class="muted">No step of this batch has run yet.</p>'
-    running = [n for n in names if host_status(hosts.get(n) or {}) in ("running", "restoring")]
+    running = [n for n in names
+               if host_status(hosts.get(n) or {}) in states.IN_PROGRESS_STATES]
     t0, t1 = min(starts), max(ends)
     if live and running and now is not None and now > t1:
         t1 = now
@@ -148,7 +150,7 @@ def render_timeline(names: Sequence[str], hosts: Dict[str, Dict[str, Any]],
                          f'height="{px(bar_h)}"><title>{esc(tip)}</title></rect>')
             last_end = end if last_end is None else max(last_end, end)
         status = host_status(state)
-        if live and status in ("running", "restoring") and now is not None and \
+        if live and status in states.IN_PROGRESS_STATES and now is not None and \
                 last_end is not None and now > last_end:
             nxt = next_step(state)
             tip = f"{name} \u00b7 {status}: {nxt or 'next step'} since {clock(last_end)}"
