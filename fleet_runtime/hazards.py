@@ -68,7 +68,7 @@ def uncovered_outcomes(task: Any) -> List[str]:
 
 def inquiry_hazards(registry: Any) -> List[Hazard]:
     """Every inquiry task of the loaded packs' workflows that the workflow can end after."""
-    from fleet_runtime.packs import _workflow_shown
+    from fleet_runtime.packs import workflow_shown
 
     inquirers = {ref for ref, a in registry.actions.items() if a.runner_type == "inquirer"}
     found: List[Hazard] = []
@@ -81,7 +81,7 @@ def inquiry_hazards(registry: Any) -> List[Hazard]:
         except (OSError, ValueError, RuntimeErrorBase):
             continue  # reported as a load error
         tasks = definition.get("tasks") if isinstance(definition, dict) else None
-        found.extend(_check_tasks(_workflow_shown(action), tasks or {}, inquirers))
+        found.extend(_check_tasks(workflow_shown(action), tasks or {}, inquirers))
     return found
 
 
