@@ -18,7 +18,13 @@ import yaml
 from fleet_rollout import hostvars, inventory, store
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import FleetHost, load_fleet
-from fleet_rollout.plan import batch_of, build_plan, controls_for_batch, make_batches
+from fleet_rollout.plan import (
+    batch_of,
+    build_plan,
+    choose_controls,
+    controls_for_batch,
+    make_batches,
+)
 from fleet_rollout.profile import load_profile
 from fleet_rollout.store import MemoryStore, PlanView, RolloutState, key
 
@@ -370,3 +376,32 @@ def test_plan_view_is_a_mapping():
     assert view.get("nothing") is None and view.get("limit") == "all"
     assert len(view["hosts"]) == len(plan["hosts"])
     assert sorted(view["hosts"]) == sorted(plan["hosts"])
+
+
+def _host(name: str, site: str, model: str) -> FleetHost:
+    return FleetHost(name=name, bmc_address=f"https://{name}.bmc", site=site, rack=f"r-{name}",
+                     hardware_model=model)
+
+
+def test_controls_are_unchanged_hosts_of_the_canaries_site_and_model_first() -> None:
+    """choose_controls on its own (no plan, no BMC): for each (model, site) of the canary,
+    ratio x canaries controls, taken from hosts outside the rollout of the same model and site,
+    then of the same model anywhere, then any; only when those run out are targets reserved
+    (the last batch's, named last first), never a canary."""
+    canary = [_host("t1", "fra", "r640"), _host("t2", "ams", "r640")]
+    targets = canary + [_host(f"t{i}", "fra", "r640") for i in range(3, 7)]
+    others = ([_host(f"o{i}", "fra", "r640") for i in range(3)]
+              + [_host(f"p{i}", "ams", "r650") for i in range(4)]
+              + [_host(f"q{i}", "ams", "r640") for i in range(1)])
+    controls, reserved = choose_controls(targets, others, canary, ratio=2)
+    names = [h.name for h in controls]
+    # 4 wanted, 2 per group: (r640, ams) gets its one host of that site, then one more r640 (fra);
+    # (r640, fra) gets two of fra
+    assert sorted(names) == ["o0", "o1", "o2", "q0"] and reserved == []
+    assert not {"t1", "t2"} & set(names)
+    # one unchanged r640 host for 6 wanted: the rest come from the targets, the last ones
+    # first, until none is left (5 in all: the canaries are never controls)
+    controls, reserved = choose_controls(targets, others[:1], canary, ratio=3)
+    names = [h.name for h in controls]
+    assert [h.name for h in reserved] == ["t6", "t5", "t4", "t3"]
+    assert sorted(names) == ["o0", "t3", "t4", "t5", "t6"]
