@@ -1,7 +1,9 @@
 """The lab daemon (`python -m fleet_lab.daemon --state-dir D`): BMCs, servers and traffic.
 
 Started and stopped by `fleet-rollout lab up/down`. SIGTERM/SIGINT stop everything it started:
-the BMC listeners, every VM, the traffic source.
+the BMC listeners, every VM, the traffic source. A lab with sim servers beside its VMs runs both
+backends at once (fleet_lab.hosts.DispatchBackend): one BMC simulator for all servers, UDP
+traffic to the VMs and the same traffic settings as counter arithmetic for the sim servers.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from fleet_lab.bmcsim.fleet import BmcFleet, FleetConfig
-from fleet_lab.hosts import BootConfig
+from fleet_lab.hosts import BootConfig, DispatchBackend
 from fleet_lab.lab import LabConfig, load_config, paths
 from fleet_lab.simhost import SimBackend
 from fleet_lab.traffic import SimCounters, TrafficSettings, UdpSender
@@ -78,34 +80,58 @@ class Daemon:
             handle.write(line + "\n")
         print(line, flush=True)
 
-    def _backend(self) -> Any:
-        if self.config.backend == "vm":
+    def _backend(self) -> DispatchBackend:
+        """The servers' backends (vm, sim or both), each host routed to the one that runs it."""
+        config = self.config
+        kinds = config.backends()
+        backends: Dict[str, Any] = {}
+        if "vm" in kinds:
             from fleet_lab.vm.backend import VmBackend
 
             self.progress("preparing the VM image (cached after the first build)")
-            return VmBackend(Path(self.state_dir), progress=self.progress)
-        self.counters = SimCounters(self.p["hosts"])
-        return SimLabBackend(self.p["hosts"], self.counters)
+            backends["vm"] = VmBackend(Path(self.state_dir), progress=self.progress)
+        if "sim" in kinds:
+            self.counters = SimCounters(self.p["hosts"])
+            backends["sim"] = SimLabBackend(self.p["hosts"], self.counters)
+        routes = {name: config.backend_of(index)
+                  for index, name in enumerate(config.host_names())}
+        return DispatchBackend(backends, routes)
 
-    def manifest(self, fleet: BmcFleet, backend: Any, ready: bool) -> Dict[str, Any]:
+    def manifest(self, fleet: BmcFleet, backend: DispatchBackend, ready: bool) -> Dict[str, Any]:
         hosts: List[Dict[str, Any]] = []
         for index, bmc in enumerate(fleet.bmcs):
+            kind = backend.kind(bmc.name)
             entry: Dict[str, Any] = {
                 "name": bmc.name, "vendor": bmc.spec.key, "bmc_url": fleet.url(index),
-                "site": self.config.site_of(index), "rack": self.config.rack_of(index)}
-            if self.config.backend == "vm":
-                ports = backend.ports(bmc.name)
+                "site": self.config.site_of(index), "rack": self.config.rack_of(index),
+                "backend": kind}
+            if kind == "vm":
+                ports = backend.backends["vm"].ports(bmc.name)
                 entry.update({"ssh_port": ports.ssh, "health_port": ports.health,
                               "udp_port": ports.udp})
             else:
-                entry["sysroot"] = backend.sysroot(bmc.name)
+                entry["sysroot"] = backend.backends["sim"].sysroot(bmc.name)
             hosts.append(entry)
-        return {"backend": self.config.backend, "pid": os.getpid(), "ready": ready,
+        vm = backend.backends.get("vm")
+        return {"backend": self.config.backend, "backends": self.config.backends(),
+                "pid": os.getpid(), "ready": ready,
                 "ca": fleet.ca_path, "state_dir": self.state_dir, "hosts": hosts,
-                "ssh_key": str(backend.key_path) if self.config.backend == "vm" else None,
-                "known_hosts": (str(backend.known_hosts_path) if self.config.backend == "vm"
-                                else None),
+                "ssh_key": str(vm.key_path) if vm is not None else None,
+                "known_hosts": str(vm.known_hosts_path) if vm is not None else None,
                 "traffic": self.p["traffic"], "started": time.time()}
+
+    def _up_line(self, fleet: BmcFleet, backend: DispatchBackend, seconds: float) -> str:
+        """'servers up: 9/16 (vm 3/6, sim 6/10; 12s)', or without the split for one backend."""
+        up = {kind: 0 for kind in backend.backends}
+        for bmc in fleet.bmcs:
+            if bmc.boot_state == "OSRunning":
+                up[backend.kind(bmc.name)] += 1
+        total = len(fleet.bmcs)
+        split = ""
+        if len(backend.backends) > 1:
+            split = ", ".join(f"{kind} {up[kind]}/{len(backend.hosts(kind))}"
+                              for kind in self.config.backends()) + "; "
+        return f"servers up: {sum(up.values())}/{total} ({split}{seconds:.0f}s)"
 
     def write_manifest(self, doc: Dict[str, Any]) -> None:
         tmp = self.p["manifest"] + ".tmp"
@@ -120,44 +146,52 @@ class Daemon:
         config = self.config
         backend = await loop.run_in_executor(None, self._backend)
         reboot = config.reboot_seconds or (4.0 if config.backend == "vm" else 3.0)
-        base = config.base_port or free_port_range(config.hosts)
+        total = config.total_hosts()
+        base = config.base_port or free_port_range(total)
         fleet = BmcFleet(FleetConfig(
-            count=config.hosts, base_port=base, vendors=config.vendors,
+            count=total, base_port=base, vendors=config.vendors,
             username=config.username, password=config.password, tls=True,
             state_dir=self.state_dir, reboot_seconds=reboot, host_prefix="lab",
             os_boot_timeout=600.0), backend)
+        names = [bmc.name for bmc in fleet.bmcs]
+        if names != config.host_names():  # the routes are by name: they must be the BMCs'
+            raise RuntimeError(f"BMC names {names[:3]}... differ from the lab's host names")
         if not os.path.exists(self.p["traffic"]):
             default_pps = config.pps or int(3500 * (config.rate_scale or 1.0))
             TrafficSettings(enabled=True, pps=default_pps).save(self.p["traffic"])
-        traffic = None
+        traffic: List[asyncio.Task] = []
         try:
             await fleet.service.start()
-            self.progress(f"{config.hosts} BMC(s) listening on 127.0.0.1:{base}-"
-                          f"{base + config.hosts - 1} ({', '.join(sorted(set(config.vendors)))})")
+            self.progress(f"{total} BMC(s) listening on 127.0.0.1:{base}-"
+                          f"{base + total - 1} ({', '.join(sorted(set(config.vendors)))})")
+            if len(backend.backends) > 1:
+                self.progress("servers: " + "; ".join(
+                    f"{_span(backend.hosts(kind))} on the {kind} backend"
+                    for kind in config.backends()))
             self.write_manifest(self.manifest(fleet, backend, ready=False))
             started = time.monotonic()
-            last = -1
+            last = ""
             while not self.stopping.is_set():
-                up = sum(1 for b in fleet.bmcs if b.boot_state == "OSRunning")
-                if up != last:
-                    self.progress(f"servers up: {up}/{config.hosts} "
-                                  f"({time.monotonic() - started:.0f}s)")
-                    last = up
-                if up == config.hosts:
+                line = self._up_line(fleet, backend, time.monotonic() - started)
+                if line.rsplit(" ", 1)[0] != last.rsplit(" ", 1)[0]:  # not the seconds
+                    self.progress(line)
+                    last = line
+                if all(b.boot_state == "OSRunning" for b in fleet.bmcs):
                     break
                 await asyncio.sleep(0.5)
-            if config.backend == "vm":
-                targets = {b.name: backend.ports(b.name).as_dict() for b in fleet.bmcs}
-                traffic = loop.create_task(UdpSender(targets, self.p["traffic"]).run())
-            else:
-                traffic = loop.create_task(self._sim_traffic())
+            vm = backend.backends.get("vm")
+            if vm is not None:  # real UDP to the guests' forwarded ports
+                targets = {name: vm.ports(name).as_dict() for name in backend.hosts("vm")}
+                traffic.append(loop.create_task(UdpSender(targets, self.p["traffic"]).run()))
+            if "sim" in backend.backends:  # the same settings as counter arithmetic
+                traffic.append(loop.create_task(self._sim_traffic()))
             self.write_manifest(self.manifest(fleet, backend, ready=True))
             self.progress("lab ready")
             await self.stopping.wait()
         finally:
             self.progress("stopping the lab")
-            if traffic is not None:
-                traffic.cancel()
+            for task in traffic:
+                task.cancel()
             await fleet.service.stop()
             await loop.run_in_executor(None, backend.close)
             self.progress("lab stopped")
@@ -183,6 +217,15 @@ def sim_tick(hosts: int) -> float:
     within 5% of its traffic) up to 500 hosts, then longer so that the lab daemon writes about
     1,000 hosts' counters a second (2,000 hosts: 2 s)."""
     return max(0.5, hosts / 1000.0)
+
+
+def _span(names: List[str]) -> str:
+    """'lab-007..lab-016 (10)', 'lab-001' or 'none'."""
+    if not names:
+        return "none"
+    if len(names) == 1:
+        return names[0]
+    return f"{names[0]}..{names[-1]} ({len(names)})"
 
 
 def main() -> int:

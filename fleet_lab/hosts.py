@@ -2,12 +2,14 @@
 
 The BMC simulator owns power state and BIOS settings. At every power-on it hands the backend a
 BootConfig (the settings now in effect and the NUMA layout they give); the backend makes the
-server boot that way: `sim` writes a fake sysfs/procfs tree, `vm` starts a QEMU guest.
+server boot that way: `sim` writes a fake sysfs/procfs tree, `vm` starts a QEMU guest. A lab
+with both (sim servers beside the VMs) hands the simulator a DispatchBackend, which passes each
+call to the backend that runs that server.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Protocol
+from typing import Any, Dict, List, Mapping, Optional, Protocol
 
 
 @dataclass(frozen=True)
@@ -109,3 +111,54 @@ class NullBackend:
 
     def is_up(self, host: str) -> bool:
         return True
+
+
+class DispatchBackend:
+    """One HostBackend over several: each call goes to the backend that runs that host (a lab
+    with sim servers beside its VMs). `routes` maps every host to a key of `backends`."""
+
+    def __init__(self, backends: Mapping[str, HostBackend], routes: Mapping[str, str]) -> None:
+        unknown = sorted({kind for kind in routes.values() if kind not in backends})
+        if unknown:
+            raise ValueError(f"hosts routed to backend(s) {', '.join(unknown)} that this lab "
+                             f"does not run (it runs {', '.join(sorted(backends)) or 'none'})")
+        self.backends: Dict[str, HostBackend] = dict(backends)
+        self.routes: Dict[str, str] = dict(routes)
+
+    def kind(self, host: str) -> str:
+        """The key of the backend that runs `host`; KeyError for a host of no backend."""
+        try:
+            return self.routes[host]
+        except KeyError:
+            raise KeyError(f"host {host!r} is not a server of this lab") from None
+
+    def backend(self, host: str) -> Any:
+        return self.backends[self.kind(host)]
+
+    def hosts(self, kind: str) -> List[str]:
+        """The hosts one backend runs, in the order they were routed."""
+        return [host for host, where in self.routes.items() if where == kind]
+
+    def power_on(self, config: BootConfig) -> None:
+        self.backend(config.host).power_on(config)
+
+    def power_off(self, host: str) -> None:
+        self.backend(host).power_off(host)
+
+    def is_up(self, host: str) -> bool:
+        return bool(self.backend(host).is_up(host))
+
+    def close(self) -> None:
+        """Close every backend that can be closed (a VM backend stops its guests), even when
+        one of them fails; the first error is raised after all were tried."""
+        error: Optional[BaseException] = None
+        for backend in self.backends.values():
+            close = getattr(backend, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # the other backends still stop
+                error = error or exc
+        if error is not None:
+            raise error

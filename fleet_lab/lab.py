@@ -1,5 +1,10 @@
 """The lab: a BMC simulator, servers (sim trees or QEMU VMs) and traffic in one daemon process.
 
+A lab runs one backend for its `hosts` servers; a `vm` lab may also run `sim_hosts` more servers
+on the `sim` backend beside its VMs (same BMC simulator, vendor, site and rack scheme, counter
+model and traffic settings): cheap unchanged hosts, e.g. the control group of a rollout that
+targets the VMs (group `lab_vm` of the inventory).
+
 `fleet-rollout lab up` writes the lab's config into its state directory, starts the daemon
 (`python -m fleet_lab.daemon`), shows its progress, and writes the Ansible inventory and the pack
 config the lab needs. With `chatops` it also starts the ChatOps stack (fleet_lab.chatops.stack:
@@ -31,6 +36,9 @@ MODELS = {"dell-idrac8": "PowerEdge R630", "dell-idrac9": "PowerEdge R640",
           "lenovo-xcc": "ThinkSystem SR650", "supermicro": "SYS-1029U-TRT", "generic": "3500"}
 
 
+BACKENDS = ("sim", "vm")
+
+
 @dataclass
 class LabConfig:
     hosts: int
@@ -49,9 +57,41 @@ class LabConfig:
     approvers: List[str] = field(default_factory=list)  # empty: the runtime's user
     chatops_users: List[str] = field(default_factory=lambda: ["chatops_bot"])
     chatops: bool = False  # also IRC + errbot + the st2 API (fleet_lab.chatops.stack)
+    # backend "vm" only: this many more servers on the sim backend, beside the VMs; they come
+    # after them (lab-007.. after 6 VMs) and take the same site and rack scheme
+    sim_hosts: int = 0
+
+    def validate(self) -> None:
+        """ValueError naming the field when this lab cannot be started."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)}")
+        if self.hosts < 1:
+            raise ValueError("hosts must be at least 1")
+        if self.sim_hosts < 0:
+            raise ValueError("sim_hosts must be 0 or more")
+        if self.sim_hosts and self.backend != "vm":
+            raise ValueError("sim_hosts adds sim servers beside the VMs of a vm lab; a sim lab "
+                             f"is all sim servers already: ask for {self.hosts + self.sim_hosts} "
+                             "hosts instead")
+
+    def total_hosts(self) -> int:
+        """Every server of the lab: the main backend's and the sim servers beside them."""
+        return self.hosts + max(0, self.sim_hosts)
 
     def host_names(self) -> List[str]:
-        return [f"lab-{i + 1:03d}" for i in range(self.hosts)]
+        return [f"lab-{i + 1:03d}" for i in range(self.total_hosts())]
+
+    def backend_of(self, index: int) -> str:
+        """The backend server `index` runs on: the main one for the first `hosts`, then sim."""
+        return self.backend if index < self.hosts else "sim"
+
+    def backends(self) -> Dict[str, int]:
+        """{backend: servers}, the main backend first."""
+        counts: Dict[str, int] = {}
+        for index in range(self.total_hosts()):
+            kind = self.backend_of(index)
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
 
     def site_of(self, index: int) -> str:
         return f"site-{chr(ord('a') + index % max(1, self.sites))}"
@@ -121,6 +161,7 @@ def up(config: LabConfig, state_dir: str = DEFAULT_STATE_DIR,
        inventory: str = DEFAULT_INVENTORY, progress: Callable[[str], None] = print,
        timeout: float = 900.0) -> Dict[str, Any]:
     """Start the lab and wait until every server is up; returns the manifest."""
+    config.validate()
     if daemon_pid(state_dir):
         raise RuntimeError(f"a lab is already running from {state_dir}; run `lab down` first")
     leftovers = [f"{name} {pid}" for name, pid in stack.running(state_dir).items() if pid]
@@ -230,16 +271,29 @@ def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = p
     return bool(pid) or bool(chat)
 
 
+def host_backend(manifest: Dict[str, Any], host: Dict[str, Any]) -> str:
+    """The backend a manifest's server runs on (manifests before mixed labs: the lab's)."""
+    return str(host.get("backend") or manifest["backend"])
+
+
+BACKEND_GROUPS = {"vm": "lab_vm", "sim": "lab_sim"}  # inventory groups by backend
+
+
 def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> None:
-    """inventory/lab.yml: one group per site; BMC address, vendor, labels per host."""
+    """inventory/lab.yml: one group per site and one per backend (`lab_vm`, `lab_sim`: a
+    rollout can target the VMs alone); BMC address, vendor, labels and the connection per
+    host: SSH to the VM's forwarded port (settings under all.vars), or a local connection with
+    the sim server's sysroot (its own host vars, which take precedence)."""
     groups: Dict[str, Dict[str, Any]] = {}
-    for index, host in enumerate(manifest["hosts"]):
+    kinds: Dict[str, Dict[str, Any]] = {}
+    for host in manifest["hosts"]:
         entry: Dict[str, Any] = {
             "bmc_address": host["bmc_url"], "bmc_vendor": host["vendor"],
             "bmc_credential": "lab", "site": host["site"], "rack": host["rack"],
             "hardware_model": MODELS.get(host["vendor"], host["vendor"]),
         }
-        if manifest["backend"] == "vm":
+        kind = host_backend(manifest, host)
+        if kind == "vm":
             entry.update({"ansible_host": "127.0.0.1", "ansible_port": host["ssh_port"],
                           "fleet_health_port": host["health_port"],
                           "fleet_udp_port": host["udp_port"]})
@@ -248,21 +302,33 @@ def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> N
                           "ansible_python_interpreter": sys.executable})
         groups.setdefault(host["site"].replace("-", "_"), {"hosts": {}})["hosts"][
             host["name"]] = entry
-        del index
+        kinds.setdefault(BACKEND_GROUPS[kind], {"hosts": {}})["hosts"][host["name"]] = None
     all_vars: Dict[str, Any] = {"fleet_service_port": 8080}
-    if manifest["backend"] == "vm":
+    if any(host_backend(manifest, h) == "vm" for h in manifest["hosts"]):
         # host keys verified against the lab's known_hosts (ssh takes the first value of an
-        # option: the pack's own StrictHostKeyChecking=yes and ssh_known_hosts come first)
+        # option: the pack's own StrictHostKeyChecking=yes and ssh_known_hosts come first);
+        # a sim server's local connection uses none of these
         all_vars.update({"ansible_user": "root",
                          "ansible_ssh_private_key_file": manifest["ssh_key"],
                          "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o "
                          f"UserKnownHostsFile={manifest['known_hosts']}",
                          "ansible_python_interpreter": "/usr/bin/python3"})
-    doc = {"all": {"vars": all_vars, "children": groups}}
+    doc = {"all": {"vars": all_vars, "children": dict(groups, **kinds)}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:
-        handle.write(f"# written by `fleet-rollout lab up` ({manifest['backend']} backend)\n")
+        handle.write(f"# written by `fleet-rollout lab up` ({describe_backends(manifest)})\n")
         yaml.safe_dump(doc, handle, sort_keys=True)
+
+
+def describe_backends(manifest: Dict[str, Any]) -> str:
+    """'backend sim', or with sim servers beside the VMs 'backend vm (6) + sim (10)'."""
+    counts: Dict[str, int] = {}
+    for host in manifest.get("hosts") or []:
+        kind = host_backend(manifest, host)
+        counts[kind] = counts.get(kind, 0) + 1
+    if len(counts) > 1:
+        return "backend " + " + ".join(f"{kind} ({n})" for kind, n in counts.items())
+    return f"backend {manifest['backend']}"
 
 
 def _runtime_user() -> str:

@@ -1,16 +1,26 @@
-"""`make demo`: the lab (6 VM servers in 2 sites) with ChatOps (ngircd, errbot + err-stackstorm,
-the runtime's st2 API and engine) and two staged rollouts, started with the real st2 CLI as
-sre-alice, whose approvals she answers in IRC (`!st2 rollout approve <id>` in #fleet-rollout).
+"""`make demo`: the lab (6 VM servers and 10 sim servers beside them, in 2 sites) with ChatOps
+(ngircd, errbot + err-stackstorm, the runtime's st2 API and engine) and two staged rollouts of the
+VMs, started with the real st2 CLI as sre-alice, whose approvals she answers in IRC
+(`!st2 rollout approve <id>` in #fleet-rollout). The sim servers (same BMC simulator, Dell
+iDRAC 8, sites and racks, the lab's drop model as counter arithmetic under the same traffic
+settings) are never targeted: they are the unchanged control group, 5 per site, that the canary
+judge compares the changed VMs with (`targets=lab_vm`, the inventory group of the VMs).
 
-1. home-snoop (lab windows) in 3 batches: approvals asked and answered, verification per host,
-   canary verdicts (with 6 servers the judge has too few hosts for statistics: it says
-   INCONCLUSIVE and the demo's SRE proceeds).
-2. lab-bad: the canary's receiver slows down, its drop rate crosses the judge's ceiling, the batch
-   FAILs and every changed host is rolled back automatically.
+1. home-snoop (lab windows) in 2 batches of 3 VMs: approvals asked and answered, verification
+   per host, and the canary verdicts: the VMs' drops fall from about 14% to about none while the
+   controls' stay: PASS by the comparison with the controls of their sites ("An improvement:
+   ...x fewer drops than the controls would predict"). Should a batch still be INCONCLUSIVE, the
+   judge asks a human and the demo's SRE proceeds.
+2. lab-bad: the canary's receiver slows down x4; compared with the controls of its site its drops
+   rise hundreds of times (with one canary, a change of 5x or more decides: "a large
+   regression"), and it is above the absolute drop ceiling too (the verdict's second reason): the
+   batch FAILs and every changed host is rolled back automatically.
 3. The HTML reports and the audit trail.
 
-Environment: DEMO_HOSTS (6), DEMO_STATE_DIR (.lab/demo), DEMO_INVENTORY (inventory/lab.yml),
-DEMO_BACKEND (vm; sim for a quick run), DEMO_KEEP_LAB=1 keeps the lab
+Environment: DEMO_HOSTS (6: the target servers), DEMO_SIM_HOSTS (10: the control servers, on the
+sim backend beside them), DEMO_STATE_DIR (.lab/demo), DEMO_INVENTORY (inventory/lab.yml),
+DEMO_BACKEND (vm; sim for a quick run: the targets are sim servers too, and the rollouts name
+them), DEMO_KEEP_LAB=1 keeps the lab
 and its chat running afterwards (`fleet-rollout lab status --state-dir .lab/demo` shows the IRC
 server, the st2 API and the st2 CLI config files), FLEET_ROLLOUT_HOME (default .lab/demo/runtime:
 like the lab, a fresh one each run, so an engine never resumes a rollout of an earlier demo on the
@@ -206,10 +216,12 @@ def st2(info: stack.ChatopsInfo, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def start(profile: str, watch: Watch) -> Dict[str, Any]:
+def start(profile: str, targets: str, watch: Watch) -> Dict[str, Any]:
     info = watch.channel.info
-    print(f"  $ st2 run fleet_rollout.rollout profile={profile} -a    (as {SRE})", flush=True)
-    out = st2(info, "run", "fleet_rollout.rollout", f"profile={profile}", "-a")
+    print(f"  $ st2 run fleet_rollout.rollout profile={profile} targets={targets} -a    "
+          f"(as {SRE})", flush=True)
+    out = st2(info, "run", "fleet_rollout.rollout", f"profile={profile}", f"targets={targets}",
+              "-a")
     found = re.search(r"st2 execution get (\S+)", out.stdout)
     if out.returncode != 0 or not found:
         raise SystemExit(f"demo: st2 run did not start the rollout:\n{out.stdout[-3000:]}"
@@ -218,24 +230,44 @@ def start(profile: str, watch: Watch) -> Dict[str, Any]:
     return drive(found.group(1), watch, sre)
 
 
-def rollout_good(watch: Watch) -> str:
-    say("rollout 1: home-snoop (Early Snoop -> Home Snoop), approvals in chat (IRC)")
-    doc = start("lab-home-snoop", watch)
+def verdicts(watch: Watch, rollout_id: str) -> None:
+    """The canary judge's verdict of every judged batch, whole (chat splits long messages)."""
+    prefix = f"fleet_rollout.{rollout_id}.batch."
+    found = []
+    for item in watch.kv.list(prefix):
+        index = item["name"][len(prefix):]
+        if not index.isdigit():
+            continue  # the batch's counters and other parts
+        verdict = (json.loads(item["value"] or "{}") or {}).get("verdict")
+        if isinstance(verdict, dict):
+            found.append((int(index), verdict))
+    for _index, verdict in sorted(found, key=lambda item: item[0]):
+        print(f"  judge [{verdict.get('reason')}] {verdict.get('explanation')}", flush=True)
+
+
+def rollout_good(watch: Watch, targets: str) -> str:
+    say("rollout 1: home-snoop (Early Snoop -> Home Snoop) on the target servers, approvals in "
+        "chat (IRC); the canary judge compares them with the unchanged control servers")
+    doc = start("lab-home-snoop", targets, watch)
     result = (doc.get("result") or {}).get("output") or {}
     rollout_id = result.get("rollout_id", "?")
     print(f"\n  workflow {doc['status']}; rollout {rollout_id}: {result.get('status')}")
+    print("\n  the canary verdicts:")
+    verdicts(watch, rollout_id)
     print("\n" + status_table(rollout_id))
     return rollout_id
 
 
-def rollout_bad(watch: Watch) -> Tuple[str, bool]:
+def rollout_bad(watch: Watch, targets: str) -> Tuple[str, bool]:
     say("rollout 2: lab-bad (a change that slows packet processing): the canary must FAIL "
-        "and roll back by itself")
-    doc = start("lab-bad", watch)
+        "against the control servers and roll back by itself")
+    doc = start("lab-bad", targets, watch)
     result = (doc.get("result") or {}).get("output") or {}
     bad_id = result.get("rollout_id", "?")
     print(f"\n  workflow {doc['status']}; rollout {bad_id}: {result.get('status')} "
           f"(last verdict {result.get('last_verdict')})")
+    print("\n  the canary verdict:")
+    verdicts(watch, bad_id)
     print("\n" + status_table(bad_id))
     watch.show()
     return bad_id, result.get("status") == "rolled_back"
@@ -256,18 +288,36 @@ def summary(rollout_ids: List[str]) -> None:
           f"{stack.ST2_CLI} execution list")
 
 
-def lab_up(hosts: int, backend: str) -> stack.ChatopsInfo:
+def lab_config(hosts: int, backend: str, sim_hosts: int) -> lab.LabConfig:
+    """The demo's lab: `hosts` target servers on `backend`, then `sim_hosts` sim servers (the
+    controls), one rack per server and site; a sim demo is all sim servers in one backend."""
+    # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
+    # (TCG guests pay for every packet)
+    common: Dict[str, Any] = dict(vendors=["dell-idrac8"], sites=2, hosts_per_rack=1,
+                                  rate_scale=0.15, approvers=[SRE], chatops=True)
+    if backend == "sim":
+        return lab.LabConfig(hosts=hosts + sim_hosts, backend="sim", **common)
+    return lab.LabConfig(hosts=hosts, backend=backend, sim_hosts=sim_hosts, **common)
+
+
+def targets_of(config: lab.LabConfig, hosts: int) -> str:
+    """The rollouts' Ansible pattern: the VMs' inventory group, or (a sim demo) the names of
+    the first `hosts` servers; the servers after them are the controls."""
+    if config.backend == "vm":
+        return lab.BACKEND_GROUPS["vm"]
+    return ",".join(config.host_names()[:hosts])
+
+
+def lab_up(config: lab.LabConfig, hosts: int) -> stack.ChatopsInfo:
     """A fresh lab with ChatOps: IRC, errbot, the st2 API and its engine (like st2's
     services, it runs every request: st2 run, the bot's alias executions, inquiry answers)."""
     lab.down(STATE, progress=lambda _m: None)
     shutil.rmtree(STATE, ignore_errors=True)  # a fresh lab: BIOS defaults, empty disks
     os.makedirs(HOME, exist_ok=True)
-    say(f"lab up: {hosts} {backend} servers in 2 sites, one simulated Dell iDRAC 8 BMC each; "
-        "IRC + errbot + the st2 API")
-    # rates and traffic at 15% of the lab's model: the same drop fractions for far less CPU
-    # (TCG guests pay for every packet)
-    config = lab.LabConfig(hosts=hosts, backend=backend, vendors=["dell-idrac8"], sites=2,
-                           hosts_per_rack=1, rate_scale=0.15, approvers=[SRE], chatops=True)
+    controls = config.total_hosts() - hosts
+    beside = f" and {controls} sim servers beside them (the control group)" if controls else ""
+    say(f"lab up: {hosts} {config.backend} servers to change{beside}, in 2 sites, one simulated "
+        "Dell iDRAC 8 BMC each; IRC + errbot + the st2 API")
     inventory = os.environ.get("DEMO_INVENTORY") or os.path.join(REPO, "inventory", "lab.yml")
     lab.up(config, STATE, inventory, progress=lambda m: print("  " + m, flush=True))
     print(cli("lab", "status", "--state-dir", STATE).stdout)
@@ -280,16 +330,18 @@ def lab_up(hosts: int, backend: str) -> stack.ChatopsInfo:
 def main() -> int:
     hosts = int(os.environ.get("DEMO_HOSTS", "6"))
     backend = os.environ.get("DEMO_BACKEND", "vm")
+    config = lab_config(hosts, backend, int(os.environ.get("DEMO_SIM_HOSTS", "10")))
+    targets = targets_of(config, hosts)
     started = time.monotonic()
     os.environ["FLEET_ROLLOUT_HOME"] = HOME
     channel: Optional[Channel] = None
     try:
-        info = lab_up(hosts, backend)
+        info = lab_up(config, hosts)
         channel = Channel(info)
         print(f"  {SRE} joined {info.channel} on {info.irc_host}:{info.irc_port}", flush=True)
         watch = Watch(channel)
-        good = rollout_good(watch)
-        bad, ok = rollout_bad(watch)
+        good = rollout_good(watch, targets)
+        bad, ok = rollout_bad(watch, targets)
         summary([good, bad])
         print(f"\n  demo took {time.monotonic() - started:.0f} s")
         return 0 if ok else 1

@@ -330,7 +330,7 @@ class ChatLab:
     """A sim lab started with chatops=True in tmp_path: its own runtime home, st2 users,
     st2 API (+engine), ngircd and errbot; stopped with `lab down` (by PID)."""
 
-    def __init__(self, tmp: Path, hosts: int = 3) -> None:
+    def __init__(self, tmp: Path, hosts: int = 4) -> None:
         self.tmp = tmp
         self.home = tmp / "home"
         self.state = tmp / "lab"
@@ -472,7 +472,8 @@ def test_approval_answered_in_irc_only_by_an_approver(chat_lab: ChatLab) -> None
         answered = _bot_line(alice, info, r"answered approve", mark)
         assert answered.plain.startswith(f"{APPROVER} answered approve for rollout {rollout_id}")
         # the batch went on: the canary host changed and judged, the next question is asked
-        # (with 3 hosts the judge says INCONCLUSIVE and asks a human)
+        # (lab-home-snoop's canary batch is 3 of the 4 hosts, the 4th its only control: the
+        # judge says INCONCLUSIVE and asks a human)
         _bot_line(alice, info, r"\(inquiry (?!" + inquiry_id + r")\w+\)", mark, timeout=300)
         approval = chat_lab.key(f"fleet_rollout.{rollout_id}.batch.0")["approval"]
         assert (approval["by"], approval["approved"]) == (APPROVER, True), approval

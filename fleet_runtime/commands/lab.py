@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
     up = sub.add_parser("up", help="start the lab")
     up.add_argument("--hosts", type=int, default=6)
     up.add_argument("--backend", choices=["vm", "sim"], default="sim")
+    up.add_argument("--sim-hosts", type=int, default=0, metavar="N",
+                    help="with --backend vm: N more servers on the sim backend beside the VMs "
+                    "(named after them; inventory groups lab_vm and lab_sim)")
     up.add_argument("--vendor", action="append", default=[],
                     help="vendor (repeat or comma list; cycled over hosts): "
                     + ", ".join(VENDOR_KEYS))
@@ -67,9 +70,14 @@ def cmd_up(args: argparse.Namespace) -> int:
                            vendors=_vendors(args.vendor), sites=args.sites,
                            reboot_seconds=args.reboot_seconds, pps=args.pps,
                            rate_scale=args.rate_scale, chatops=args.chatops,
-                           approvers=list(args.approver))
+                           approvers=list(args.approver), sim_hosts=args.sim_hosts)
     if config.hosts < 1:
         print("lab up: --hosts must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        config.validate()
+    except ValueError as err:
+        print(f"lab up: {str(err).replace('sim_hosts', '--sim-hosts')}", file=sys.stderr)
         return 2
     try:
         manifest = lab.up(config, args.state_dir, args.inventory, timeout=args.timeout)
@@ -110,9 +118,10 @@ def host_rows(state_dir: str) -> List[Dict[str, Any]]:
         return []
     rows = []
     for host in manifest["hosts"]:
-        row: Dict[str, Any] = {"host": host["name"], "vendor": host["vendor"],
-                               "site": host["site"], "rack": host["rack"],
-                               "bmc": host["bmc_url"]}
+        row: Dict[str, Any] = {"host": host["name"],
+                               "backend": lab.host_backend(manifest, host),
+                               "vendor": host["vendor"], "site": host["site"],
+                               "rack": host["rack"], "bmc": host["bmc_url"]}
         try:
             state = requests.get(f"{host['bmc_url']}/_sim/state", verify=manifest["ca"],
                                  timeout=5).json()
@@ -134,17 +143,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         info = stack.read_info(args.state_dir)
         chat = dict(asdict(info), running=stack.running(args.state_dir)) if info else None
         print(json.dumps({"running": bool(pid), "pid": pid,
-                          "backend": manifest and manifest.get("backend"), "hosts": rows,
+                          "backend": manifest and manifest.get("backend"),
+                          "backends": manifest and manifest.get("backends"), "hosts": rows,
                           "chatops": chat}))
         return 0 if pid else 1
     if not pid:
         print(f"no lab running (state dir {args.state_dir})")
         return 1
-    print(f"lab daemon {pid}, backend {manifest['backend'] if manifest else '?'}, "
+    print(f"lab daemon {pid}, {lab.describe_backends(manifest) if manifest else 'backend ?'}, "
           f"{len(rows)} host(s)")
-    cols = ["host", "vendor", "site", "rack", "power", "boot", "snoop_mode", "interleaving",
-            "pending", "boots"]
-    widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in cols}
+    cols = ["host", "backend", "vendor", "site", "rack", "power", "boot", "snoop_mode",
+            "interleaving", "pending", "boots"]
+    widths = {c: max([len(c)] + [len(str(r.get(c, "-"))) for r in rows]) for c in cols}
     print("  ".join(c.upper().ljust(widths[c]) for c in cols))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in cols))
