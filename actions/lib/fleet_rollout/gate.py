@@ -25,11 +25,11 @@ from typing import Any, Dict, List
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
+from fleet_rollout.profile import MAX_WINDOW_STEPS
 from fleet_rollout.states import DONE, batch_label
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
-MAX_WINDOW_STEPS = 12
 STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
 

@@ -42,6 +42,7 @@ MAX_COUNT = 100000  # hosts in a batch, failures allowed, ...
 MAX_SYSCTLS = 64
 MAX_CMDLINE_TOKENS = 32
 MAX_INTERFACES = 64
+MAX_WINDOW_STEPS = 12  # canary.window_steps (collect_counters.yaml's label pattern: k < 12)
 _CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
 
 
@@ -106,7 +107,7 @@ SCHEMA: Dict[str, Any] = {
             "min_remote_local_ratio": _num(1, 1000)}},
         "canary": {"type": "object", "additionalProperties": False, "properties": {
             "window_seconds": _num(1, DAY),
-            "window_steps": _int(1, 12),
+            "window_steps": _int(1, MAX_WINDOW_STEPS),
             "soak_seconds": _SECONDS,
             "metric": {"type": "object"},
             "policy": {"type": "object"}}},

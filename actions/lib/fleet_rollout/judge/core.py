@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from fleet_rollout.judge.large_change import IMPROVEMENT as LARGE_IMPROVEMENT
 from fleet_rollout.judge.large_change import REGRESSION as LARGE_REGRESSION
 from fleet_rollout.judge.large_change import LargeChange, large_change
 from fleet_rollout.judge.policy import Policy
-from fleet_rollout.judge.weighted import HostData, dispersion, site_peers, weighted_test
+from fleet_rollout.judge.weighted import HostData, site_peers, weighted_test
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -164,8 +164,7 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
         item = inp.hosts[host.host]
         data.append(HostData(host.host, host.group == "canary", float(host.e),
                              float(host.drops_pre), float(host.drops_post), host.site,
-                             host.model, dispersion(item.steps_pre, item.steps_post),
-                             item.steps_pre, item.steps_post))
+                             host.model, item.steps_pre, item.steps_post))
     result = weighted_test(data, policy.ci_level)
     for host, weight in zip(canary + control, result.weights):
         host.weight = round(float(weight), 6)
@@ -220,14 +219,21 @@ def _regression(test: Optional[TestResult], policy: Policy) -> bool:
             and test.ratio >= policy.min_regression_ratio)
 
 
-def _compared_regression(test: Optional[TestResult], large: Optional[LargeChange],
-                         failed: set, policy: Policy) -> bool:
-    """Whether the comparison with the controls FAILs the batch on its own (the ceiling is then
-    the second reason, not the first)."""
-    if not failed or failed <= SHARE_GUARDS:
-        return _regression(test, policy)
-    return (failed <= SMALL_BATCH_GUARDS and large is not None
-            and large.reason == LARGE_REGRESSION)
+def _compared(test: Optional[TestResult], large: Optional[LargeChange], failed: Set[str],
+              policy: Policy) -> Tuple[str, str]:
+    """(verdict, reason) of the guards and the comparison with the controls, ceiling aside."""
+    if failed and failed <= SHARE_GUARDS and _regression(test, policy):
+        # thin data never PASS, but enough usable hosts that show a regression still FAIL
+        return FAIL, "regression"
+    if failed and failed <= SMALL_BATCH_GUARDS and large is not None:
+        return (FAIL if large.reason == LARGE_REGRESSION else PASS), large.reason
+    if failed:
+        return INCONCLUSIVE, "guards"
+    if test is not None and test.p_value < policy.alpha:
+        if test.ratio >= policy.min_regression_ratio:
+            return FAIL, "regression"
+        return PASS, "small_regression"
+    return PASS, "no_regression"
 
 
 def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
@@ -247,24 +253,11 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     if "canary_hosts" in failed and failed <= SMALL_BATCH_GUARDS:
         listed = [h for h in hosts if h.group == "canary"]
         large = large_change(inp, canary, control, policy, len(canary) == len(listed))
-    if breaches and not _compared_regression(test, large, failed, policy):
-        verdict, reason = FAIL, "ceiling"  # the comparison alone would not FAIL: the ceiling does
-    # else the comparison decides; a breached ceiling is the verdict's second reason
-    elif failed and failed <= SHARE_GUARDS and _regression(test, policy):
-        # thin data never PASS, but enough usable hosts that show a regression still FAIL
-        verdict, reason = FAIL, "regression"
-    elif failed and failed <= SMALL_BATCH_GUARDS and large is not None:
-        verdict = FAIL if large.reason == LARGE_REGRESSION else PASS
-        reason = large.reason
-    elif failed:
-        verdict, reason = INCONCLUSIVE, "guards"
-    elif test is not None and test.p_value < policy.alpha:
-        if test.ratio >= policy.min_regression_ratio:
-            verdict, reason = FAIL, "regression"
-        else:
-            verdict, reason = PASS, "small_regression"
-    else:
-        verdict, reason = PASS, "no_regression"
+    verdict, reason = _compared(test, large, failed, policy)
+    if breaches and verdict != FAIL:
+        # the comparison alone would not FAIL: the ceiling does (when the comparison FAILs, a
+        # breached ceiling is the verdict's second reason)
+        verdict, reason = FAIL, "ceiling"
 
     result = Verdict(verdict, reason, test=test, guards=guards, ceiling_breaches=breaches,
                      hosts=hosts, policy=policy, rollout=inp.rollout, batch=inp.batch,

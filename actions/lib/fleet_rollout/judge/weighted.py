@@ -76,9 +76,13 @@ class HostData:
     drops_post: float
     site: Optional[str] = None
     model: Optional[str] = None
-    dispersion: Optional[float] = None  # variance / mean of its per-step drops, when known
-    steps_pre: Optional[Sequence[float]] = None  # its per-step drops, when known
-    steps_post: Optional[Sequence[float]] = None
+    steps_pre: Optional[List[float]] = None  # its per-step drops, when known
+    steps_post: Optional[List[float]] = None
+
+    @property
+    def dispersion(self) -> Optional[float]:
+        """Variance / mean of its per-step drops (None: no steps say)."""
+        return dispersion(self.steps_pre, self.steps_post)
 
 
 @dataclass
@@ -157,7 +161,6 @@ def between_host_variance(r: np.ndarray, v: np.ndarray) -> float:
     if excess(0.0) <= 0:
         return 0.0
     return _bisect(excess, 0.0, max(float(np.max(r2)), 1e-9) / CAPPED_CHI2_1_MEAN, 60)
-
 
 
 def _location(z2: np.ndarray) -> float:
