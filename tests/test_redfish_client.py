@@ -173,15 +173,17 @@ def test_request_count_is_what_the_server_served(fleet):
         assert report["requests"]["DELETE"] >= 1  # the session logout
 
 
-def test_basic_auth_when_configured_sends_no_session_requests(fleet):
-    reset_counters(fleet, 0)
-    with RedfishSession(endpoint(fleet, 0, auth="basic")) as session:
-        assert session.auth == "basic"
-        discover(session)
-    counters = state(fleet, 0)["counters"]
-    assert "session_POST" not in counters and "session_DELETE" not in counters
-    assert "DELETE" not in session.requests and "POST" not in session.requests
-    assert dict(session.requests) == server_requests(state(fleet, 0))
+def test_basic_auth_when_configured_sends_no_session_requests():
+    # a BMC of its own: on the module's shared one, a request an earlier test gave up on (a
+    # slow-answer fault) can still be counted after the reset (seen in a CI run: 6 GETs for 5)
+    with bmc_fleet(["generic"]) as own:
+        with RedfishSession(endpoint(own, 0, auth="basic")) as session:
+            assert session.auth == "basic"
+            discover(session)
+        counters = state(own, 0)["counters"]
+        assert "session_POST" not in counters and "session_DELETE" not in counters
+        assert "DELETE" not in session.requests and "POST" not in session.requests
+        assert dict(session.requests) == server_requests(state(own, 0))
 
 
 def test_service_without_sessions_gets_basic_auth():
