@@ -64,6 +64,9 @@ from fleet_rollout.judge.baselines import (
 from fleet_rollout.judge.core import FAIL, INCONCLUSIVE, PASS, judge
 from fleet_rollout.judge.inputs import HostWindows, JudgeInput
 from fleet_rollout.judge.policy import Policy
+from fleet_rollout.profile import DEFAULTS, MAX_PRE_WINDOWS
+
+DEFAULT_PRE_WINDOWS = int(DEFAULTS["canary"]["pre_windows"])
 
 SIZES = (3, 5, 8, 16)
 EFFECTS = (1.0, 1.5, 2.0, 3.0)
@@ -113,13 +116,16 @@ METHODS = ("judge", "rank", "kayenta", "poisson")
 
 
 def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenario: str,
-             controls: Optional[int] = None, windows: int = 2) -> Dict[str, np.ndarray]:
-    """Per-step packets and drops, shape (reps, hosts, windows, STEPS), canaries first: the pre
-    window, then the post window(s), each post window a fresh one after the change; site and
-    model per host, shape (reps, hosts)."""
+             controls: Optional[int] = None, windows: int = 2,
+             pre_windows: int = 1) -> Dict[str, np.ndarray]:
+    """Per-step packets and drops, shape (reps, hosts, pre_windows + windows - 1, STEPS),
+    canaries first: the pre window (pre_windows windows of STEPS steps, one after the other:
+    the fleet's traffic ramps on through them), then the post window(s), each post window a
+    fresh one after the change; site and model per host, shape (reps, hosts)."""
     sc = SCENARIOS[scenario]
     n = m + (CONTROL_RATIO * m if controls is None else controls)
-    W = windows
+    P = pre_windows
+    W = P + windows - 1
     shape = (reps, n)
     base_packets = np.exp(rng.normal(np.log(2e5), 0.7, shape))
     idle = rng.random(shape) < 0.02
@@ -136,11 +142,14 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
     site[:, :m] = (np.arange(m)[None, :] + rng.integers(0, SITES, (reps, 1))) % SITES
     model = rng.integers(0, MODELS, shape)
 
-    # fleet-wide traffic: a daily ramp inside each window, a level change between windows
-    ramp = 1.0 + 0.25 * np.sin(np.linspace(0, np.pi / 2, STEPS))[None, :] * rng.uniform(
-        -1, 1, (reps, 1))
-    level = rng.uniform(0.6, 1.6, (reps, W - 1))
-    common = np.stack([ramp] + [ramp * level[:, k:k + 1] for k in range(W - 1)],
+    # fleet-wide traffic: a daily ramp inside each window (on through a long pre window), a
+    # level change between the pre window and each post window
+    amplitude = rng.uniform(-1, 1, (reps, 1))
+    ramp = 1.0 + 0.25 * np.sin(np.linspace(0, np.pi / 2, STEPS))[None, :] * amplitude
+    pre_ramp = 1.0 + 0.25 * np.sin(np.linspace(0, np.pi / 2, P * STEPS))[None, :] * amplitude
+    level = rng.uniform(0.6, 1.6, (reps, W - P))
+    common = np.stack([pre_ramp[:, k * STEPS:(k + 1) * STEPS] for k in range(P)]
+                      + [ramp * level[:, k:k + 1] for k in range(W - P)],
                       axis=1)  # (reps, W, STEPS)
     host_noise = np.exp(rng.normal(0.0, 0.1, (reps, n, W)))
     step_noise = np.exp(rng.normal(0.0, 0.05, (reps, n, W, STEPS)))
@@ -149,7 +158,7 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
 
     condition = np.exp(rng.normal(0.0, sc.drift, (reps, n, W)))
     model_change = np.exp(rng.normal(0.0, sc.model_drift, (reps, MODELS)))
-    condition[:, :, 1:] *= np.take_along_axis(model_change, model, axis=1)[..., None]
+    condition[:, :, P:] *= np.take_along_axis(model_change, model, axis=1)[..., None]
     intensity = (mu[..., None, None] / STEPS) * condition[..., None] * load ** (
         gamma[..., None, None])
     if sc.site_burst > 0:  # a site-wide burst: a run of steps, every host of the site
@@ -161,7 +170,7 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
         inside = (steps >= first[..., None]) & (steps < (first + length)[..., None])
         multiplier = np.where(hit[..., None] & inside, factor[..., None], 1.0)
         intensity *= multiplier[np.arange(reps)[:, None], site]  # (reps, hosts, W, STEPS)
-    intensity[:, :m, 1:, :] *= effect
+    intensity[:, :m, P:, :] *= effect
 
     bursts = rng.poisson(intensity / sc.burst_mean)
     extra = rng.negative_binomial(np.maximum(bursts, 1), 1.0 / sc.burst_mean)
@@ -176,33 +185,38 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
     partial = (rng.random((reps, n, W)) < 0.01) & ~missing
     coverage = np.where(partial, rng.uniform(0.5, 0.85, (reps, n, W)), 1.0)
     return {"packets": packets, "drops": drops, "missing": missing, "coverage": coverage,
-            "site": site, "model": model}
+            "site": site, "model": model, "pre_windows": np.array(P)}
 
 
 def _judge_input(sim: Dict[str, np.ndarray], rep: int, m: int, post: int = 1) -> JudgeInput:
+    """The judge's input of one simulated batch with its `post`-th post window; a pre window
+    of several windows is one window of all their steps (a missing or partial scrape: its
+    first)."""
     n = sim["packets"].shape[1]
+    P = int(sim["pre_windows"])
     names = [f"c{i}" for i in range(m)] + [f"k{i}" for i in range(n - m)]
-    packets = sim["packets"][rep].sum(axis=-1)
-    drops = sim["drops"][rep].sum(axis=-1)
     hosts = {}
     for index, name in enumerate(names):
         item = HostWindows(name, "canary" if index < m else "control",
                            site=f"site{sim['site'][rep, index]}",
                            model=f"model{sim['model'][rep, index]}")
-        for w, attr in ((0, "pre"), (post, "post")):
-            if not sim["missing"][rep, index, w]:
-                setattr(item, attr, WindowCounts(drops=float(drops[index, w]),
-                                                 packets=float(packets[index, w]),
-                                                 coverage=float(sim["coverage"][rep, index, w])))
-                setattr(item, f"steps_{attr}", [float(x) for x in sim["drops"][rep, index, w]])
+        for span, attr in ((slice(0, P), "pre"), (slice(P - 1 + post, P + post), "post")):
+            if not sim["missing"][rep, index, span.start]:
+                steps = sim["drops"][rep, index, span].reshape(-1)
+                setattr(item, attr, WindowCounts(
+                    drops=float(steps.sum()),
+                    packets=float(sim["packets"][rep, index, span].sum()),
+                    coverage=float(sim["coverage"][rep, index, span.start])))
+                setattr(item, f"steps_{attr}", [float(x) for x in steps])
         hosts[name] = item
-    return JudgeInput(names[:m], names[m:], hosts)
+    return JudgeInput(names[:m], names[m:], hosts, pre_windows=float(P))
 
 
 def _baselines(sim: Dict[str, np.ndarray], rep: int, m: int) -> Tuple[str, str]:
-    have = ~sim["missing"][rep, :, 1]
-    packets = sim["packets"][rep, :, 1, :]
-    drops = sim["drops"][rep, :, 1, :]
+    post = int(sim["pre_windows"])
+    have = ~sim["missing"][rep, :, post]
+    packets = sim["packets"][rep, :, post, :]
+    drops = sim["drops"][rep, :, post, :]
     canary = np.zeros(packets.shape[0], bool)
     canary[:m] = True
     groups = []
@@ -215,11 +229,11 @@ def _baselines(sim: Dict[str, np.ndarray], rep: int, m: int) -> Tuple[str, str]:
     return kayenta, poisson
 
 
-def run_cell(args: Tuple[int, str, int, float, int]) -> Dict[str, Any]:
-    seed, scenario, m, effect, reps = args
+def run_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[str, Any]:
+    seed, scenario, m, effect, reps, pre_windows = args
     key = [seed, list(SCENARIOS).index(scenario), m, int(effect * 10)]
     rng = np.random.default_rng(np.random.SeedSequence(key))
-    sim = simulate(rng, reps, m, effect, scenario)
+    sim = simulate(rng, reps, m, effect, scenario, pre_windows=pre_windows)
     policy = Policy()
     counts = {method: 0 for method in METHODS}
     inconclusive = 0
@@ -251,14 +265,14 @@ SMALL_EFFECTS = (1.0, 5.0, 10.0, 0.2, 0.1)
 SMALL_WINDOWS = 3  # post windows a small batch may take (INCONCLUSIVE -> another window)
 
 
-def run_small_cell(args: Tuple[int, str, int, float, int]) -> Dict[str, Any]:
+def run_small_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[str, Any]:
     """1-2 canaries against SMALL_CONTROLS controls: the large-change path over up to
     SMALL_WINDOWS fresh post windows, stopping at the first PASS or FAIL."""
-    seed, scenario, m, effect, reps = args
+    seed, scenario, m, effect, reps, pre_windows = args
     key = [seed, 100 + list(SCENARIOS).index(scenario), m, int(effect * 100)]
     rng = np.random.default_rng(np.random.SeedSequence(key))
     sim = simulate(rng, reps, m, effect, scenario, controls=SMALL_CONTROLS,
-                   windows=1 + SMALL_WINDOWS)
+                   windows=1 + SMALL_WINDOWS, pre_windows=pre_windows)
     policy = Policy()
     fails = passes = 0
     windows: List[int] = []
@@ -284,13 +298,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--reps", type=int, default=1000, help="fleets per cell (default 1000)")
     parser.add_argument("--seed", type=int, default=20240501)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--pre-windows", type=int, default=DEFAULT_PRE_WINDOWS,
+                        choices=range(1, MAX_PRE_WINDOWS + 1), metavar="K",
+                        help="the pre window lasts K post windows (default: the profile's "
+                        f"canary.pre_windows default, {DEFAULT_PRE_WINDOWS})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
 
     started = time.time()
-    cells = [(args.seed, scenario, m, effect, args.reps)
+    cells = [(args.seed, scenario, m, effect, args.reps, args.pre_windows)
              for scenario in SCENARIOS for m in SIZES for effect in EFFECTS]
-    small_cells = [(args.seed, scenario, m, effect, args.reps)
+    small_cells = [(args.seed, scenario, m, effect, args.reps, args.pre_windows)
                    for scenario in SCENARIOS for m in SMALL_SIZES for effect in SMALL_EFFECTS]
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -320,15 +338,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         "small_batch_false_decision_ok": small_false <= 0.05,
     }
     if args.json:
-        json.dump({"seed": args.seed, "reps": args.reps, "seconds": round(elapsed, 1),
+        json.dump({"seed": args.seed, "reps": args.reps, "pre_windows": args.pre_windows,
+                   "seconds": round(elapsed, 1),
                    "cells": results, "small_batches": small, "targets": targets},
                   sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
 
     print(f"Canary judge bench: {args.reps} simulated batches per cell, seed {args.seed}, "
-          f"controls = {CONTROL_RATIO} x canaries, {STEPS} steps per window, {SITES} sites, "
-          f"{MODELS} hardware models")
+          f"controls = {CONTROL_RATIO} x canaries, {STEPS} steps per window, pre window "
+          f"{args.pre_windows} x post window, {SITES} sites, {MODELS} hardware models")
     for name, scenario in SCENARIOS.items():
         print(f"\nscenario {name}: {scenario.label}")
         print("  canaries controls  method    false alarm  power 1.5x  power 2x  power 3x"

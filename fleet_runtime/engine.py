@@ -372,6 +372,9 @@ class Runtime(
             start_ts=record.get("start_ts"),
             due_ts=record.get("due_ts"),
             log=list(record.get("log") or []),
+            # a pending inquiry's result is its question (schema, users, ttl): a restarted
+            # engine re-arms the ttl from it, and keeps it when the inquiry times out
+            result=record.get("result") if record["runner"] == "inquirer" else None,
         )
         self.active[info.id] = info
         return info

@@ -85,7 +85,7 @@ class SimLab:
         lab's own profiles directory (the pack config's profiles_dir); returns its name."""
         data = yaml.safe_load(open(os.path.join(ROOT, "profiles", f"{name}.yaml")))
         data.setdefault("canary", {}).update({"window_seconds": 6, "window_steps": 1,
-                                              "soak_seconds": 1})
+                                              "pre_windows": 1, "soak_seconds": 1})
         data.setdefault("probe", {})["budget_ms"] = 300
         data.setdefault("redfish", {}).update({"graceful_timeout": 20, "poll": 0.3,
                                                "boot_timeout": 60})

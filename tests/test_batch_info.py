@@ -38,9 +38,19 @@ def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path
     assert info["soak"] == 4 and type(info["soak"]) is int
     # the window in the profile's steps (home-snoop: the default 4): each step's delay too
     assert info["steps"] == 4 and info["step"] == 3 and type(info["step"]) is int
+    # the pre window: canary.pre_windows (default 3) windows, in steps of the same length
+    assert info["pre_steps"] == 12 and type(info["pre_steps"]) is int
     plan, store = stored_plan("delay-2", 20, window_seconds=60, window_steps=1)
     info = service.batch_info(config, store, "delay-2", 0)
-    assert (info["window"], info["steps"], info["step"]) == (60, 1, 60)
+    assert (info["window"], info["steps"], info["step"], info["pre_steps"]) == (60, 1, 60, 3)
+    # a plan stored before canary.pre_windows existed keeps a pre window of one window
+    plan, store = stored_plan("delay-3", 20, window_seconds=60, window_steps=2)
+    meta = RolloutState(store, "delay-3")
+    stored = meta.plan()
+    del stored["profile"]["canary"]["pre_windows"]
+    meta.save_plan(stored)
+    info = service.batch_info(config, store, "delay-3", 0)
+    assert (info["steps"], info["pre_steps"]) == (2, 2)
     assert info["hosts"] == [plan["batches"][0]["hosts"][0]] and info["count"] == 1
 
 

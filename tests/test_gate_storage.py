@@ -4,13 +4,17 @@ and what the judge reads back is what was collected."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from fleet_rollout import gate
 from fleet_rollout.counters.deltas import SCHEMA
 from fleet_rollout.judge import judge_input_from_dict
+from fleet_rollout.paths import PACK_DIR
 from fleet_rollout.store import MemoryStore, key
 
 
@@ -123,11 +127,62 @@ def test_a_window_collected_in_steps_gives_the_judge_each_hosts_drops_per_step()
     assert inp.hosts["ctl-1"].steps_post is None and inp.hosts["ctl-1"].post.drops == 6.0
 
 
+GOOD_LABELS = ("pre_start", "post_end", "pre_step_1", "pre_step_12", "pre_step_47",
+               "post_step_11")
+BAD_LABELS = ("pre_step_0", "pre_step_48", "post_step_12", "pre_step_01", "mid_step_1",
+              "pre_step_1; rm", "post", "pre_step_1\n")
+
+
 def test_step_labels_are_checked():
-    for label in ("pre_start", "post_end", "pre_step_1", "post_step_11"):
+    """pre: up to MAX_PRE_WINDOWS x MAX_WINDOW_STEPS steps (47 inside), post: 12 (11 inside)."""
+    for label in GOOD_LABELS:
         gate.check_label(label)
-    for label in ("pre_step_0", "pre_step_12", "mid_step_1", "pre_step_1; rm", "post"):
+    for label in BAD_LABELS:
         with pytest.raises(ValueError, match="pre_step_<k>"):
             gate.check_label(label)
     assert gate.step_labels("post", 3) == ["post_step_1", "post_step_2"]
     assert gate.step_labels("pre", 1) == []
+
+
+def test_the_collect_counters_action_accepts_the_labels_the_gate_accepts():
+    """st2 checks the action's parameter pattern before the gate sees a label: both must agree,
+    or a pre window of canary.pre_windows 4 would stop at its 12th step on st2."""
+    meta = yaml.safe_load(open(os.path.join(PACK_DIR, "actions", "collect_counters.yaml"),
+                               encoding="utf-8"))
+    pattern = re.compile(meta["parameters"]["label"]["pattern"])
+    labels = [f"{w}_step_{k}" for w in ("pre", "post") for k in range(0, 60)]
+    for label in labels + list(GOOD_LABELS) + list(BAD_LABELS):
+        try:
+            gate.check_label(label)
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert bool(pattern.search(label)) == accepted, label
+
+
+def test_a_pre_window_of_several_windows_is_collected_in_as_many_more_steps():
+    """canary.pre_windows 2, window_steps 2: the pre window has 4 steps (pre_step_1..3), the
+    post window 2; the judge input says pre_windows 2 and the judge reads 4 pre steps."""
+    store = MemoryStore()
+    plan = {"batches": [{"index": 0, "hosts": ["web-1"]}], "control": ["ctl-1"],
+            "hosts": {"web-1": {}, "ctl-1": {}}}
+    ctx = SimpleNamespace(store=store, rollout_id="steps-2", plan=plan,
+                          profile={"canary": {"window_steps": 2, "pre_windows": 2}},
+                          state=SimpleNamespace(host=lambda h: {"status": "done"}))
+    order = {"pre": ["pre_start", "pre_step_1", "pre_step_2", "pre_step_3", "pre_end"],
+             "post": ["post_start", "post_step_1", "post_end"]}
+    for offset, window in ((0.0, "pre"), (100.0, "post")):
+        for n, label in enumerate(order[window]):
+            at = offset + 10.0 * n
+            gate.save_collection(ctx, 0, label, at,
+                                 {h: _collector(h, at, 3 * n, 1000 * n + 1000)
+                                  for h in plan["hosts"]}, {})
+    doc = gate.judge_input(ctx, 0)
+    assert doc["pre_windows"] == 2
+    inp = judge_input_from_dict(doc)
+    assert inp.pre_windows == 2.0
+    assert inp.hosts["web-1"].steps_pre == [3.0, 3.0, 3.0, 3.0]
+    assert inp.hosts["web-1"].steps_post == [3.0, 3.0]
+    # a plan stored before pre_windows existed: one window before, as then
+    ctx.profile = {"canary": {"window_steps": 2}}
+    assert gate.judge_input(ctx, 0)["pre_windows"] == 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,39 @@ def test_snapshots_between_give_the_window_in_steps() -> None:
     extra["hosts"]["c1"]["pre"]["middle"] = []
     with pytest.raises(ConfigError, match="only start, end and between"):
         judge_input_from_dict(extra)
+
+
+def test_a_pre_window_several_windows_long_is_declared_and_checked() -> None:
+    """pre_windows (1-4, default 1): the pre window lasts that many post windows; with time
+    windows given, their lengths must say the same; anything else names the field."""
+    assert judge_input_from_dict(edited()).pre_windows == 1.0
+    windows = {"pre": {"start": 0, "end": 10800}, "post": {"start": 12000, "end": 15600}}
+    inp = judge_input_from_dict(edited(windows=windows, pre_windows=3))
+    assert inp.pre_windows == 3.0
+    with pytest.raises(ConfigError, match="pre lasts 10800 s and post 3600 s.*3 times|"
+                                          "pre lasts 10800 s and post 3600 s"):
+        judge_input_from_dict(edited(windows=windows))  # unequal, but pre_windows not given
+    with pytest.raises(ConfigError, match="2 times as long"):
+        judge_input_from_dict(edited(windows=windows, pre_windows=2))
+    for bad in (0, 0.5, 5, "3", True, None, float("nan")):
+        with pytest.raises(ConfigError, match=r"input\.pre_windows: must be a number from 1 to 4"):
+            judge_input_from_dict(edited(pre_windows=bad))
+
+
+def test_a_longer_pre_window_changes_no_hosts_e_without_a_change() -> None:
+    """A host whose drop rate did not change has e 0 whether its pre window is 1 or 3 windows
+    long, a silent one too (the half drop that keeps the log finite grows with the window);
+    its traffic is counted per post window's length."""
+    from fleet_rollout.judge.guards import log_rate_change
+
+    assert log_rate_change(300, 3e6, 100, 1e6, 3.0) == pytest.approx(0.0, abs=1e-12)
+    assert log_rate_change(0, 3e6, 0, 1e6, 3.0) == pytest.approx(0.0, abs=1e-12)
+    assert log_rate_change(0, 3e6, 0, 1e6) == pytest.approx(math.log(3.0))  # as if 1 window
+    doc = edited(pre_windows=3, windows=KeyError)
+    doc["hosts"]["web-001"]["pre"] = {"drops": 36, "packets": 10_200_000}
+    doc["hosts"]["web-001"]["post"] = {"drops": 12, "packets": 3_400_000}
+    verdict = judge(judge_input_from_dict(doc))
+    host = next(h for h in verdict.hosts if h.host == "web-001")
+    assert host.e == pytest.approx(0.0, abs=1e-12)
+    assert host.traffic_ratio == pytest.approx(1.0)
+    assert verdict.test is not None and verdict.test.pre_windows == 3.0

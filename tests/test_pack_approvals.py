@@ -6,6 +6,7 @@ approver is who StackStorm authenticated, never a typed name."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from rollout_support import SimLab, error_text, output
@@ -113,3 +114,28 @@ def test_chat_approval_is_recorded_as_the_chat_user(lab):
         "bob", "chat", "chatops_bot")
     audit = lab.cli("run", "fleet_rollout.status", f"rollout_id={rollout_id}", "--json")
     assert "bob" in audit.stdout
+
+
+def test_an_unanswered_approval_times_out_and_the_rollout_ends_with_nothing_changed(lab):
+    """rollout_batch's other branch of the approval: nobody answers within approval.ttl_minutes
+    (1), the inquiry times out (core.ask fails), the batch records a refusal by nobody and the
+    rollout ends rejected with every host untouched and nothing left pending."""
+    execution = lab.run("fleet_rollout.rollout",
+                        profile=lab.profile("home-snoop",
+                                            approval=dict(ASK_EVERY_BATCH, ttl_minutes=1)))
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    assert len(lab.pending()) == 1
+    # the ttl runs out with no engine running (nothing in flight: the CLI returned at the
+    # question); the next engine run times the inquiry out, as `api serve`'s engine would
+    time.sleep(62)
+    engine = lab.cli("engine", timeout=300)
+    assert engine.returncode == 0, engine.stderr[-2000:]
+    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"), timeout=120)
+    assert final["status"] in ("succeeded", "failed"), final["status"]
+    approval = lab.kv(rollout_id, "batch.0")["approval"]
+    assert (approval["outcome"], approval["approved"], approval["by"]) == (
+        "timed_out", False, "nobody (the question timed out)")
+    assert lab.kv(rollout_id, "meta")["status"] == "rejected", lab.kv(rollout_id, "meta")
+    assert lab.pending() == []
+    _untouched(lab)

@@ -80,7 +80,13 @@ def test_expected_parts_follow_the_profile(small: Dict[str, Any]) -> None:
     est = estimate_plan(small)
     profile = small["profile"]
     row = est["batches"][1]
-    assert row["windows"] == 2 * profile["canary"]["window_seconds"]
+    # the pre window lasts canary.pre_windows windows (default 3), the post window one
+    assert profile["canary"]["pre_windows"] == 3
+    assert row["windows"] == 4 * profile["canary"]["window_seconds"]
+    one = estimate_plan(with_profile(small, "canary", pre_windows=1))["batches"][1]
+    assert one["windows"] == 2 * profile["canary"]["window_seconds"]
+    # 2 fewer pre windows of 4 steps: 8 fewer collections (each an action start)
+    assert row["overhead"] - one["overhead"] == pytest.approx(8 * Assumptions().action_start)
     assert row["soak"] == profile["canary"]["soak_seconds"]
     assert row["approval_wait"] == Assumptions().approval_response
     assert est["assumptions"]["approval_response"] == 600.0

@@ -226,7 +226,8 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
                               batches={"canary_size": 3, "growth": 2, "max_batch": 8,
                                        "max_unavailable_per_site": 8,
                                        "max_unavailable_per_rack": 4, "parallel": 8},
-                              canary={"window_seconds": 10, "window_steps": 2})
+                              canary={"window_seconds": 10, "window_steps": 2,
+                                      "pre_windows": 2})
         execution = sim.run("fleet_rollout.rollout", profile=profile)
         result = output(execution)
         assert execution["status"] == "succeeded", error_text(execution)
@@ -244,12 +245,13 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         used = [[_fingerprint(sim, rollout_id, h)["controls_used"] for h in b["hosts"]]
                 for b in plan]
         assert set(used[0]) == {0} and min(used[1]) >= 3 and min(used[3]) >= min(used[1]), used
-        # each window collected at its step too (window_steps 2): pre_step_1 and post_step_1,
-        # every host of the batch and its controls, between the window's start and end
+        # each window collected at its steps too (window_steps 2, the pre window 2 windows
+        # long: pre_step_1..3 and post_step_1), every host of the batch and its controls,
+        # between the window's start and end
         for i, batch in enumerate(plan):
             times = []
-            for label in ("pre_start", "pre_step_1", "pre_end", "post_start", "post_step_1",
-                          "post_end"):
+            for label in ("pre_start", "pre_step_1", "pre_step_2", "pre_step_3", "pre_end",
+                          "post_start", "post_step_1", "post_end"):
                 head = sim.kv(rollout_id, f"batch.{i}.counters.{label}")
                 part = sim.kv(rollout_id, f"batch.{i}.counters.{label}.0")
                 assert set(batch["hosts"]) <= set(part["snapshots"]), (i, label)

@@ -106,6 +106,28 @@ def test_ask_expiry_fails_the_task(rt: Runtime) -> None:
         rt.respond(inquiry["id"], {"approved": True})
 
 
+def test_ask_expiry_survives_an_engine_restart(home: Path) -> None:
+    """The engine that asked stops while the question waits (a CLI run returns at the pause);
+    the next engine re-arms the ttl from the stored question and times it out when due, with
+    the question (schema, users, ttl) kept in its result. Before, a restarted engine had no
+    ttl for it, and the workflow stayed paused for good."""
+    first = engine(home)
+    ex = run(first, "rt_test.ask_flow", {"ttl": 1})  # 1 minute x time factor 0.05 = 3 s
+    assert ex["status"] == "paused"
+    inquiry = inquiry_of(first, ex["id"])
+    first.close()
+    time.sleep(3.5)  # past due while no engine runs
+    second = engine(home)
+    try:
+        final = wait(second, ex["id"], timeout=20, until_completed=True)
+        assert final["result"]["output"] == {"decision": "expired"}
+        record = second.store.get_execution(inquiry["id"])
+        assert record["status"] == "timeout"
+        assert record["result"]["ttl"] == 1 and record["result"]["schema"]["properties"]
+    finally:
+        second.close()
+
+
 def test_ask_expiry_without_a_handler_fails_the_workflow(rt: Runtime) -> None:
     ex = run(rt, "rt_test.ask_bare", {"ttl": 1})
     assert ex["status"] == "paused"

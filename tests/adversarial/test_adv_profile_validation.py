@@ -102,6 +102,10 @@ ATTACKS = [
     (("canary", "window_steps"), 13, "canary.window_steps"),
     (("canary", "window_steps"), 0, "canary.window_steps"),
     (("canary", "window_steps"), "4", "canary.window_steps"),
+    (("canary", "pre_windows"), 5, "canary.pre_windows"),
+    (("canary", "pre_windows"), 0, "canary.pre_windows"),
+    (("canary", "pre_windows"), 1.5, "canary.pre_windows"),
+    (("canary", "pre_windows"), "3", "canary.pre_windows"),
     (("name",), "../etc/passwd", "name"),
     (("name",), "x" * 65, "name"),
     (("reverse_of",), "/etc/passwd", "reverse_of"),
@@ -133,6 +137,14 @@ def test_window_steps_must_leave_each_step_time_for_a_collection():
         validate_profile(short, "adv.yaml")
     short["canary"]["window_steps"] = 1
     assert validate_profile(short, "adv.yaml")["canary"]["window_steps"] == 1
+
+
+def test_the_pre_window_lasts_three_windows_unless_the_profile_says():
+    assert validate_profile(_base(), "adv.yaml")["canary"]["pre_windows"] == 3
+    assert validate_profile(_with(("canary", "pre_windows"), 1), "adv.yaml")["canary"][
+        "pre_windows"] == 1
+    assert validate_profile(_with(("canary", "pre_windows"), 4), "adv.yaml")["canary"][
+        "pre_windows"] == 4
 
 
 def test_the_base_profile_and_every_shipped_profile_validate():

@@ -3,7 +3,7 @@
 Follows what the workflows do (actions/workflows/rollout_batch.yaml, host_change.yaml), batch
 after batch, nothing overlapping:
 
-  batch = approval wait + overhead + window (counters before) + host work + soak + window
+  batch = approval wait + overhead + pre window (counters before) + host work + soak + window
           (counters after)
   host work = waves x per-host time; waves = ceil(hosts / batches.parallel) (change_hosts runs
           the batch's hosts with `concurrency: parallel`; make_batches already kept a batch
@@ -24,7 +24,9 @@ after batch, nothing overlapping:
     undrain   Ansible run
   approval wait = min(assumed human response, approval.ttl_minutes) for a batch that needs an
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
-  overhead = (BATCH_ACTIONS + 2 x (canary.window_steps - 1)) x action start (batch_info,
+  windows = (canary.pre_windows + 1) x canary.window_seconds (the pre window lasts
+          pre_windows windows, the post window one)
+  overhead = (BATCH_ACTIONS + pre steps - 1 + window_steps - 1) x action start (batch_info,
           announce, the answer, the counter collections: each window's start and end and its
           steps, judge, verdict post)
   best case = batch - approval wait (every approval instant)
@@ -41,6 +43,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
+from fleet_rollout.profile import window_steps
 from fleet_rollout.states import HOST_STEPS
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
@@ -131,8 +134,9 @@ def estimate_plan(plan: Dict[str, Any],
     ttl = float(profile["approval"]["ttl_minutes"]) * 60.0
     steps = host_steps(profile, assume)
     per_host = round(sum(steps.values()), 1)
-    window_steps = int(profile["canary"].get("window_steps", 1))
-    overhead = round((BATCH_ACTIONS + 2 * (window_steps - 1)) * assume.action_start, 1)
+    pre_steps, post_steps = window_steps(profile["canary"])
+    windows = window * (1 + pre_steps // post_steps)
+    overhead = round((BATCH_ACTIONS + pre_steps - 1 + post_steps - 1) * assume.action_start, 1)
     rows: List[Dict[str, Any]] = []
     cumulative = best_cumulative = 0.0
     for batch in plan["batches"]:
@@ -142,7 +146,7 @@ def estimate_plan(plan: Dict[str, Any],
             profile, batch["index"]) else 0.0
         work = max(rounds * per_host, controller_bound(count, assume))
         parts = {"approval_wait": round(approval, 1), "overhead": overhead,
-                 "windows": round(2 * window, 1), "host_work": round(work, 1),
+                 "windows": round(windows, 1), "host_work": round(work, 1),
                  "soak": round(soak, 1)}
         seconds = round(sum(parts.values()), 1)
         best = round(seconds - parts["approval_wait"], 1)
@@ -171,7 +175,8 @@ def estimate_plan(plan: Dict[str, Any],
     return {"unit": "seconds", "per_host": per_host, "host_steps": steps, "parallel": parallel,
             "batches": rows, "totals": totals,
             "assumptions": assume.to_dict(),
-            "profile": {"window_seconds": window, "soak_seconds": soak, "ttl_seconds": ttl,
+            "profile": {"window_seconds": window, "pre_windows": pre_steps // post_steps,
+                        "soak_seconds": soak, "ttl_seconds": ttl,
                         "boot_timeout": float(profile["redfish"]["boot_timeout"]),
                         "drain_timeout": float(profile["drain"]["timeout"]),
                         "probe_budget_ms": profile["probe"]["budget_ms"],

@@ -6,8 +6,10 @@ then the judge.
     post_start --window-- post_end (after every host of the batch is back in service)
 
 With the profile's canary.window_steps n > 1, each window is also collected at n - 1 steps
-inside it (pre_step_1 .. pre_step_<n-1>, the same for post): the judge then has each host's
-drops per step (over-dispersion, short site-wide bursts; docs/judge.md).
+inside it (post_step_1 .. post_step_<n-1>): the judge then has each host's drops per step
+(over-dispersion, short site-wide bursts; docs/judge.md). The pre window lasts canary.pre_windows
+p windows (the hosts' history before the change: their rate before is measured p times as
+long), in p * n steps of the same length (pre_step_1 .. pre_step_<p*n-1>).
 
 Counter windows of canary and control hosts cover the same wall-clock times; the window holding
 the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
@@ -25,7 +27,7 @@ from typing import Any, Dict, List
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
-from fleet_rollout.profile import MAX_WINDOW_STEPS
+from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, window_steps
 from fleet_rollout.states import DONE, batch_label
 from fleet_rollout.store import key
 
@@ -53,11 +55,15 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
             "errors": errors}
 
 
+MAX_STEPS = {"pre": MAX_PRE_WINDOWS * MAX_WINDOW_STEPS, "post": MAX_WINDOW_STEPS}
+
+
 def check_label(label: str) -> None:
     step = STEP_LABEL.match(label)
-    if label not in LABELS and not (step and int(step.group(2)) < MAX_WINDOW_STEPS):
-        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}, or pre_step_<k> / "
-                         f"post_step_<k> with k from 1 to {MAX_WINDOW_STEPS - 1}")
+    if label not in LABELS and not (step and int(step.group(2)) < MAX_STEPS[step.group(1)]):
+        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}, or pre_step_<k> with k "
+                         f"from 1 to {MAX_STEPS['pre'] - 1} / post_step_<k> with k from 1 to "
+                         f"{MAX_STEPS['post'] - 1}")
 
 
 def step_labels(window: str, steps: int) -> List[str]:
@@ -96,8 +102,9 @@ def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, An
 
 def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     data = {label: load_collection(ctx, index, label) for label in LABELS}
-    steps = int(ctx.profile["canary"].get("window_steps", 1))
-    inside = {window: [load_collection(ctx, index, label) for label in step_labels(window, steps)]
+    steps = dict(zip(("pre", "post"), window_steps(ctx.profile["canary"])))
+    inside = {window: [load_collection(ctx, index, label)
+                       for label in step_labels(window, steps[window])]
               for window in ("pre", "post")}
     states = {h: ctx.state.host(h) for h in batch_hosts(ctx, index)}
     canary = [h for h, st in states.items() if st.get("status") == DONE]
@@ -118,6 +125,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                     hosts[host][field] = str(info[source])
     # batch: the label chat and the audit use ("batch 2 of 3" is index 1), not the index
     return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": batch_label(index),
+            "pre_windows": steps["pre"] // steps["post"],
             "canary": canary, "control": control, "hosts": hosts}
 
 

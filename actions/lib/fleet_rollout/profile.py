@@ -43,6 +43,7 @@ MAX_SYSCTLS = 64
 MAX_CMDLINE_TOKENS = 32
 MAX_INTERFACES = 64
 MAX_WINDOW_STEPS = 12  # canary.window_steps (collect_counters.yaml's label pattern: k < 12)
+MAX_PRE_WINDOWS = 4  # canary.pre_windows; the judge input's pre_windows (the same bound)
 _CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
 
 
@@ -108,6 +109,7 @@ SCHEMA: Dict[str, Any] = {
         "canary": {"type": "object", "additionalProperties": False, "properties": {
             "window_seconds": _num(1, DAY),
             "window_steps": _int(1, MAX_WINDOW_STEPS),
+            "pre_windows": _int(1, MAX_PRE_WINDOWS),
             "soak_seconds": _SECONDS,
             "metric": {"type": "object"},
             "policy": {"type": "object"}}},
@@ -134,8 +136,8 @@ DEFAULTS: Dict[str, Any] = {
     "kernel": {},
     "bios_extra": {},
     "probe": {"budget_ms": 3000},
-    "canary": {"window_seconds": 60, "window_steps": 4, "soak_seconds": 30, "metric": {},
-               "policy": {}},
+    "canary": {"window_seconds": 60, "window_steps": 4, "pre_windows": 3, "soak_seconds": 30,
+               "metric": {}, "policy": {}},
     "batches": {"canary_size": 1, "growth": 2.0, "max_batch": 50,
                 "max_unavailable_per_site": 2, "max_unavailable_per_rack": 1, "parallel": 10,
                 "control_ratio": 2},
@@ -283,6 +285,14 @@ def _check_schema(data: Dict[str, Any], where: str) -> None:
 
 
 MIN_STEP_SECONDS = 5  # a collection of the batch and its controls must fit in a step
+
+
+def window_steps(canary: Dict[str, Any]) -> Tuple[int, int]:
+    """(steps of the pre window, steps of the post window): the post window has window_steps
+    steps, the pre window canary.pre_windows times as many of the same length (a plan stored
+    before pre_windows existed: as many)."""
+    steps = int(canary.get("window_steps", 1))
+    return steps * int(canary.get("pre_windows", 1)), steps
 
 
 def _check_canary(canary: Dict[str, Any], where: str) -> None:

@@ -26,7 +26,7 @@ from fleet_rollout.plan import (
     precheck_hosts,
     render_plan,
 )
-from fleet_rollout.profile import load_profile
+from fleet_rollout.profile import load_profile, window_steps
 from fleet_rollout.redfish.operations import check_desired
 from fleet_rollout.st2api import ActionApi
 from fleet_rollout.states import (
@@ -161,8 +161,9 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
             # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
             "window": whole_seconds(canary["window_seconds"]),
-            # the window in `steps` steps, each collected (gate.py): the delay before each
-            "steps": int(canary.get("window_steps", 1)),
+            # the window in `steps` steps, each collected (gate.py): the delay before each;
+            # the pre window lasts canary.pre_windows windows: pre_steps steps of that length
+            "pre_steps": window_steps(canary)[0], "steps": window_steps(canary)[1],
             "step": whole_seconds(canary["window_seconds"] / int(canary.get("window_steps", 1))),
             "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,

@@ -2,12 +2,14 @@
 
 Method (docs/judge.md, "Method"):
 
-1. Per usable host, e = ln((drops_post+0.5)/packets_post) - ln((drops_pre+0.5)/packets_pre):
-   each host is compared with itself, so hosts that always drop a lot or never drop anything
-   weigh alike, and a traffic change common to the fleet cancels out.
-2. Ceiling first: a canary host whose post-window drop rate is above ``max_drop_rate`` (and
-   above its own pre-window rate changed as the controls' of its site changed) FAILS the batch
-   at once, whatever else the data say.
+1. Per usable host, e = ln((drops_post+0.5)/packets_post) - ln((drops_pre+0.5k)/packets_pre),
+   k the pre window's length in post windows (inputs.py, pre_windows): each host is compared
+   with itself, so hosts that always drop a lot or never drop anything weigh alike, and a
+   traffic change common to the fleet cancels out.
+2. Ceiling: a canary host whose post-window drop rate is above ``max_drop_rate`` (and above
+   its own pre-window rate changed as the dropping controls' of its site changed, by more than
+   CEILING_Z sd of its own noise) FAILS the batch, whatever else the data say; when the
+   comparison FAILs it too, the ceiling is the verdict's second reason.
 3. Guards (guards.py): too few hosts, too little traffic, missing data or a canary traffic shift
    give INCONCLUSIVE, never PASS; a regression shown by enough usable hosts still FAILs when
    only the share guards (missing data, low traffic) failed.
@@ -35,7 +37,13 @@ from fleet_rollout.judge.large_change import IMPROVEMENT as LARGE_IMPROVEMENT
 from fleet_rollout.judge.large_change import REGRESSION as LARGE_REGRESSION
 from fleet_rollout.judge.large_change import LargeChange, large_change
 from fleet_rollout.judge.policy import Policy
-from fleet_rollout.judge.weighted import HostData, site_peers, weighted_test
+from fleet_rollout.judge.weighted import (
+    INFORMATIVE,
+    HostData,
+    information,
+    site_peers,
+    weighted_test,
+)
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -62,6 +70,7 @@ class TestResult:
     tau: float = 0.0  # between-host sd of e with no change (fitted)
     phi: float = 1.0  # over-dispersion of drops (fitted)
     permutations: int = 0  # Monte Carlo relabellings; 0: normal approximation
+    pre_windows: float = 1.0  # the pre window's length in post windows
 
     @property
     def ratio(self) -> float:
@@ -125,9 +134,16 @@ class Verdict:
         }
 
 
-def _common_change(host: HostResult, control: List[HostResult]) -> float:
+CEILING_Z = 2.0  # how many of its own noise's sd a canary's rise must be to break the ceiling
+
+
+def _common_change(host: HostResult, control: List[HostResult], pre_windows: float) -> float:
     """How the drop rate of the controls changed (median e, as a factor): those of the host's
-    site when it has enough of them (a site-wide burst), else all; 1 without controls."""
+    site when it has enough of them (a site-wide burst), else all; only controls that drop
+    (a silent host's e cannot show a burst) when there are any; 1 without controls."""
+    dropping = [h for h in control
+                if (h.drops_pre + h.drops_post) / (1.0 + pre_windows) >= INFORMATIVE]
+    control = dropping or control
     if not control:
         return 1.0
     values = np.array([h.e for h in control], dtype=float)
@@ -135,7 +151,19 @@ def _common_change(host: HostResult, control: List[HostResult]) -> float:
     return math.exp(float(np.median(values if peers is None else values[peers])))
 
 
-def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResult]:
+def _within_noise(host: HostResult, expected: float, test: Optional[TestResult],
+                  pre_windows: float) -> bool:
+    """Whether the canary's rise over its expected rate is within its own noise (the test's
+    phi and tau^2 at its drop level): less than CEILING_Z of its sd."""
+    if test is None or host.drops_pre is None or host.drops_post is None:
+        return False
+    _, _, v = information(np.array([host.drops_pre]), np.array([host.drops_post]), pre_windows)
+    sd = math.sqrt(test.phi * float(v[0]) + test.tau ** 2)
+    return math.log(float(host.rate_post) / expected) < CEILING_Z * sd
+
+
+def _ceiling_breaches(hosts: List[HostResult], policy: Policy, test: Optional[TestResult],
+                      pre_windows: float) -> List[HostResult]:
     control = [h for h in hosts if h.group == "control" and h.usable]
     breaches = []
     for host in hosts:
@@ -146,13 +174,16 @@ def _ceiling_breaches(hosts: List[HostResult], policy: Policy) -> List[HostResul
         if host.rate_post <= policy.max_drop_rate:
             continue
         # what its pre rate would be now had it changed like the controls (of its site)
-        expected = None if host.rate_pre is None else host.rate_pre * _common_change(host,
-                                                                                    control)
+        expected = None if host.rate_pre is None else host.rate_pre * _common_change(
+            host, control, pre_windows)
         if expected is not None and host.rate_post <= expected:
             continue  # it was this bad before the change, or its site got this bad: not the change
         if expected is not None and expected > policy.max_drop_rate and (
                 host.rate_post <= 2.0 * expected):
             continue  # above the ceiling already: only a doubling is the change's doing
+        if expected is not None and expected > 0 and _within_noise(host, expected, test,
+                                                                   pre_windows):
+            continue  # a host near the ceiling crossed it by no more than its noise
         breaches.append(host)
     return sorted(breaches, key=lambda h: -(h.rate_post or 0.0))
 
@@ -165,7 +196,7 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
         data.append(HostData(host.host, host.group == "canary", float(host.e),
                              float(host.drops_pre), float(host.drops_post), host.site,
                              host.model, item.steps_pre, item.steps_post))
-    result = weighted_test(data, policy.ci_level)
+    result = weighted_test(data, policy.ci_level, pre_windows=inp.pre_windows)
     for host, weight in zip(canary + control, result.weights):
         host.weight = round(float(weight), 6)
     x = [h.e for h in canary]
@@ -178,7 +209,7 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
         control_median_e=control_median,
         canary_above_control_median=int(sum(1 for v in x if v > control_median)),
         strata=result.strata, n_strata=result.n_strata, tau=result.tau, phi=result.phi,
-        permutations=result.permutations,
+        permutations=result.permutations, pre_windows=inp.pre_windows,
     )
 
 
@@ -241,12 +272,13 @@ def judge(inp: JudgeInput, policy: Optional[Policy] = None) -> Verdict:
     from fleet_rollout.judge.explain import explain  # local: explain imports this module
 
     policy = policy or Policy()
-    hosts = [evaluate_host(inp.hosts[name], policy) for name in inp.canary + inp.control]
+    hosts = [evaluate_host(inp.hosts[name], policy, inp.pre_windows)
+             for name in inp.canary + inp.control]
     guards = evaluate_guards(inp, hosts, policy)
-    breaches = _ceiling_breaches(hosts, policy)
     canary = [h for h in hosts if h.group == "canary" and h.usable]
     control = [h for h in hosts if h.group == "control" and h.usable]
     test = _test(inp, canary, control, policy) if canary and control else None
+    breaches = _ceiling_breaches(hosts, policy, test, inp.pre_windows)
 
     failed = {g.name for g in guards if not g.ok}
     large = None

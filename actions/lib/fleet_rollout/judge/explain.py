@@ -209,6 +209,7 @@ def render_text(verdict: Verdict, all_hosts: bool = False, width: int = 100) -> 
             ["weighted ratio", _ratio(test.ratio)],
             [f"{test.ci_level:.0%} CI", ci],
             ["noise: host spread tau / over-dispersion phi", f"{test.tau:.3f} / {test.phi:.2f}"],
+            ["pre window", f"{test.pre_windows:g} x the post window"],
             ["median e canary / control",
              f"{test.canary_median_e:+.3f} / {test.control_median_e:+.3f}"],
         ]

@@ -65,10 +65,12 @@ class GuardResult:
 
 
 def log_rate_change(drops_pre: float, packets_pre: float, drops_post: float,
-                    packets_post: float) -> float:
-    """The per-host statistic e of the method (docs/judge.md, Method)."""
+                    packets_post: float, pre_windows: float = 1.0) -> float:
+    """The per-host statistic e of the method (docs/judge.md, Method). A pre window
+    `pre_windows` times as long as the post window gets as much more of the half drop that
+    keeps a silent window's log finite, so a host without any change has e about 0 either way."""
     return (math.log((drops_post + 0.5) / packets_post)
-            - math.log((drops_pre + 0.5) / packets_pre))
+            - math.log((drops_pre + 0.5 * pre_windows) / packets_pre))
 
 
 def _window_problem(window: Any, name: str, policy: Policy) -> Optional[str]:
@@ -84,7 +86,9 @@ def _window_problem(window: Any, name: str, policy: Policy) -> Optional[str]:
     return None
 
 
-def evaluate_host(item: HostWindows, policy: Policy) -> HostResult:
+def evaluate_host(item: HostWindows, policy: Policy, pre_windows: float = 1.0) -> HostResult:
+    """One host's data checked and its e (pre_windows: how many post windows long the pre
+    window is; its traffic is counted per post window's length)."""
     result = HostResult(item.host, item.group, usable=False, site=item.site, model=item.model)
     for name in ("pre", "post"):
         window = getattr(item, name)
@@ -103,17 +107,18 @@ def evaluate_host(item: HostWindows, policy: Policy) -> HostResult:
                 problem = f"{problem} ({item.note})"
             result.exclusion, result.reason = NO_DATA, problem
             return result
-    for name in ("pre", "post"):
-        packets = getattr(result, f"packets_{name}")
+    for name, length in (("pre", pre_windows), ("post", 1.0)):
+        packets = getattr(result, f"packets_{name}") / length
         if packets < policy.min_packets:
             result.exclusion = LOW_TRAFFIC
-            result.reason = (f"too little traffic: {packets:.0f} packets in the {name} window "
-                             f"(need {policy.min_packets})")
+            per = "" if length == 1.0 else " per post window's length"
+            result.reason = (f"too little traffic: {packets:.0f} packets{per} in the {name} "
+                             f"window (need {policy.min_packets})")
             return result
     result.usable = True
     result.e = log_rate_change(result.drops_pre, result.packets_pre, result.drops_post,
-                               result.packets_post)
-    result.traffic_ratio = result.packets_post / result.packets_pre
+                               result.packets_post, pre_windows)
+    result.traffic_ratio = result.packets_post * pre_windows / result.packets_pre
     return result
 
 

@@ -23,6 +23,9 @@ A window is either reduced (``drops``, ``packets``, optional ``coverage`` 0..1, 
 two raw collector snapshots (``start``/``end``, and optionally ``between``: the snapshots taken
 at the steps inside the window, in order) that are reduced here with the policy's metric; the
 drops between consecutive snapshots are the window's steps.
+``pre_windows`` (optional, 1 to 4, default 1): the pre window lasts that many post windows (the
+hosts' longer history before the change measures their rate before more precisely); its steps
+are as long as the post window's.
 ``null`` (or no key) means the host has no usable data for that window. A host listed in
 ``canary``/``control`` without an entry in ``hosts`` has no data either; the guards count it.
 """
@@ -38,10 +41,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from fleet_rollout.counters.deltas import WindowCounts, window_from_snapshots
 from fleet_rollout.counters.metric import DEFAULT_METRIC, MetricDefinition
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.profile import MAX_PRE_WINDOWS  # the pre window: up to this many post windows
 
 SCHEMA_VERSION = 1
-TOP_KEYS = ("schema_version", "rollout", "batch", "comment", "windows", "canary", "control",
-            "hosts")
+TOP_KEYS = ("schema_version", "rollout", "batch", "comment", "windows", "pre_windows", "canary",
+            "control", "hosts")
 HOST_KEYS = ("pre", "post", "note", "site", "model")
 WINDOW_KEYS = ("drops", "packets", "coverage", "seconds", "problem", "wraps", "resets", "detail",
                "steps")
@@ -74,6 +78,7 @@ class JudgeInput:
     post_window: Optional[Tuple[float, float]] = None
     rollout: Optional[str] = None
     batch: Optional[Any] = None
+    pre_windows: float = 1.0  # how many post windows long the pre window is (its steps too)
 
     def group(self, name: str) -> List[HostWindows]:
         return [self.hosts[host] for host in (self.canary if name == "canary" else self.control)]
@@ -242,6 +247,7 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
     if both:
         raise ConfigError(f"{where}: {', '.join(both)} listed as both canary and control")
 
+    pre_windows = _pre_windows(data.get("pre_windows", 1), f"{where}.pre_windows")
     pre_window = post_window = None
     expected: Dict[str, Optional[float]] = {"pre": None, "post": None}
     if data.get("windows") is not None:
@@ -263,10 +269,11 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
         if post_window[0] < pre_window[1]:
             raise ConfigError(f"{where}.windows: post starts before pre ends")
         pre_len, post_len = expected["pre"] or 0.0, expected["post"] or 0.0
-        if abs(pre_len - post_len) > EQUAL_WINDOW_TOLERANCE * max(pre_len, post_len):
+        if abs(pre_len - pre_windows * post_len) > EQUAL_WINDOW_TOLERANCE * pre_len:
             raise ConfigError(
                 f"{where}.windows: pre lasts {pre_len:g} s and post {post_len:g} s; the method "
-                "compares equal windows (same length for pre and post)"
+                f"needs a pre window {pre_windows:g} times as long as the post window "
+                "(pre_windows; same length when it is not given)"
             )
 
     hosts_data = data.get("hosts")
@@ -306,7 +313,14 @@ def judge_input_from_dict(data: Any, metric: MetricDefinition = DEFAULT_METRIC,
         result[host] = item
     rollout = data.get("rollout")
     return JudgeInput(groups["canary"], groups["control"], result, pre_window, post_window,
-                      None if rollout is None else str(rollout), data.get("batch"))
+                      None if rollout is None else str(rollout), data.get("batch"), pre_windows)
+
+
+def _pre_windows(value: Any, where: str) -> float:
+    if not _is_number(value) or not 1 <= value <= MAX_PRE_WINDOWS:
+        raise ConfigError(f"{where}: must be a number from 1 to {MAX_PRE_WINDOWS} (how many post "
+                          f"windows long the pre window is), got {value!r}")
+    return float(value)
 
 
 def load_judge_input(path: str, metric: MetricDefinition = DEFAULT_METRIC) -> JudgeInput:

@@ -11,10 +11,10 @@ decided when every usable canary shows it on three counts:
 * against the noise of this fleet: that difference is at least ``Z_LARGE`` standard deviations
   of a host of its drop level (phi and tau^2 fitted on the controls, weighted.py's model);
 * against its own history: the window that shows the change carries at least ``MIN_DROPS``
-  drops (the post window for a rise, the pre window for a fall: a quiet host's 3 drops that
-  became none are no evidence), and when the input has its per-step drops, the median step of
-  its post window is at least sqrt(large_change) times the mean step of its pre window (at
-  most 1/sqrt for an improvement), so one burst cannot make the change.
+  drops (the post window for a rise, the pre window per post window's length for a fall: a
+  quiet host's 3 drops that became none are no evidence), and when the input has its per-step
+  drops, the median step of its post window is at least sqrt(large_change) times the mean step
+  of its pre window (at most 1/sqrt for an improvement), so one burst cannot make the change.
 
 A large regression FAILs. A large improvement PASSes only when every listed canary has usable
 data (a canary that went silent may be one that broke). Anything else stays INCONCLUSIVE.
@@ -41,7 +41,8 @@ from fleet_rollout.judge.weighted import (
 )
 
 Z_LARGE = 2.5
-MIN_DROPS = 20  # drops the window that shows the change must carry (post: a rise, pre: a fall)
+MIN_DROPS = 20  # drops the window that shows the change must carry (post: a rise, pre: a fall,
+#                 per post window's length)
 REGRESSION = "large_regression"
 IMPROVEMENT = "large_improvement"
 
@@ -70,7 +71,8 @@ def _noise(inp: JudgeInput, control: List[HostResult]) -> tuple:
     """(phi, tau^2, the controls' e, their weights) of the controls (weighted.py's model)."""
     e = np.array([h.e for h in control], dtype=float)
     lam, sens, v = information(np.array([h.drops_pre for h in control], dtype=float),
-                               np.array([h.drops_post for h in control], dtype=float))
+                               np.array([h.drops_post for h in control], dtype=float),
+                               inp.pre_windows)
     disp = np.array([np.nan if d is None else d for d in (
         dispersion(inp.hosts[h.host].steps_pre, inp.hosts[h.host].steps_post)
         for h in control)], dtype=float)
@@ -99,12 +101,14 @@ def large_change(inp: JudgeInput, canary: List[HostResult], control: List[HostRe
     rows = []
     for host in canary:
         centre, centre_sd = _centre(host, control, control_e, weights)
-        lam = 0.5 * (host.drops_pre + host.drops_post)
-        sd = math.sqrt(phi * 2.0 / (lam + 0.5) + tau2 + centre_sd ** 2)
+        _, _, v = information(np.array([host.drops_pre]), np.array([host.drops_post]),
+                              inp.pre_windows)
+        sd = math.sqrt(phi * float(v[0]) + tau2 + centre_sd ** 2)
         diff = float(host.e) - centre
         rows.append({"host": host.host, "ratio": math.exp(diff), "z": diff / sd,
                      "step_ratio": _step_ratio(inp, host.host), "diff": diff,
-                     "drops": {REGRESSION: host.drops_post, IMPROVEMENT: host.drops_pre}})
+                     "drops": {REGRESSION: host.drops_post,
+                               IMPROVEMENT: host.drops_pre / inp.pre_windows}})
     for reason, sign in ((REGRESSION, 1.0), (IMPROVEMENT, -1.0)):
         if reason == IMPROVEMENT and not all_canaries_usable:
             continue

@@ -276,9 +276,9 @@ def _subsets(rng: np.random.Generator, count: int, n: int, m: int) -> np.ndarray
 
 
 def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
-                  permutations: int = PERMUTATIONS) -> WeightedResult:
+                  permutations: int = PERMUTATIONS, pre_windows: float = 1.0) -> WeightedResult:
     """One-sided test of "canaries' e is larger" (see the module text). Needs at least one
-    canary and one control."""
+    canary and one control. pre_windows: how many post windows long the pre window is."""
     from scipy import stats as _stats
 
     canary = np.array([h.canary for h in hosts], dtype=bool)
@@ -288,7 +288,7 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     d0 = np.array([h.drops_pre for h in hosts], dtype=float)
     d1 = np.array([h.drops_post for h in hosts], dtype=float)
     level, strata = choose_strata(hosts)
-    lam, sens, v = information(d0, d1)
+    lam, sens, v = information(d0, d1, pre_windows)
     disp = np.array([np.nan if h.dispersion is None else h.dispersion for h in hosts])
     centre = _centres(e, sens / v, strata)
     phi, tau2 = noise_model(e - centre, v, lam, disp)
@@ -360,12 +360,15 @@ def _estimate(raw: np.ndarray, w: np.ndarray, canary: np.ndarray, strata: np.nda
     return total / weight, (half if half <= MAX_HALF_WIDTH else math.inf)
 
 
-def information(drops_pre: np.ndarray, drops_post: np.ndarray
+def information(drops_pre: np.ndarray, drops_post: np.ndarray, pre_windows: float = 1.0
                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(lam, s, v) per host: its mean drops per window, how far its e can move (s, never 0:
-    every used host counts a little) and the Poisson variance of its e before phi and tau^2."""
-    lam = 0.5 * (drops_pre + drops_post)
-    return lam, np.maximum(lam, 0.05) / (lam + 0.5), 2.0 / (lam + 0.5)
+    """(lam, s, v) per host: its mean drops per post window, how far its e can move (s, never
+    0: every used host counts a little) and the Poisson variance of its e before phi and tau^2.
+    A pre window `pre_windows` times as long as the post window measures the rate before more
+    precisely: v = (1 + 1/pre_windows) / (lam + 0.5)."""
+    lam = (drops_pre + drops_post) / (1.0 + pre_windows)
+    return (lam, np.maximum(lam, 0.05) / (lam + 0.5),
+            (1.0 + 1.0 / pre_windows) / (lam + 0.5))
 
 
 def site_peers(site: Optional[str], sites: Sequence[Optional[str]]) -> Optional[np.ndarray]:
