@@ -91,6 +91,14 @@ def test_bad_inputs_fail_before_any_host_is_touched(small_lab, tmp_path):
         sim.set_config(inventory=inventory)
     assert execution["status"] == "failed" and "/nonexistent/inventory.yml" in error_text(
         execution)
+    # a pack config that names no inventory: refused, never some default file
+    sim.set_config(inventory="")
+    try:
+        execution = sim.run("fleet_rollout.rollout", profile=sim.profile("interleave-on"))
+    finally:
+        sim.set_config(inventory=inventory)
+    assert execution["status"] == "failed"
+    assert "pack config: inventory is not set" in error_text(execution)
     _assert_untouched(sim, sim.host_names())
 
 

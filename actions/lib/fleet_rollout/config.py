@@ -20,7 +20,7 @@ class PackConfig:
     allow_insecure_http: bool = False
     redfish_timeout: float = 30.0
     redfish_get_retries: int = 4
-    inventory: str = "inventory/lab.yml"
+    inventory: str = ""  # no default: a rollout never falls back to some file (plan refuses)
     state_dir: str = "/var/lib/fleet_rollout"
     chat_route: str = "chatops"
     chat_channel: str = "fleet-rollout"
@@ -45,6 +45,16 @@ class PackConfig:
     def __repr__(self) -> str:  # never print credentials
         return (f"PackConfig(inventory={self.inventory!r}, credentials="
                 f"{sorted(self.credentials)!r}, ca_bundle={self.ca_bundle!r})")
+
+    def inventory_source(self) -> str:
+        """The inventory every rollout plans from (relative: to the pack directory); a clear
+        error when the pack config names none."""
+        if not self.inventory:
+            raise ConfigError("pack config: inventory is not set; name the Ansible inventory of "
+                              "your fleet (a file, directory or script) in the pack config "
+                              "(configs/fleet_rollout.yaml: inventory: /etc/ansible/fleet.yml); "
+                              "`fleet-rollout lab up` writes one for the lab")
+        return self.resolve(self.inventory)
 
     def resolve(self, path: str) -> str:
         """Relative paths in the config are relative to the pack directory."""
@@ -90,7 +100,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             allow_insecure_http=bool(data.get("allow_insecure_http", False)),
             redfish_timeout=float(data.get("redfish_timeout", 30)),
             redfish_get_retries=int(data.get("redfish_get_retries", 4)),
-            inventory=str(data.get("inventory") or "inventory/lab.yml"),
+            inventory=str(data.get("inventory") or ""),
             state_dir=str(data.get("state_dir") or "/var/lib/fleet_rollout"),
             chat_route=str(data.get("chat_route") or "chatops"),
             chat_channel=str(data.get("chat_channel") or "fleet-rollout"),

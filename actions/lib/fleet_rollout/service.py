@@ -94,7 +94,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     prof = load_profile(profile, profile_dir(config, profile))
     if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
         approvals.require_approvers(config, prof.name)
-    source = config.resolve(config.inventory)
+    source = config.inventory_source()
     everyone, hosts = load_fleet(source, targets, cache_hostvars=True, cache_dir=config.state_dir)
     for host in hosts:
         config.endpoint(host)  # every credential name resolves, before anything else
