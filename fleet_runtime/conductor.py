@@ -18,9 +18,9 @@ which is O(items^2) per task. This subclass changes only how the same data is co
 
 It also replaces `TaskStateMachine.add_context_to_task_item_event` (which deep-copies the item
 list and filters it five times per item event, O(items^2) per task) by `_item_event_name`: the
-same event names from status counts (tests/test_runtime_orquesta.py checks both agree on random
-item states). Everything else (state machines, transitions, retry, join, publish) is orquesta's
-own code.
+same event names from status counts (tests/runtime/test_runtime_compat.py checks both agree
+on random item states). Everything else (state machines, transitions, retry, join, publish) is
+orquesta's own code.
 """
 from __future__ import annotations
 

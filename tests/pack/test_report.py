@@ -8,9 +8,9 @@ import html
 import os
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import locations
 import pytest
 
 from fleet_rollout.audit import Audit
@@ -30,7 +30,7 @@ from fleet_rollout.report import (
 )
 from fleet_rollout.store import MemoryStore, RolloutState
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = locations.ROOT
 FIXTURES = ROOT / "tests" / "fixtures" / "judge"
 T0 = 1_700_000_000.0
 EVIL = "<script>alert(1)</script>"

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import locations
 import pytest
 
 from fleet_lab.hosts import boot_config
@@ -25,7 +26,7 @@ from fleet_rollout.errors import HostError
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = locations.ROOT
 SLOW = {"LabReceiveSlowdown": "Enabled"}  # receiver rate 4000 / 4 = 1000 packets/s
 CONFIGS = {
     "vm-numa": boot_config("vm-numa", "home", "disabled"),

@@ -3,9 +3,9 @@ action's enum, the host_change workflow's task chain, the HostRun step registry,
 the report and the finish action all name the same things in the same order."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Dict, List
 
+import locations
 import pytest
 import yaml
 
@@ -14,7 +14,7 @@ from fleet_rollout.profile import load_profile
 from fleet_rollout.report import style
 from fleet_rollout.report.batches import batch_section
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = locations.ROOT
 
 
 def _yaml(path: str) -> Dict[str, Any]:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import locations
 import pytest
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.judge import Policy, load_policy, policy_from_dict
 
-FIXTURES = Path(__file__).parent / "fixtures" / "judge"
+FIXTURES = locations.FIXTURES / "judge"
 
 
 def test_defaults() -> None:

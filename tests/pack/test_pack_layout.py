@@ -4,12 +4,12 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
-from pathlib import Path
 
+import locations
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = locations.ROOT
 
 
 def _python38() -> str:

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import locations
 import pytest
 
 from fleet_rollout.counters.metric import metric_from_dict
@@ -13,7 +14,7 @@ from fleet_rollout.errors import ConfigError
 from fleet_rollout.judge import judge, judge_input_from_dict, load_judge_input
 from fleet_rollout.judge.inputs import parse_time
 
-FIXTURES = Path(__file__).parent / "fixtures" / "judge"
+FIXTURES = locations.FIXTURES / "judge"
 EXAMPLE = json.loads((FIXTURES / "example.json").read_text())
 
 

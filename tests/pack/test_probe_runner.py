@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 from typing import List, Sequence
 
+import locations
 import pytest
 
 from fleet_rollout.errors import HostError
@@ -19,11 +19,9 @@ from fleet_rollout.probe import (
     run_probe,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
+FIXTURES = locations.FIXTURES / "probe"
 
 
-if str(FIXTURES) not in sys.path:
-    sys.path.insert(0, str(FIXTURES))
 import probe_helpers as helpers  # noqa: E402
 
 sysfs_tree = helpers.load_module("sysfs_tree")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional
 
+import locations
 import pytest
 
 from fleet_rollout.counters import collector
@@ -17,9 +18,9 @@ from fleet_rollout.counters.deltas import window_from_snapshots
 from fleet_rollout.counters.metric import DEFAULT_METRIC, metric_from_dict
 from fleet_rollout.counters.parsers import CounterFormatError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = locations.ROOT
 COLLECTOR = ROOT / "actions" / "lib" / "fleet_rollout" / "counters" / "collector.py"
-FIXTURES = Path(__file__).parent / "fixtures" / "counters"
+FIXTURES = locations.FIXTURES / "counters"
 
 SOFTNET_LINE = "{processed:08x} {dropped:08x} {squeeze:08x} 00000000 00000000 00000000 " \
                "00000000 00000000 00000000 00000000 00000000 00000000 {cpu:08x}\n"

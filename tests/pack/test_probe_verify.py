@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Dict
 
+import locations
 import pytest
 
 from fleet_rollout.errors import ConfigError
@@ -17,7 +17,7 @@ from fleet_rollout.probe import (
     verify,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
+FIXTURES = locations.FIXTURES / "probe"
 
 # fixture -> the BIOS state it was recorded in (snoop_mode, node_interleaving, sockets)
 RECORDED = {

@@ -6,14 +6,14 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List
 
+import locations
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
+FIXTURES = locations.FIXTURES / "probe"
 
 # Stated bound: over RUNS runs at the default budget whose matrix is sound (>= 3 repetitions,
 # worst cell CV within cv_limit, buffer >= 2 x LLC; up to MAX_ATTEMPTS runs are made to get them),
@@ -25,8 +25,6 @@ RUNS = 4
 MAX_ATTEMPTS = 10
 
 
-if str(FIXTURES) not in sys.path:
-    sys.path.insert(0, str(FIXTURES))
 import probe_helpers as helpers  # noqa: E402
 
 sysfs_tree = helpers.load_module("sysfs_tree")

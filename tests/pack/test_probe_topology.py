@@ -4,16 +4,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
+import locations
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "probe"
+FIXTURES = locations.FIXTURES / "probe"
 
 
-if str(FIXTURES) not in sys.path:
-    sys.path.insert(0, str(FIXTURES))
 import probe_helpers as helpers  # noqa: E402
 
 sysfs_tree = helpers.load_module("sysfs_tree")

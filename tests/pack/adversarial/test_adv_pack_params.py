@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, Tuple
 
+import locations
 import pytest
 import yaml
 from jsonschema import Draft4Validator
@@ -18,7 +19,7 @@ from fleet_rollout import names
 from fleet_rollout.plan import new_rollout_id
 from fleet_runtime.aliases import ParseError, extract_parameters
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = locations.ROOT
 ACTIONS = sorted((ROOT / "actions").glob("*.yaml"))
 ALIASES = sorted((ROOT / "aliases").glob("*.yaml"))
 RUNNER_PARAMS = {"timeout"}  # st2 runner parameters the pack only gives a default

@@ -14,9 +14,9 @@ import socket
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+import locations
 import pytest
 
 from fleet_rollout.counters.metric import DEFAULT_METRIC, CounterTerm, metric_from_dict
@@ -28,7 +28,7 @@ from fleet_rollout.counters.prometheus import (
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.judge import judge, judge_input_from_dict
 
-FIXTURES = Path(__file__).parent / "fixtures" / "counters" / "prometheus"
+FIXTURES = locations.FIXTURES / "counters" / "prometheus"
 LOOKBACK = 300.0
 START, END, STEP = 1000.0, 4600.0, 60.0
 SCRAPE = 15.0

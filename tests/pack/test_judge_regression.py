@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import locations
 import numpy as np
 import pytest
 
 from fleet_rollout.judge.stats import hodges_lehmann
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = locations.FIXTURES
 
 
 def _generator() -> Any:

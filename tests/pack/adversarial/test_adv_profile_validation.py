@@ -11,6 +11,7 @@ import random
 import re
 from typing import Any, Dict, List, Tuple
 
+import locations
 import pytest
 import yaml
 
@@ -22,7 +23,7 @@ from fleet_rollout.profile import (
     validate_profile,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(locations.ROOT)
 HOST_SCRIPT = os.path.join(ROOT, "playbooks", "files", "fleet_host.py")
 FUZZ_COUNT = 500
 FUZZ_SEED = 1313

@@ -15,6 +15,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, Dict, List
 
+import locations
 import pytest
 import yaml
 from process_support import command_lines
@@ -30,7 +31,7 @@ from fleet_rollout.hostside.operations import HostSide
 from fleet_rollout.redfish.power import BootMarker
 
 HOSTS = ["sim-001", "sim-002", "sim-003"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(locations.ROOT)
 
 
 @pytest.fixture()

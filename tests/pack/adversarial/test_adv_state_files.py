@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from pathlib import Path
 
+import locations
 import pytest
 import yaml
 
@@ -16,7 +16,7 @@ from fleet_rollout.audit import Audit
 from fleet_rollout.profile import DEFAULTS, validate_profile
 from fleet_rollout.store import FileStore, MemoryStore, RolloutState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = locations.ROOT
 
 
 def test_a_half_written_audit_line_is_counted_not_fatal(tmp_path):

@@ -10,8 +10,8 @@ from functools import lru_cache
 from typing import Set, Tuple
 
 import pytest
+from locations import ROOT
 from redfish_support import bmc_fleet
-from test_pack_layout import ROOT
 
 from fleet_lab.bmcsim import payloads
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List
 
+import locations
 import pytest
 import yaml
 
@@ -19,7 +20,7 @@ from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import check_extravars, check_host_names, run_playbook
 from fleet_rollout.hostside.operations import HostSide
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(locations.ROOT)
 HOST_SCRIPT = os.path.join(ROOT, "playbooks", "files", "fleet_host.py")
 GOOD = {"sysctl": {"net.core.rmem_max": 8388608}, "cmdline": {"add": ["intel_idle.max_cstate=1"]}}
 

@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import locations
 import pytest
 
 from fleet_runtime.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "fixtures" / "judge"
+ROOT = locations.ROOT
+FIXTURES = locations.FIXTURES / "judge"
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Dict, List, Optional
 
+import locations
 import numpy as np
 import pytest
 
@@ -23,7 +23,7 @@ from fleet_rollout.judge.core import SHARE_GUARDS
 from fleet_rollout.judge.explain import render_text
 from fleet_rollout.judge.guards import log_rate_change
 
-FIXTURES = Path(__file__).parent / "fixtures" / "judge"
+FIXTURES = locations.FIXTURES / "judge"
 
 
 def fleet(canary_factor: float = 1.0, n_canary: int = 8, n_control: int = 32, seed: int = 1,

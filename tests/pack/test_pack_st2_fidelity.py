@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
+import locations
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = locations.ROOT
 PACK_YAML = sorted(p for d in ("actions", "rules", "aliases", "policies", "triggers")
                    for p in (ROOT / d).rglob("*.yaml")) + [ROOT / "pack.yaml",
                                                              ROOT / "config.schema.yaml"]

@@ -36,7 +36,7 @@ PACK_FILES: Dict[str, str] = {
     "pack.yaml": """\
 ref: st2_strict
 name: st2_strict
-description: What StackStorm refuses or treats strictly (tests/test_runtime_st2_strict.py).
+description: What StackStorm refuses or treats strictly (tests/runtime/test_runtime_st2_strict.py).
 version: 0.1.0
 author: fleet_rollout engineers
 """,

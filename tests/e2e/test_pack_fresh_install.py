@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import locations
+
 from fleet_rollout.probe.build import ensure_probe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = locations.ROOT
 
 
 def fresh_pack(dest: Path) -> Path:

@@ -1,8 +1,7 @@
 """Counter file parsers on real-format samples (several kernels, three NIC drivers)."""
 from __future__ import annotations
 
-from pathlib import Path
-
+import locations
 import pytest
 
 from fleet_rollout.counters.parsers import (
@@ -15,7 +14,7 @@ from fleet_rollout.counters.parsers import (
 )
 from fleet_rollout.errors import HostError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "counters"
+FIXTURES = locations.FIXTURES / "counters"
 
 
 def _text(*parts: str) -> str:
