@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.t
 	./scripts/install-system-packages.sh system-packages.txt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
-	echo "$(CURDIR)/actions/lib" > "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
+	# fleet_rollout is a package of pyproject.toml now: drop the .pth an older install wrote
+	rm -f "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
 	touch $@
 
 # The st2 CLI (st2client) pins its own dependencies: a virtualenv of its own.
