@@ -46,7 +46,7 @@ test: install probe lint
 	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 demo: install probe
-	$(VPY) -m fleet_runtime.demo
+	$(VPY) -m fleet_lab.demo
 
 bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api \
        bench-host-step bench-host-change bench-warm bench-fleet

@@ -1,28 +1,42 @@
-"""`fleet-rollout` command line: discovers the sub-commands in fleet_runtime.commands."""
+"""`fleet-rollout` command line: the runtime's sub-commands (fleet_runtime.commands) and those
+that live with what they drive, found through the `fleet_rollout.commands` entry points (the
+lab's `lab` and `bmc-sim`, the pack library's `judge`): the runtime imports neither."""
 from __future__ import annotations
 
 import argparse
 import importlib
 import pkgutil
 import sys
-from typing import List, Optional
+from importlib.metadata import entry_points
+from typing import Any, Callable, Dict, List, Optional
 
 from fleet_runtime import commands, home
 
 # Commands that open a runtime home (and may write to it or start the engine).
 RUNTIME_COMMANDS = ("api", "chat", "engine", "execution", "inquiry", "key", "pack", "run")
+PLUGIN_GROUP = "fleet_rollout.commands"
 
 
-def _command_modules(argv: Optional[List[str]]) -> List[str]:
+def _registrars() -> Dict[str, Callable[[], Callable[[Any], None]]]:
+    """Command module name -> a loader of its `register(subparsers)`."""
+    found: Dict[str, Callable[[], Callable[[Any], None]]] = {}
+    for info in pkgutil.iter_modules(commands.__path__):
+        if not info.name.startswith("_"):
+            found[info.name] = (lambda name=info.name: getattr(importlib.import_module(
+                f"{commands.__name__}.{name}"), "register", None))
+    for point in entry_points(group=PLUGIN_GROUP):
+        found.setdefault(point.name, point.load)
+    return found
+
+
+def _command_modules(argv: Optional[List[str]], names: List[str]) -> List[str]:
     """The command modules to load: only the named command's when the first argument names one
     (`key get` need not import the judge's scipy or the lab), else all of them (help, errors)."""
-    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__)
-                   if not i.name.startswith("_"))
     first = next((a for a in (argv or []) if not a.startswith("-")), None)
     wanted = first.replace("-", "_") if first else None
     if wanted in names and (argv or [])[0] == first:
         return [wanted]
-    return names
+    return sorted(names)
 
 
 def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
@@ -32,9 +46,9 @@ def build_parser(argv: Optional[List[str]] = None) -> argparse.ArgumentParser:
         description="Staged BIOS/kernel rollouts: embedded StackStorm runtime, lab and tools.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _command_modules(argv):
-        module = importlib.import_module(f"{commands.__name__}.{name}")
-        register = getattr(module, "register", None)
+    registrars = _registrars()
+    for name in _command_modules(argv, list(registrars)):
+        register = registrars[name]()
         if register is not None:
             register(subparsers)
     return parser

@@ -28,7 +28,7 @@ def test_make_demo_end_to_end(tmp_path, backend):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
                DEMO_SIM_HOSTS="10", DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
                DEMO_INVENTORY=str(tmp_path / "inventory.yml"))  # not the repo's .lab/
-    proc = subprocess.run([sys.executable, "-m", "fleet_runtime.demo"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "fleet_lab.demo"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=2700)
     out = proc.stdout
     assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]

@@ -184,9 +184,12 @@ LOADED = """
 import sys
 from fleet_runtime import cli
 parser = cli.build_parser(sys.argv[1:])
-print(sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("fleet_runtime.commands.")
-             and not m.endswith("._common")))
+names = [m.rsplit(".", 1)[1] for m in sys.modules
+         if m.startswith(("fleet_runtime.commands.", "fleet_lab.commands."))
+         and not m.endswith("._common")]
+print(sorted(names + (["judge"] if "fleet_rollout.judge.cli" in sys.modules else [])))
 print("scipy" in sys.modules)
+print(sorted(p for p in ("fleet_lab", "fleet_rollout") if p in sys.modules))
 """
 
 
@@ -197,14 +200,16 @@ def test_a_sub_command_loads_only_its_own_module() -> None:
     def loaded(*argv: str) -> list:
         out = subprocess.run([sys.executable, "-c", LOADED, *argv], cwd=str(REPO_ROOT),
                              capture_output=True, text=True, check=True).stdout.splitlines()
-        return [out[0], out[1]]
+        return [out[0], out[1], out[2]]
 
-    assert loaded("key", "get", "x") == ["['key']", "False"]
-    assert loaded("bmc-sim", "--count", "2") == ["['bmc_sim']", "False"]
-    everything, _ = loaded("--help")
+    # the runtime's own commands import neither the lab nor the pack library; the lab's and
+    # the judge's commands come through the fleet_rollout.commands entry points
+    assert loaded("key", "get", "x") == ["['key']", "False", "[]"]
+    assert loaded("bmc-sim", "--count", "2") == ["['bmc_sim']", "False", "['fleet_lab']"]
+    everything, _, _ = loaded("--help")
     for name in ("api", "bmc_sim", "judge", "key", "lab", "run"):
         assert f"'{name}'" in everything
-    assert loaded("no-such-command") == [everything, "True"]
+    assert loaded("no-such-command") == [everything, "True", "['fleet_lab', 'fleet_rollout']"]
     wrong = subprocess.run([sys.executable, "-m", "fleet_runtime.cli", "no-such-command"],
                            cwd=str(REPO_ROOT), capture_output=True, text=True)
     assert wrong.returncode == 2 and "invalid choice" in wrong.stderr and "judge" in wrong.stderr
