@@ -23,7 +23,7 @@ import yaml  # noqa: E402
 from fleet_lab.hosts import boot_config  # noqa: E402
 from fleet_lab.simhost import SimBackend  # noqa: E402
 from fleet_rollout import hostvars  # noqa: E402
-from fleet_rollout.hostside.operations import HostSide  # noqa: E402
+from fleet_rollout.hostside.playbook_steps import HostSide  # noqa: E402
 
 SIM = "sim-001"
 

@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 import yaml  # noqa: E402
 
 from fleet_lab import lab  # noqa: E402
-from fleet_rollout.hostside.operations import HostSide  # noqa: E402
+from fleet_rollout.hostside.playbook_steps import HostSide  # noqa: E402
 from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession  # noqa: E402
 from fleet_rollout.redfish.discovery import discover  # noqa: E402
 from fleet_rollout.redfish.power import reset  # noqa: E402

@@ -9,7 +9,7 @@
 3. One apply across N BMCs at once (default 500 and 2,000) with a simulated reboot time T:
    wall time over a TRUE lower bound, and requests per host per personality. The lower bound is
    what no client can beat: the reboot phases the simulated BMCs go through until they report
-   POST finished (fleet_lab.bmcsim.model.Timing: shutdown + off + POST, or half of POST for
+   POST finished (fleet_lab.bmcsim.bmc_state.Timing: shutdown + off + POST, or half of POST for
    iLO's PostState InPostDiscoveryComplete), plus the client's own unavoidable waits (the
    Retry-After a task-returning PATCH asks for). The client is told the reboot time to expect
    (Timeouts.reboot), as an operator would configure it. The simulator runs in its own process
@@ -36,9 +36,9 @@ sys.path.insert(0, ROOT)
 
 import requests  # noqa: E402
 
-from fleet_lab.bmcsim.model import Timing  # noqa: E402
+from fleet_lab.bmcsim.bmc_state import Timing  # noqa: E402
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired, vendor  # noqa: E402
-from fleet_rollout.redfish import registry as rf_registry  # noqa: E402
+from fleet_rollout.redfish import attribute_registry as rf_registry  # noqa: E402
 from fleet_rollout.redfish.client import BmcEndpoint  # noqa: E402
 from fleet_rollout.redfish.operations import Timeouts, apply_bios, restore_bios  # noqa: E402
 

@@ -324,7 +324,7 @@ def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
     """Run the rollout with a background engine, as st2 would; every question it asks (an
     INCONCLUSIVE verdict: extend, proceed or roll back) is answered at once like the demo's SRE
     (proceed), so the time measured is the rollout's own."""
-    from fleet_runtime.store import Store
+    from fleet_runtime.database import Store
 
     home = env["FLEET_ROLLOUT_HOME"]
     engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"],

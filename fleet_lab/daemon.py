@@ -69,7 +69,7 @@ class Daemon:
         self.state_dir = os.path.abspath(state_dir)
         self.p = paths(self.state_dir)
         self.config: LabConfig = load_config(self.state_dir)
-        from fleet_lab.vm.model import RATE_SCALE_ENV
+        from fleet_lab.vm.drop_model import RATE_SCALE_ENV
 
         os.environ[RATE_SCALE_ENV] = str(self.config.rate_scale or 1.0)
         self.stopping = asyncio.Event()

@@ -40,9 +40,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from fleet_lab import lab
 from fleet_lab.chatops import stack
 from fleet_lab.chatops.irc_client import IrcClient, IrcLine
+from fleet_runtime.database import Store
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.home import RuntimeHome
-from fleet_runtime.store import Store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.environ.get("DEMO_STATE_DIR") or os.path.join(REPO, ".lab", "demo")

@@ -1,7 +1,7 @@
 """Traffic for the lab: UDP to every server that is in service, so drop counters really move.
 
 vm backend: a UDP sender on the host to each guest's forwarded UDP port; the guest's receiver
-reads at a rate set by the BIOS settings in effect (fleet_lab.vm.model), so the guest kernel
+reads at a rate set by the BIOS settings in effect (fleet_lab.vm.drop_model), so the guest kernel
 counts real drops (Udp RcvbufErrors/InErrors). A host is sent to only while its health check
 answers 200 (a drained host answers 503: traffic stops, like a load balancer would).
 
@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 
 from fleet_lab.hosts import BootConfig
 from fleet_lab.simhost import SNMP_UDP_FIELDS, _write
-from fleet_lab.vm.model import receive_rate
+from fleet_lab.vm.drop_model import receive_rate
 
 
 @dataclass

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_runtime.store import KV_SCHEMA, thread_connection
+from fleet_runtime.database import KV_SCHEMA, thread_connection
 
 SYSTEM_SCOPE = "system"
 USER_SCOPE = "user"

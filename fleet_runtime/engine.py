@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet_runtime import compat, masking, st2ctx, templating
 from fleet_runtime import params as params_util
+from fleet_runtime.database import Store, new_id
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.engine_actions import ActionsMixin
 from fleet_runtime.engine_configs import ConfigsMixin
@@ -82,7 +83,6 @@ from fleet_runtime.errors import (
 )
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.packs import Action, Registry
-from fleet_runtime.store import Store, new_id
 from fleet_runtime.warm import WarmPool
 
 # Names other modules import from here (the engine used to be this one module).

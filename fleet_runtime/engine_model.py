@@ -15,10 +15,10 @@ from fleet_runtime.conductor import RuntimeConductor
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
+    from fleet_runtime.database import Store
     from fleet_runtime.datastore import Datastore
     from fleet_runtime.home import RuntimeHome
     from fleet_runtime.packs import Registry
-    from fleet_runtime.store import Store
 
 # the engine's logger keeps the name it had before the engine was split into modules
 LOG = logging.getLogger("fleet_runtime.engine")

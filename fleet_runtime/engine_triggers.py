@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional
 from fleet_runtime import params as params_util
 from fleet_runtime import rules as rules_util
 from fleet_runtime import templating
+from fleet_runtime.database import new_id
 from fleet_runtime.engine_model import (
     ABANDONED,
     FAILED,
@@ -20,7 +21,6 @@ from fleet_runtime.engine_model import (
     _iso,
     _json,
 )
-from fleet_runtime.store import new_id
 
 
 class TriggersMixin(EngineState):

@@ -16,6 +16,7 @@ from orquesta import statuses as wf_statuses
 from fleet_runtime import params as params_util
 from fleet_runtime import st2ctx
 from fleet_runtime.conductor import RuntimeConductor
+from fleet_runtime.database import new_id
 from fleet_runtime.engine_model import (
     CANCELED,
     CANCELING,
@@ -38,7 +39,6 @@ from fleet_runtime.engine_model import (
     _iso,
 )
 from fleet_runtime.errors import NotFoundError, WorkflowLoadError
-from fleet_runtime.store import new_id
 
 
 class WorkflowsMixin(EngineState):

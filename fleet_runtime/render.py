@@ -9,8 +9,8 @@ import yaml
 
 from fleet_runtime import masking
 from fleet_runtime import params as params_util
+from fleet_runtime.database import Store
 from fleet_runtime.packs import Registry
-from fleet_runtime.store import Store
 
 
 def ts(value: Optional[float]) -> str:

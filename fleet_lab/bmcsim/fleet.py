@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from fleet_lab.bmcsim.bmc_state import Bmc, Timing
 from fleet_lab.bmcsim.faults import Faults
 from fleet_lab.bmcsim.http import BmcService
-from fleet_lab.bmcsim.model import Bmc, Timing
 from fleet_lab.bmcsim.tls import ensure_certificates, server_context
 from fleet_lab.bmcsim.vendors import vendor
 from fleet_lab.hosts import HostBackend

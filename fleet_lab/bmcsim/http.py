@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 from aiohttp import web
 
 from fleet_lab.bmcsim import payloads
-from fleet_lab.bmcsim.model import Bmc, SimError
+from fleet_lab.bmcsim.bmc_state import Bmc, SimError
 
 # aiohttp logs a traceback when a handler cuts its own connection on purpose (fault injection)
 logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)

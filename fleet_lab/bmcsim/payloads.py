@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List
 
-from fleet_lab.bmcsim.model import RESET_TYPES, Bmc, Job
+from fleet_lab.bmcsim.bmc_state import RESET_TYPES, Bmc, Job
 
 ROOT = "/redfish/v1"
 

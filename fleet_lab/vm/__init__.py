@@ -6,6 +6,6 @@ persist  the per-VM persistent disk (/persist: sysctl.d, /etc/default/grub, the 
 qemu     QEMU command lines, KVM-or-TCG detection
 backend  VmBackend (the HostBackend) and cleanup of a lab state directory
 """
-from fleet_lab.vm.model import receive_rate
+from fleet_lab.vm.drop_model import receive_rate
 
 __all__ = ["receive_rate"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from fleet_lab.hosts import BootConfig, NumaNode, cpu_ranges, numa_layout
-from fleet_lab.vm.model import receive_rate, slowdown_active
+from fleet_lab.vm.drop_model import receive_rate, slowdown_active
 from fleet_rollout.errors import ConfigError, HostError
 
 QEMU = "qemu-system-x86_64"

@@ -23,9 +23,9 @@ def finish(
 ) -> None:
     """Add the common options (--home, --pack, --no-default-pack, --json) after the command's
     own arguments and set the function that runs it."""
-    from fleet_runtime import client  # the engine's client: only for commands that run it
+    from fleet_runtime import home_client  # the engine's client: only for commands that run it
 
-    client.add_common_options(parser, json_flag=json_flag)
+    home_client.add_common_options(parser, json_flag=json_flag)
     parser.set_defaults(func=func, **defaults)
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from fleet_runtime import client
+from fleet_runtime import home_client
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 from fleet_runtime.home import RuntimeHome
@@ -89,7 +89,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 def _start_engine(args: argparse.Namespace, rt: Any) -> Optional[subprocess.Popen]:
     if args.no_engine or rt.engine_alive():
         return None
-    proc = subprocess.Popen(client.engine_argv(args, forever=True))
+    proc = subprocess.Popen(home_client.engine_argv(args, forever=True))
     deadline = time.time() + 60
     while not rt.engine_alive():
         if proc.poll() is not None:
@@ -106,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"WARNING: the API listens on {args.host}, not only on loopback; put TLS in"
               " front of it (st2 does with nginx)", file=sys.stderr)
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
         api = St2Api(rt, _users_path(args, rt.home), args.host, args.port, args.admin)
     except (RuntimeErrorBase, users.UsersFileError, OSError) as e:
         return fail(e)

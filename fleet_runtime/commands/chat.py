@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from fleet_runtime import alias_execution, chatlog, client, render
+from fleet_runtime import alias_execution, chatlog, home_client, render
 from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
 
@@ -62,12 +62,12 @@ def alias_view(alias: Any) -> Dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     try:
         if args.transcript:
-            _print_transcript(client.RuntimeHome(args.home).path)
+            _print_transcript(home_client.RuntimeHome(args.home).path)
             return 0
         if not args.message:
             print("ERROR: a message is required", file=sys.stderr)
             return 2
-        with client.Session(args) as session:
+        with home_client.Session(args) as session:
             return _run(session, args)
     except (AliasError, ParameterError) as e:
         return fail(e, 1)
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         return fail(e)
 
 
-def _run(session: client.Session, args: argparse.Namespace) -> int:
+def _run(session: home_client.Session, args: argparse.Namespace) -> int:
     rt = session.rt
     command = args.message.strip()
     chat_user = args.user or rt.user

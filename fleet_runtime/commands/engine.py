@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from fleet_runtime import client
+from fleet_runtime import home_client
 from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 
@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     # as Ctrl-C does: the lock is released and a later engine recovers what was in flight.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with client.Session(args) as session:
+        with home_client.Session(args) as session:
             if not session.engine:
                 pid = session.rt.engine_pid()
                 print(f"another engine (pid {pid}) is running for this home", file=sys.stderr)

@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any
 
-from fleet_runtime import client, render
+from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.engine import COMPLETED, PAUSED, PENDING
 from fleet_runtime.errors import NotFoundError, RuntimeErrorBase
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
     except RuntimeErrorBase as e:
         return fail(e)
     where, values = ["1=1"], []
@@ -68,7 +68,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
         full = rt.store.resolve_execution_id(args.id)
         record = rt.store.get_execution(full) if full else None
         if record is None:
@@ -84,7 +84,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_control(args: argparse.Namespace) -> int:
     try:
-        with client.Session(args) as session:
+        with home_client.Session(args) as session:
             before = session.rt.store.get_execution(
                 session.rt.store.resolve_execution_id(args.id) or args.id)
             log_len = len(before["log"]) if before else 0

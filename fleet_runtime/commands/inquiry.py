@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from fleet_runtime import client, render
+from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import InquiryError, RuntimeErrorBase
 
@@ -49,7 +49,7 @@ def _inquiry_view(record: Any) -> Any:
 
 def cmd_list(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
     except RuntimeErrorBase as e:
         return fail(e)
     rows = rt.store.find_executions("runner='inquirer' AND status='pending'")
@@ -66,7 +66,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
         record = rt.inquiry(args.id)
     except RuntimeErrorBase as e:
         return fail(e)
@@ -85,7 +85,7 @@ def cmd_respond(args: argparse.Namespace) -> int:
         print(f"ERROR: --response is not valid JSON: {e}", file=sys.stderr)
         return 2
     try:
-        with client.Session(args) as session:
+        with home_client.Session(args) as session:
             rt = session.rt
             record = rt.inquiry(args.id)
             result = session.submit("respond", {"id": record["id"], "response": response,

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from fleet_runtime import client, hazards, render
+from fleet_runtime import hazards, home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.errors import RuntimeErrorBase
 
@@ -34,7 +34,7 @@ def problems(registry: Any) -> List[str]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
     except RuntimeErrorBase as e:
         return fail(e)
     reg = rt.registry
@@ -71,7 +71,7 @@ def _summary(rt: Any) -> Dict[str, List[Dict[str, Any]]]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
     except RuntimeErrorBase as e:
         return fail(e)
     data = _summary(rt)
@@ -111,7 +111,7 @@ def _mask(config: Any, secrets: List[str], path: Any = ()) -> Any:
 
 def cmd_config(args: argparse.Namespace) -> int:
     try:
-        rt = client.open_runtime(args)
+        rt = home_client.open_runtime(args)
         config = rt.pack_config(args.pack)
     except RuntimeErrorBase as e:
         return fail(e)

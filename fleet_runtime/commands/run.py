@@ -7,7 +7,7 @@ import os
 import subprocess
 from typing import Any, List
 
-from fleet_runtime import client, render
+from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import fail, finish
 from fleet_runtime.engine import COMPLETED, SUCCEEDED
 from fleet_runtime.errors import RuntimeErrorBase
@@ -32,8 +32,8 @@ def register(subparsers: Any) -> None:
 
 def spawn_background_engine(args: argparse.Namespace) -> int:
     """Start `fleet-rollout engine` detached (used by --async)."""
-    argv = client.engine_argv(args)
-    home = client.RuntimeHome(args.home)
+    argv = home_client.engine_argv(args)
+    home = home_client.RuntimeHome(args.home)
     log = open(home.path / "engine.log", "a")
     proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=os.environ.copy())
@@ -42,7 +42,7 @@ def spawn_background_engine(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        with client.Session(args) as session:
+        with home_client.Session(args) as session:
             rt = session.rt
             action = rt.registry.action(args.action)
             params = cast_cli_parameters(action, args.parameters)

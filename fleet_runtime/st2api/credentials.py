@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
-from fleet_runtime.store import thread_connection
+from fleet_runtime.database import thread_connection
 
 DEFAULT_TOKEN_TTL = 86400
 MAX_TOKEN_TTL = 86400

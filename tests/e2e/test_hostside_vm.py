@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fleet_lab import lab
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.redfish.client import BmcEndpoint
 from fleet_rollout.redfish.operations import Timeouts, apply_bios
 

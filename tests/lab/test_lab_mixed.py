@@ -337,7 +337,7 @@ def test_the_daemon_runs_vms_and_sim_servers_at_once(tmp_path: Path,
     import fleet_lab.vm.backend
     from fleet_lab import daemon as lab_daemon
     from fleet_lab.commands.lab import host_rows
-    from fleet_lab.vm.model import RATE_SCALE_ENV
+    from fleet_lab.vm.drop_model import RATE_SCALE_ENV
 
     monkeypatch.setattr(fleet_lab.vm.backend, "VmBackend", FakeVmBackend)
     monkeypatch.setenv(RATE_SCALE_ENV, "1")  # the daemon sets it: put back afterwards

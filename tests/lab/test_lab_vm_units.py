@@ -11,7 +11,7 @@ import pytest
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm import persist
-from fleet_lab.vm.model import expected_drop_fraction, receive_rate
+from fleet_lab.vm.drop_model import expected_drop_fraction, receive_rate
 from fleet_lab.vm.qemu import Ports, kernel_cmdline, numa_args, qemu_argv
 from fleet_rollout.errors import ConfigError, HostError
 

@@ -27,7 +27,7 @@ from fleet_rollout.errors import ConfigError, HostError
 from fleet_rollout.hostside import coalesce, osgate
 from fleet_rollout.hostside.ansible_run import HostResult
 from fleet_rollout.hostside.coalesce import Coalescer
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.redfish.power import BootMarker
 
 HOSTS = ["sim-001", "sim-002", "sim-003"]
@@ -175,7 +175,7 @@ SCRIPT = """
 import json, sys
 from fleet_rollout.hostside import coalesce
 from fleet_rollout.hostside.coalesce import Coalescer
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 inventory, cache, root, window, expected, op, host = sys.argv[1:8]
 side = HostSide(inventory, forks=5, cache_dir=cache)
 side.coalesce = Coalescer(root, float(window), int(expected))

@@ -17,7 +17,7 @@ from fleet_lab.simhost import SimBackend
 from fleet_rollout import hostvars
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import run_playbook
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.inventory import load_inventory
 
 ANSIBLE_INVENTORY = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")

@@ -11,7 +11,7 @@ import yaml
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 HOSTS = ["sim-001", "sim-002", "sim-003"]
 
@@ -187,7 +187,7 @@ def test_drain_and_undrain_through_the_configured_command(tmp_path):
 def test_health_then_kernel_snapshot_in_one_task(lab):
     """health with a kernel action: one task per host; the snapshot's outcome rides along and
     a host in maintenance is skipped unless asked."""
-    from fleet_rollout.hostside.operations import kernel_outcome
+    from fleet_rollout.hostside.playbook_steps import kernel_outcome
 
     backend, side = lab
     results = side.health(["sim-001", "sim-002"], kernel_action="snapshot", settings=SETTINGS)

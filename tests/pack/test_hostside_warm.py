@@ -23,7 +23,7 @@ from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import warm_ansible
 from fleet_rollout.hostside.ansible_run import run_playbook
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 HOSTS = ["sim-001", "sim-002"]
 

@@ -12,8 +12,8 @@ from typing import Any, Dict, List
 import pytest
 
 from fleet_rollout.errors import KnobError, RedfishError
+from fleet_rollout.redfish.attribute_registry import _fetch_registry, parse_registry
 from fleet_rollout.redfish.bios import check_writable
-from fleet_rollout.redfish.registry import _fetch_registry, parse_registry
 
 DOC: Dict[str, Any] = {
     "Id": "BiosAttributeRegistryX.v1_2_0",

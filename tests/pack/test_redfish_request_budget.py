@@ -18,7 +18,7 @@ import pytest
 from redfish_support import bmc_fleet, endpoint, reset_counters, server_requests, state
 
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired
-from fleet_rollout.redfish import registry as rf_registry
+from fleet_rollout.redfish import attribute_registry as rf_registry
 from fleet_rollout.redfish.operations import Timeouts, apply_bios, restore_bios, take_snapshot
 
 BUDGET = 20

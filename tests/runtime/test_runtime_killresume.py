@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from fleet_runtime.store import Store
+from fleet_runtime.database import Store
 from fleet_runtime.testing import (
     FIXTURE_PACK,
     REPO_ROOT,

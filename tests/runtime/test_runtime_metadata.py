@@ -8,7 +8,7 @@ from typing import Dict
 import pytest
 import yaml
 
-from fleet_runtime import client
+from fleet_runtime import home_client
 from fleet_runtime.errors import MetadataError
 from fleet_runtime.packs import Registry, alias_format_shape
 from fleet_runtime.testing import FIXTURE_PACK, REPO_ROOT, engine, make_home
@@ -49,7 +49,7 @@ def test_fixture_pack_loads_with_everything() -> None:
 
 
 def test_default_pack_is_the_repository_root() -> None:
-    assert client.default_pack_dir() == str(REPO_ROOT)
+    assert home_client.default_pack_dir() == str(REPO_ROOT)
     assert (REPO_ROOT / "pack.yaml").is_file()
 
 

@@ -26,7 +26,7 @@ from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside import coalesce, osgate
-from fleet_rollout.hostside.operations import HostSide, kernel_outcome
+from fleet_rollout.hostside.playbook_steps import HostSide, kernel_outcome
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of

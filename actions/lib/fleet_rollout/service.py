@@ -14,7 +14,7 @@ from fleet_rollout import approvals, gate, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import approval_needed, estimate_plan, render_estimate
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
 from fleet_rollout.names import check_rollout_id, check_targets

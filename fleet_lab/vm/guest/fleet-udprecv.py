@@ -1,7 +1,7 @@
 """fleet-lab guest UDP receiver: reads port 9999 at a limited rate.
 
 The rate (packets/s) comes from the kernel command line (fleet.rate=N, set by the VM backend from
-the BIOS settings in effect, see fleet_lab/vm/model.py). The socket has a small receive buffer
+the BIOS settings in effect, see fleet_lab/vm/drop_model.py). The socket has a small receive buffer
 (fleet.rcvbuf=BYTES), so when packets arrive faster than the receiver reads them the guest kernel
 drops them and counts real drops: /proc/net/snmp Udp InErrors and RcvbufErrors.
 Counters go to /run/fleet/udp.json once a second.

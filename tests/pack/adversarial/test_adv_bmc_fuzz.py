@@ -38,7 +38,7 @@ from fleet_lab.bmcsim.fleet import BmcFleet
 from fleet_rollout.errors import FleetRolloutError
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import precheck_hosts
-from fleet_rollout.redfish import registry as rf_registry
+from fleet_rollout.redfish import attribute_registry as rf_registry
 from fleet_rollout.redfish.client import MAX_BODY_BYTES, RedfishSession, Response
 from fleet_rollout.redfish.discovery import discover
 from fleet_rollout.redfish.operations import check_desired, take_snapshot

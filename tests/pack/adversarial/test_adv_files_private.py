@@ -15,8 +15,8 @@ import yaml
 from adv_support import write, write_announce_action, write_pack_yaml
 
 from fleet_runtime import testing
+from fleet_runtime.database import Store
 from fleet_runtime.home import RuntimeHome
-from fleet_runtime.store import Store
 
 
 def make_pack(root: Path) -> Path:

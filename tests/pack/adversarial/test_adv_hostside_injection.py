@@ -18,7 +18,7 @@ from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import check_extravars, check_host_names, run_playbook
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 ROOT = str(locations.ROOT)
 HOST_SCRIPT = os.path.join(ROOT, "playbooks", "files", "fleet_host.py")

@@ -22,7 +22,7 @@ from fleet_lab.simhost import SimBackend
 from fleet_lab.vm import persist
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import run_playbook, ssh_args
-from fleet_rollout.hostside.operations import HostSide
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 SSHD = "/usr/sbin/sshd"
 needs_sshd = pytest.mark.skipif(not os.path.exists(SSHD) or os.geteuid() != 0,

@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import RedfishError
+from fleet_rollout.redfish.attribute_registry import AttributeRegistry, fetch_registry
 from fleet_rollout.redfish.client import RedfishSession
 from fleet_rollout.redfish.personalities import Personality, detect, personality
-from fleet_rollout.redfish.registry import AttributeRegistry, fetch_registry
 from fleet_rollout.redfish.shape import Resource, fetch
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError, KnobError
-from fleet_rollout.redfish.registry import AttributeDef, AttributeRegistry
+from fleet_rollout.redfish.attribute_registry import AttributeDef, AttributeRegistry
 from fleet_rollout.redfish.shape import Resource
 
 KNOBS: Dict[str, Tuple[str, ...]] = {
