@@ -43,7 +43,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
-from fleet_rollout.profile import window_steps
+from fleet_rollout.profile import pre_windows, window_steps
 from fleet_rollout.states import HOST_STEPS
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
@@ -135,7 +135,7 @@ def estimate_plan(plan: Dict[str, Any],
     steps = host_steps(profile, assume)
     per_host = round(sum(steps.values()), 1)
     pre_steps, post_steps = window_steps(profile["canary"])
-    windows = window * (1 + pre_steps // post_steps)
+    windows = window * (1 + pre_windows(profile["canary"]))
     overhead = round((BATCH_ACTIONS + pre_steps - 1 + post_steps - 1) * assume.action_start, 1)
     rows: List[Dict[str, Any]] = []
     cumulative = best_cumulative = 0.0
@@ -175,7 +175,7 @@ def estimate_plan(plan: Dict[str, Any],
     return {"unit": "seconds", "per_host": per_host, "host_steps": steps, "parallel": parallel,
             "batches": rows, "totals": totals,
             "assumptions": assume.to_dict(),
-            "profile": {"window_seconds": window, "pre_windows": pre_steps // post_steps,
+            "profile": {"window_seconds": window, "pre_windows": pre_windows(profile["canary"]),
                         "soak_seconds": soak, "ttl_seconds": ttl,
                         "boot_timeout": float(profile["redfish"]["boot_timeout"]),
                         "drain_timeout": float(profile["drain"]["timeout"]),

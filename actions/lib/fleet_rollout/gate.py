@@ -27,7 +27,7 @@ from typing import Any, Dict, List
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
-from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, window_steps
+from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, pre_windows, window_steps
 from fleet_rollout.states import DONE, batch_label
 from fleet_rollout.store import key
 
@@ -125,7 +125,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                     hosts[host][field] = str(info[source])
     # batch: the label chat and the audit use ("batch 2 of 3" is index 1), not the index
     return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": batch_label(index),
-            "pre_windows": steps["pre"] // steps["post"],
+            "pre_windows": pre_windows(ctx.profile["canary"]),
             "canary": canary, "control": control, "hosts": hosts}
 
 

@@ -287,12 +287,16 @@ def _check_schema(data: Dict[str, Any], where: str) -> None:
 MIN_STEP_SECONDS = 5  # a collection of the batch and its controls must fit in a step
 
 
+def pre_windows(canary: Dict[str, Any]) -> int:
+    """How many windows the pre window lasts (a plan stored before pre_windows existed: 1)."""
+    return int(canary.get("pre_windows", 1))
+
+
 def window_steps(canary: Dict[str, Any]) -> Tuple[int, int]:
     """(steps of the pre window, steps of the post window): the post window has window_steps
-    steps, the pre window canary.pre_windows times as many of the same length (a plan stored
-    before pre_windows existed: as many)."""
+    steps, the pre window pre_windows() times as many of the same length."""
     steps = int(canary.get("window_steps", 1))
-    return steps * int(canary.get("pre_windows", 1)), steps
+    return steps * pre_windows(canary), steps
 
 
 def _check_canary(canary: Dict[str, Any], where: str) -> None:

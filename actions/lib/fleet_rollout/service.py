@@ -155,6 +155,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             learned = {"expected_reboot": observed}
     ctx.state.update_meta(status=RUNNING, current_batch=batch, **learned)
     canary = ctx.profile["canary"]
+    pre_steps, post_steps = window_steps(canary)
     return {"hosts": hosts, "count": len(hosts), "approval_required": needs,
             "message": message, "route": ctx.config.chat_route,
             "channel": ctx.config.chat_channel, "users": users, "roles": roles,
@@ -163,8 +164,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "window": whole_seconds(canary["window_seconds"]),
             # the window in `steps` steps, each collected (gate.py): the delay before each;
             # the pre window lasts canary.pre_windows windows: pre_steps steps of that length
-            "pre_steps": window_steps(canary)[0], "steps": window_steps(canary)[1],
-            "step": whole_seconds(canary["window_seconds"] / int(canary.get("window_steps", 1))),
+            "pre_steps": pre_steps, "steps": post_steps,
+            "step": whole_seconds(canary["window_seconds"] / post_steps),
             "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,
             "controls": len(controls_for_batch(plan, batch)),

@@ -40,7 +40,7 @@ from fleet_rollout.judge.policy import Policy
 from fleet_rollout.judge.weighted import (
     INFORMATIVE,
     HostData,
-    information,
+    host_variance,
     site_peers,
     weighted_test,
 )
@@ -157,8 +157,8 @@ def _within_noise(host: HostResult, expected: float, test: Optional[TestResult],
     phi and tau^2 at its drop level): less than CEILING_Z of its sd."""
     if test is None or host.drops_pre is None or host.drops_post is None:
         return False
-    _, _, v = information(np.array([host.drops_pre]), np.array([host.drops_post]), pre_windows)
-    sd = math.sqrt(test.phi * float(v[0]) + test.tau ** 2)
+    sd = math.sqrt(host_variance(host.drops_pre, host.drops_post, test.phi, test.tau ** 2,
+                                 pre_windows))
     return math.log(float(host.rate_post) / expected) < CEILING_Z * sd
 
 

@@ -34,6 +34,7 @@ from fleet_rollout.judge.inputs import JudgeInput
 from fleet_rollout.judge.policy import Policy
 from fleet_rollout.judge.weighted import (
     dispersion,
+    host_variance,
     information,
     noise_model,
     site_peers,
@@ -101,9 +102,8 @@ def large_change(inp: JudgeInput, canary: List[HostResult], control: List[HostRe
     rows = []
     for host in canary:
         centre, centre_sd = _centre(host, control, control_e, weights)
-        _, _, v = information(np.array([host.drops_pre]), np.array([host.drops_post]),
-                              inp.pre_windows)
-        sd = math.sqrt(phi * float(v[0]) + tau2 + centre_sd ** 2)
+        sd = math.sqrt(host_variance(host.drops_pre, host.drops_post, phi, tau2, inp.pre_windows)
+                       + centre_sd ** 2)
         diff = float(host.e) - centre
         rows.append({"host": host.host, "ratio": math.exp(diff), "z": diff / sd,
                      "step_ratio": _step_ratio(inp, host.host), "diff": diff,

@@ -371,6 +371,14 @@ def information(drops_pre: np.ndarray, drops_post: np.ndarray, pre_windows: floa
             (1.0 + 1.0 / pre_windows) / (lam + 0.5))
 
 
+def host_variance(drops_pre: float, drops_post: float, phi: float, tau2: float,
+                  pre_windows: float = 1.0) -> float:
+    """var(e) of one host with these drops under the noise model: phi * v + tau^2."""
+    _, _, v = information(np.array([drops_pre], dtype=float), np.array([drops_post], dtype=float),
+                          pre_windows)
+    return phi * float(v[0]) + tau2
+
+
 def site_peers(site: Optional[str], sites: Sequence[Optional[str]]) -> Optional[np.ndarray]:
     """Which of the hosts of `sites` share `site`, when at least MIN_STRATUM_CONTROLS do (a
     comparison within the site); None: compare with them all."""
