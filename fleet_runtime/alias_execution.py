@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from fleet_runtime import aliases, params, st2ctx, templating
-from fleet_runtime.errors import AliasError, ParameterError
 from fleet_runtime.packs import Action, Alias, Registry
+from fleet_runtime.runtime_errors import AliasError, ParameterError
 
 
 @dataclass

@@ -13,8 +13,8 @@ import re
 import sys
 from typing import Any, Dict, List, Tuple
 
-from fleet_runtime.errors import AliasError
 from fleet_runtime.packs import Alias
+from fleet_runtime.runtime_errors import AliasError
 
 if sys.version_info >= (3, 11):
     from re import _parser as sre_parse  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
-from fleet_runtime.errors import (
+from fleet_runtime.runtime_errors import (
     ExecutionStateError,
     InquiryError,
     NotFoundError,

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Set
 
-from fleet_runtime.errors import RuntimeErrorBase
+from fleet_runtime.runtime_errors import RuntimeErrorBase
 from fleet_runtime.wfyaml import load_definition
 
 ENGINE_COMMANDS = {"noop", "fail", "continue", "retry"}  # orquesta's ENGINE_EVENT_MAP

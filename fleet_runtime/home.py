@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from fleet_runtime.errors import MetadataError
+from fleet_runtime.runtime_errors import MetadataError
 
 ENV_HOME = "FLEET_ROLLOUT_HOME"
 ENV_USER = "FLEET_ROLLOUT_USER"

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from fleet_runtime.engine import COMPLETED, PAUSED, PENDING, Runtime
+from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.paths import REPO_ROOT
+from fleet_runtime.statuses import COMPLETED, PAUSED, PENDING
 
 
 def default_pack_dir() -> Optional[str]:

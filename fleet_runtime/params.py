@@ -22,8 +22,8 @@ import jinja2.meta
 from jsonschema import SchemaError, ValidationError
 
 from fleet_runtime import functions, templating
-from fleet_runtime.errors import ParameterError, ParamRenderError
 from fleet_runtime.packs import Action
+from fleet_runtime.runtime_errors import ParameterError, ParamRenderError
 from fleet_runtime.schema import validate_instance
 
 MASK = "********"

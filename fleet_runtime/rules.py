@@ -14,9 +14,9 @@ import traceback
 from typing import Any, Dict, Optional, Tuple
 
 from fleet_runtime import operators, st2ctx, templating
-from fleet_runtime.errors import ParamRenderError
 from fleet_runtime.packs import Rule
 from fleet_runtime.payload import lookup
+from fleet_runtime.runtime_errors import ParamRenderError
 
 
 def _context(prefix: str, payload: Any) -> Dict[str, Any]:

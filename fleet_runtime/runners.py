@@ -25,13 +25,8 @@ from urllib.parse import urlparse
 
 from fleet_runtime import chatlog
 from fleet_runtime.python_wrapper import ACTION_OUTPUT_RESULT_DELIMITER, INVALID_STATUS_EXIT_CODE
+from fleet_runtime.statuses import CANCELED, FAILED, SUCCEEDED, TIMEOUT
 from fleet_runtime.warm import WORKER_DIED, WarmPool
-
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-TIMEOUT = "timeout"
-CANCELED = "canceled"
-
 
 CHILD_UMASK = 0o077  # what an action writes (audit files, reports) is private to the user
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional
 from jsonschema import Draft3Validator, Draft4Validator, ValidationError
 from jsonschema.validators import create
 
-from fleet_runtime.errors import MetadataError
+from fleet_runtime.runtime_errors import MetadataError
 
 
 def _st2_meta_schema() -> Dict[str, Any]:

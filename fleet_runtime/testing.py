@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_runtime.engine import COMPLETED, Runtime
+from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.paths import REPO_ROOT
+from fleet_runtime.statuses import COMPLETED
 
 FIXTURE_PACK = REPO_ROOT / "tests" / "fixtures" / "runtime_pack"
 

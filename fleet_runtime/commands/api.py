@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 from fleet_runtime import home_client
 from fleet_runtime.commands._common import command_group, fail, finish
-from fleet_runtime.errors import RuntimeErrorBase
 from fleet_runtime.home import RuntimeHome
+from fleet_runtime.runtime_errors import RuntimeErrorBase
 from fleet_runtime.st2api import users
 from fleet_runtime.st2api.app import USERS_FILE, St2Api, read_state
 

@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 from fleet_runtime import alias_execution, chatlog, home_client, render
 from fleet_runtime.commands._common import fail, finish
-from fleet_runtime.errors import AliasError, ParameterError, RuntimeErrorBase
+from fleet_runtime.runtime_errors import AliasError, ParameterError, RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from fleet_runtime import home_client
 from fleet_runtime.commands._common import fail, finish
-from fleet_runtime.errors import RuntimeErrorBase
+from fleet_runtime.runtime_errors import RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:

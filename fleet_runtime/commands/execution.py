@@ -7,8 +7,8 @@ from typing import Any
 
 from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
-from fleet_runtime.engine import COMPLETED, PAUSED, PENDING
-from fleet_runtime.errors import NotFoundError, RuntimeErrorBase
+from fleet_runtime.runtime_errors import NotFoundError, RuntimeErrorBase
+from fleet_runtime.statuses import COMPLETED, PAUSED, PENDING
 
 
 def register(subparsers: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
-from fleet_runtime.errors import InquiryError, RuntimeErrorBase
+from fleet_runtime.runtime_errors import InquiryError, RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:

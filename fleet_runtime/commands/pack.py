@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from fleet_runtime import hazards, home_client, render
 from fleet_runtime.commands._common import command_group, fail, finish
-from fleet_runtime.errors import RuntimeErrorBase
+from fleet_runtime.runtime_errors import RuntimeErrorBase
 
 
 def register(subparsers: Any) -> None:

@@ -9,9 +9,9 @@ from typing import Any, List
 
 from fleet_runtime import home_client, render
 from fleet_runtime.commands._common import fail, finish
-from fleet_runtime.engine import COMPLETED, SUCCEEDED
-from fleet_runtime.errors import RuntimeErrorBase
 from fleet_runtime.params import cast_cli_parameters
+from fleet_runtime.runtime_errors import RuntimeErrorBase
+from fleet_runtime.statuses import COMPLETED, SUCCEEDED
 
 
 def register(subparsers: Any) -> None:

@@ -10,7 +10,6 @@ from typing import Any, Dict, Optional
 import yaml
 
 from fleet_runtime import operators
-from fleet_runtime.errors import MetadataError
 from fleet_runtime.packs.builtin_content import (
     POLICY_TYPES,
     RUNNER_ALIASES,
@@ -25,6 +24,7 @@ from fleet_runtime.packs.metadata_schemas import (
     TRIGGER_TYPE_SCHEMA,
 )
 from fleet_runtime.packs.resources import Action, Alias, Pack, Policy, Rule, TriggerType
+from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import validate_document, validate_parameter_definitions
 
 

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import List
 
-from fleet_runtime.errors import MetadataError
 from fleet_runtime.packs.builtin_content import BUILTIN_ACTIONS
 from fleet_runtime.packs.documents import (
     inside_pack,
@@ -22,6 +21,7 @@ from fleet_runtime.packs.documents import (
 from fleet_runtime.packs.metadata_schemas import PACK_REF_REGEX, PACK_SCHEMA
 from fleet_runtime.packs.resources import Action, Pack
 from fleet_runtime.paths import BUILTIN_PACKS_DIR
+from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import CONFIG_ATTRIBUTE_META_SCHEMA, validate_document
 
 

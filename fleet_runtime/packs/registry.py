@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from fleet_runtime import compat  # noqa: F401  (orquesta fixes before its import)
-from fleet_runtime.errors import MetadataError, WorkflowLoadError
 from fleet_runtime.packs.builtin_content import INTERNAL_TRIGGER_TYPES
 from fleet_runtime.packs.loader import builtin_packs, load_pack
 from fleet_runtime.packs.resources import Action, Alias, Pack, Policy, Rule, TriggerType
+from fleet_runtime.runtime_errors import MetadataError, WorkflowLoadError
 from fleet_runtime.wfyaml import load_definition
 
 
@@ -62,7 +62,7 @@ class Registry:
         self._validate_references()
 
     def action(self, ref: str) -> Action:
-        from fleet_runtime.errors import NotFoundError
+        from fleet_runtime.runtime_errors import NotFoundError
 
         action = self.actions.get(ref)
         if action is None:

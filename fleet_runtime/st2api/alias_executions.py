@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from fleet_runtime import alias_execution
-from fleet_runtime.errors import RuntimeErrorBase
+from fleet_runtime.runtime_errors import RuntimeErrorBase
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ApiService, http_error

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from fleet_runtime import aliases as alias_match
-from fleet_runtime.errors import AliasError
 from fleet_runtime.packs import RUNNERS
+from fleet_runtime.runtime_errors import AliasError
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.alias_executions import MAX_COMMAND
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router

@@ -7,10 +7,8 @@ from typing import Any, Dict, List, Optional
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ID_PATTERN, ApiService
+from fleet_runtime.statuses import CANCELABLE, CANCELED, COMPLETED, CONTROL_OF
 
-COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
-CANCELABLE = ("requested", "scheduled", "delayed", "running", "pending", "paused", "pausing",
-              "resuming")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 
@@ -194,8 +192,7 @@ class Executions:
         status = body.get("status")
         if record["status"] in COMPLETED:
             raise HttpError(400, "Execution is already in completed state.")
-        op = {"pausing": "pause", "paused": "pause", "resuming": "resume",
-              "canceling": "cancel", "canceled": "cancel"}.get(str(status))
+        op = CONTROL_OF.get(str(status))
         if op is None:
             raise HttpError(400, f'Failed updating execution. Status "{status}" cannot be'
                                  " requested (pausing, resuming, canceling)")
@@ -204,7 +201,7 @@ class Executions:
 
     def cancel(self, req: Request, ex_id: str) -> Any:
         record = self._record(ex_id)
-        if record["status"] == "canceled":
+        if record["status"] == CANCELED:
             return self._view(req, record)
         if record["status"] not in CANCELABLE:
             return {"faultstring": f"Action cannot be canceled. State = {record['status']}."}

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from fleet_runtime import errors
+from fleet_runtime import runtime_errors as errors
 from fleet_runtime.st2api import users as users_file
 from fleet_runtime.st2api.credentials import Credentials
 from fleet_runtime.st2api.http import HttpError, Request

@@ -24,13 +24,13 @@ from fleet_runtime import chatlog
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import Request, Response, Router
 from fleet_runtime.st2api.service import ApiService
+from fleet_runtime.statuses import COMPLETED
 
 LOG = logging.getLogger(__name__)
 
 DEFAULT_EVENTS = ["st2.announcement__*", "st2.execution__create", "st2.execution__update",
                   "st2.execution__delete", "st2.liveaction__create", "st2.liveaction__update",
                   "st2.liveaction__delete"]
-COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
 POLL_SECONDS = 0.25
 HEARTBEAT_SECONDS = 10.0
 QUEUE_LIMIT = 10000

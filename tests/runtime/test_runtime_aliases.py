@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from fleet_runtime import aliases
-from fleet_runtime.errors import AliasError
 from fleet_runtime.packs import Alias, Registry
+from fleet_runtime.runtime_errors import AliasError
 from fleet_runtime.testing import FIXTURE_PACK, cli_inprocess, make_home
 
 

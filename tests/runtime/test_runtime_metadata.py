@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from fleet_runtime import home_client
-from fleet_runtime.errors import MetadataError
 from fleet_runtime.packs import Registry, alias_format_shape
+from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.testing import FIXTURE_PACK, REPO_ROOT, engine, make_home
 
 

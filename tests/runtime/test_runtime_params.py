@@ -8,8 +8,8 @@ import pytest
 
 from fleet_runtime import params, templating
 from fleet_runtime.datastore import Datastore
-from fleet_runtime.errors import ParameterError
 from fleet_runtime.packs import Registry
+from fleet_runtime.runtime_errors import ParameterError
 from fleet_runtime.testing import FIXTURE_PACK
 
 

@@ -19,7 +19,7 @@ from jsonschema import SchemaError, ValidationError
 
 from fleet_runtime import chatlog, hazards, st2ctx
 from fleet_runtime.engine import Runtime
-from fleet_runtime.errors import ExecutionStateError, InquiryError, ParameterError
+from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError, ParameterError
 from fleet_runtime.schema import validate_instance
 from fleet_runtime.testing import (
     FIXTURE_PACK,
@@ -502,7 +502,7 @@ def test_pack_config_is_validated_as_written_before_dynamic_values_render(
         home: Path, tmp_path: Path) -> None:
     """st2 validates the config file at registration (ConfigAPI, validate_config_against_schema)
     with its Jinja values unrendered: an enum attribute cannot take a datastore expression."""
-    from fleet_runtime.errors import MetadataError
+    from fleet_runtime.runtime_errors import MetadataError
 
     regional = write_pack(tmp_path / "regional", {
         "pack.yaml": "ref: regional\nname: regional\ndescription: d\nversion: 0.1.0\n"

@@ -22,8 +22,8 @@ import pytest
 from process_support import gone, wait_for
 
 from fleet_runtime.engine import Runtime
-from fleet_runtime.errors import MetadataError
 from fleet_runtime.home import RuntimeHome
+from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.testing import REPO_ROOT, make_home, run, wait
 
 PACK_YAML = """\

@@ -13,7 +13,7 @@ import pytest
 
 from fleet_runtime import render
 from fleet_runtime.engine import Runtime
-from fleet_runtime.errors import ExecutionStateError, InquiryError
+from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError
 from fleet_runtime.testing import children, engine, fixture_home, journal, run, wait
 
 

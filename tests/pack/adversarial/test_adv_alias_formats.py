@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fleet_runtime import aliases
-from fleet_runtime.errors import AliasError
 from fleet_runtime.packs import Alias
+from fleet_runtime.runtime_errors import AliasError
 
 STATUS = r"rollout status (?=[a-z0-9-]+\s*$){{rollout_id}}"
 

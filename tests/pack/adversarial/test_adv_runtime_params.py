@@ -12,7 +12,7 @@ import yaml
 from adv_support import write, write_pack_yaml
 
 from fleet_runtime import testing
-from fleet_runtime.errors import MetadataError, ParameterError
+from fleet_runtime.runtime_errors import MetadataError, ParameterError
 
 SECRET = "adv-Secret-Pa55word"  # the pack config's secret: true value
 

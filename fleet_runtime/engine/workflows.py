@@ -17,7 +17,16 @@ from fleet_runtime import params as params_util
 from fleet_runtime import st2ctx
 from fleet_runtime.conductor import RuntimeConductor
 from fleet_runtime.database import new_id
-from fleet_runtime.engine_model import (
+from fleet_runtime.engine.events import ControlRequested, StatusReported
+from fleet_runtime.engine.model import (
+    EngineState,
+    ExecInfo,
+    TaskRun,
+    WorkflowRun,
+    _iso,
+)
+from fleet_runtime.runtime_errors import NotFoundError, WorkflowLoadError
+from fleet_runtime.statuses import (
     CANCELED,
     CANCELING,
     COMPLETED,
@@ -32,13 +41,7 @@ from fleet_runtime.engine_model import (
     SCHEDULED,
     SUCCEEDED,
     TO_CONDUCTOR,
-    EngineState,
-    ExecInfo,
-    TaskRun,
-    WorkflowRun,
-    _iso,
 )
-from fleet_runtime.errors import NotFoundError, WorkflowLoadError
 
 
 class WorkflowsMixin(EngineState):
@@ -95,7 +98,7 @@ class WorkflowsMixin(EngineState):
         except Exception as e:  # loading, inspection, parameter or input rendering errors
             # st2's orquesta runner (start_workflow): failed, {"errors": [{message}], output}
             message = e.orquesta_message if isinstance(e, WorkflowLoadError) else str(e)
-            self.queue.put(("status", info.id, FAILED,
+            self.queue.put(StatusReported(info.id, FAILED,
                             {"errors": [{"message": message}], "output": None}))
             return
         wf = WorkflowRun(info.id, wf_id, conductor, info.root_id, info.parent_id,
@@ -245,16 +248,16 @@ class WorkflowsMixin(EngineState):
                 result = dict(wf.cancel_result)
             if status in wf_statuses.ABENDED_STATUSES:
                 result["errors"] = copy.deepcopy(c.errors)
-            self.queue.put(("status", wf.ex_id, status, result))
+            self.queue.put(StatusReported(wf.ex_id, status, result))
             self.workflows.pop(wf.ex_id, None)
             # Pending inquiries of a finished workflow cannot resume anything any more.
             for child in self._children(wf.ex_id):
                 if child.status == PENDING:
-                    self.queue.put(("status", child.id, CANCELED, child.result))
+                    self.queue.put(StatusReported(child.id, CANCELED, child.result))
             self._dirty[wf.ex_id] = wf
         elif status in (PAUSED, RUNNING, PAUSING, CANCELING, RESUMING):
             if status in (PAUSED, RUNNING):
-                self.queue.put(("status", wf.ex_id, status, None))
+                self.queue.put(StatusReported(wf.ex_id, status, None))
             else:
                 now = time.time()
                 info.status = status
@@ -419,7 +422,7 @@ class WorkflowsMixin(EngineState):
             if wf.parent_id and wf.root_id in self.workflows and wf.root_id != wf.ex_id:
                 root = self.workflows[wf.root_id]
                 if root.conductor.get_workflow_status() not in (CANCELING, CANCELED):
-                    self.queue.put(("control", root.ex_id, "cancel"))
+                    self.queue.put(ControlRequested(root.ex_id, "cancel"))
         self._dirty[wf.ex_id] = wf
         self._sync_workflow(wf)
 

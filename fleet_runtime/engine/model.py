@@ -1,4 +1,4 @@
-"""The engine's data model: execution statuses and other constants, the in-memory records of
+"""The engine's data model: constants, the in-memory records of
 executions (`ExecInfo`), task executions (`TaskRun`) and workflow executions (`WorkflowRun`),
 `EngineState` (the attributes of `Runtime` that the engine mixins share) and small helpers.
 """
@@ -17,32 +17,14 @@ if TYPE_CHECKING:
 
     from fleet_runtime.database import Store
     from fleet_runtime.datastore import Datastore
+    from fleet_runtime.engine.events import Message
     from fleet_runtime.home import RuntimeHome
     from fleet_runtime.packs import Registry
 
 # the engine's logger keeps the name it had before the engine was split into modules
 LOG = logging.getLogger("fleet_runtime.engine")
 
-REQUESTED = "requested"
-SCHEDULED = "scheduled"
-DELAYED = "delayed"
-RUNNING = "running"
-PENDING = "pending"
-PAUSING = "pausing"
-PAUSED = "paused"
-RESUMING = "resuming"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-TIMEOUT = "timeout"
-ABANDONED = "abandoned"
-CANCELING = "canceling"
-CANCELED = "canceled"
-
-COMPLETED = (SUCCEEDED, FAILED, TIMEOUT, ABANDONED, CANCELED)
 REQUESTER_KEYS = st2ctx.REQUESTER_KEYS
-PAUSE_STATES = (PAUSING, PAUSED)
-# Statuses of a task's action execution that the conductor is told about (st2's list).
-TO_CONDUCTOR = set(COMPLETED) | {PAUSED, PENDING}
 
 NOOP_RESULT = {"failed": False, "succeeded": True, "return_code": 0, "stdout": "", "stderr": ""}
 ABANDONED_ERROR = (
@@ -143,7 +125,7 @@ class EngineState:
     workers: int
     is_engine: bool
     api: Any
-    queue: queue.Queue
+    queue: queue.Queue[Message]
     pool: Optional[ThreadPoolExecutor]
     # executions not finished, by id; workflow executions driven by this engine, by id
     active: Dict[str, ExecInfo]

@@ -8,8 +8,8 @@ import copy
 from typing import Any, Dict, List
 
 from fleet_runtime import templating
-from fleet_runtime.engine_model import EngineState
-from fleet_runtime.errors import MetadataError
+from fleet_runtime.engine.model import EngineState
+from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import validate_instance
 
 

@@ -10,26 +10,29 @@ from typing import Any, Dict, List, Tuple
 
 from fleet_runtime import chatlog, runners
 from fleet_runtime import params as params_util
-from fleet_runtime.engine_model import (
+from fleet_runtime.engine.events import StatusReported, WorkerDone, WorkerStarted
+from fleet_runtime.engine.model import (
+    INLINE_RUNNERS,
+    LOG,
+    NOOP_RESULT,
+    EngineState,
+    ExecInfo,
+    _json,
+)
+from fleet_runtime.packs import Action
+from fleet_runtime.runtime_errors import RuntimeErrorBase
+from fleet_runtime.statuses import (
     CANCELED,
     COMPLETED,
     DELAYED,
     FAILED,
-    INLINE_RUNNERS,
-    LOG,
-    NOOP_RESULT,
     PENDING,
     REQUESTED,
     RUNNING,
     SCHEDULED,
     SUCCEEDED,
     TIMEOUT,
-    EngineState,
-    ExecInfo,
-    _json,
 )
-from fleet_runtime.errors import RuntimeErrorBase
-from fleet_runtime.packs import Action
 
 
 class ActionsMixin(EngineState):
@@ -42,7 +45,7 @@ class ActionsMixin(EngineState):
         info.dispatched = True
         action = self.registry.actions.get(info.action)
         if action is None:
-            self.queue.put(("status", info.id, FAILED,
+            self.queue.put(StatusReported(info.id, FAILED,
                             {"error": f'Action "{info.action}" is not registered'}))
             return
         decision = self._policy_admit(info, action)
@@ -54,7 +57,7 @@ class ActionsMixin(EngineState):
                 self.store.update_execution(info.id, status=DELAYED, log=info.log)
             return
         if decision == "cancel":
-            self.queue.put(("status", info.id, CANCELED,
+            self.queue.put(StatusReported(info.id, CANCELED,
                             {"error": "canceled by the concurrency policy"}))
             return
         runner = action.runner_type
@@ -63,7 +66,7 @@ class ActionsMixin(EngineState):
         elif runner == "inquirer":
             self._start_inquiry(info, action)
         elif runner in INLINE_RUNNERS:
-            self.queue.put(("status", info.id, SUCCEEDED, dict(NOOP_RESULT)))
+            self.queue.put(StatusReported(info.id, SUCCEEDED, dict(NOOP_RESULT)))
         elif action.ref == "core.inject_trigger":
             self._inject_trigger(info)
         else:
@@ -91,7 +94,7 @@ class ActionsMixin(EngineState):
             if info.handle is not None and info.handle.canceled:
                 status, result = CANCELED, info.result
                 return
-            self.queue.put(("started", info.id, now))
+            self.queue.put(WorkerStarted(info.id, now))
             status, result = self._run_action(info, action)
         except RuntimeErrorBase as e:
             status, result = FAILED, {"error": str(e)}
@@ -100,8 +103,8 @@ class ActionsMixin(EngineState):
             status, result = FAILED, {"error": f"{type(e).__name__}: {e}"}
         finally:
             if report:
-                self.queue.put(("status", info.id, status, result))
-            self.queue.put(("worker_done",))
+                self.queue.put(StatusReported(info.id, status, result))
+            self.queue.put(WorkerDone())
 
     def _run_action(self, info: ExecInfo, action: Action) -> Tuple[str, Any]:
         config = self.pack_config(action.pack)
@@ -157,7 +160,7 @@ class ActionsMixin(EngineState):
             info.handle.cancel()
             return
         if info.status in (REQUESTED, SCHEDULED, DELAYED, PENDING, RUNNING):
-            self.queue.put(("status", info.id, CANCELED, info.result))
+            self.queue.put(StatusReported(info.id, CANCELED, info.result))
 
     # ------------------------------------------------------------------ policies
     def _concurrency_policies(self, action_ref: str) -> List[Any]:

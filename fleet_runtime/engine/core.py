@@ -1,29 +1,6 @@
-"""The embedded StackStorm engine: executions, the Orquesta workflow engine, runners, triggers.
-
-One engine thread owns every workflow conductor and all workflow state; a thread pool runs
-actions that leave the process (python-script and local runners, chat posts). Durability:
-
-1. every status change of an execution (a worker's result, an inquiry going pending, a child
-   workflow finishing, a pause/resume/cancel request, an inquiry response) is written to SQLite
-   as an event (with the execution row) *before* the engine applies it (transaction 1);
-2. the engine applies the batch of events to the conductors (orquesta's own state machines),
-   asks them for the next tasks and creates the child executions;
-3. the conductor snapshots, task executions and new child executions are committed together
-   (transaction 2); only then are the children started.
-
-A runtime killed at any moment recovers on its next start (`Runtime.recover`): snapshots are
-reloaded and the events after them replayed; children that were started but never reported
-(status `running`) are marked `abandoned` like st2 marks executions of a dead action runner,
-and orquesta turns that into a failed task (retry / remediation decide what happens next);
-children created but never started are started; delays and inquiry timeouts are re-armed.
-
-The engine is one class, `Runtime`, assembled from mixins, one module per concern:
-`engine_model` (statuses, in-memory records), `engine_configs` (pack configs),
-`engine_persistence` (the two transactions, status rows, events, recovery),
-`engine_workflows` (conductors, task executions, workflow controls), `engine_actions`
-(starting executions, workers, policies), `engine_inquiries` and `engine_triggers` (triggers,
-notify, rules). This module keeps the core: construction, the engine lock, the API requests
-(run, pause / resume / cancel, delegation to the engine process), the run loop and timers.
+"""The engine's core: `Runtime` assembled from the mixins of this package, its construction,
+the engine lock, the API requests (run, pause / resume / cancel, delegation to the engine
+process), the run loop and timers.
 """
 from __future__ import annotations
 
@@ -40,82 +17,43 @@ from fleet_runtime import compat, masking, st2ctx, templating
 from fleet_runtime import params as params_util
 from fleet_runtime.database import Store, new_id
 from fleet_runtime.datastore import Datastore
-from fleet_runtime.engine_actions import ActionsMixin
-from fleet_runtime.engine_configs import ConfigsMixin
-from fleet_runtime.engine_inquiries import InquiriesMixin
-from fleet_runtime.engine_model import (
-    ABANDONED,
-    ABANDONED_ERROR,
-    CANCELED,
-    CANCELING,
-    COMPLETED,
-    DELAYED,
+from fleet_runtime.engine.actions import ActionsMixin
+from fleet_runtime.engine.configs import ConfigsMixin
+from fleet_runtime.engine.events import (
+    ControlRequested,
+    InquiryExpired,
+    Message,
+    StartRequested,
+)
+from fleet_runtime.engine.inquiries import InquiriesMixin
+from fleet_runtime.engine.model import (
     ENV_KILL_AFTER,
-    FAILED,
-    INLINE_RUNNERS,
     LOG,
-    NOOP_RESULT,
-    PAUSE_STATES,
-    PAUSED,
-    PAUSING,
-    PENDING,
-    REQUESTED,
-    REQUESTER_KEYS,
-    RESUMING,
-    RUNNING,
-    SCHEDULED,
-    SUCCEEDED,
-    TIMEOUT,
-    TO_CONDUCTOR,
-    WORKER_RUNNERS,
     ExecInfo,
-    TaskRun,
     WorkflowRun,
 )
-from fleet_runtime.engine_persistence import PersistenceMixin
-from fleet_runtime.engine_triggers import TriggersMixin
-from fleet_runtime.engine_workflows import WorkflowsMixin
-from fleet_runtime.errors import (
+from fleet_runtime.engine.persistence import PersistenceMixin
+from fleet_runtime.engine.triggers import TriggersMixin
+from fleet_runtime.engine.workflows import WorkflowsMixin
+from fleet_runtime.home import RuntimeHome
+from fleet_runtime.packs import Action, Registry
+from fleet_runtime.runtime_errors import (
     ExecutionStateError,
     NotFoundError,
     ParameterError,
     RuntimeErrorBase,
 )
-from fleet_runtime.home import RuntimeHome
-from fleet_runtime.packs import Action, Registry
+from fleet_runtime.statuses import (
+    CANCELING,
+    COMPLETED,
+    DELAYED,
+    FAILED,
+    PAUSE_STATES,
+    PAUSING,
+    REQUESTED,
+    RESUMING,
+)
 from fleet_runtime.warm import WarmPool
-
-# Names other modules import from here (the engine used to be this one module).
-__all__ = [
-    "ABANDONED",
-    "ABANDONED_ERROR",
-    "CANCELED",
-    "CANCELING",
-    "COMPLETED",
-    "DELAYED",
-    "ENV_KILL_AFTER",
-    "FAILED",
-    "INLINE_RUNNERS",
-    "LOG",
-    "NOOP_RESULT",
-    "PAUSED",
-    "PAUSE_STATES",
-    "PAUSING",
-    "PENDING",
-    "REQUESTED",
-    "REQUESTER_KEYS",
-    "RESUMING",
-    "RUNNING",
-    "SCHEDULED",
-    "SUCCEEDED",
-    "TIMEOUT",
-    "TO_CONDUCTOR",
-    "WORKER_RUNNERS",
-    "ExecInfo",
-    "Runtime",
-    "TaskRun",
-    "WorkflowRun",
-]
 
 
 class _Timer:
@@ -168,7 +106,7 @@ class Runtime(
         self._lock_fd: Optional[int] = None
         self.is_engine = False
         self.api: Any = None
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.Queue[Message] = queue.Queue()
         self.pool: Optional[ThreadPoolExecutor] = None
         self.warm_pool: Optional[WarmPool] = None
         self.active: Dict[str, ExecInfo] = {}
@@ -287,7 +225,7 @@ class Runtime(
         with self.store.transaction():
             self.store.insert_execution(record)
         self._track(record)
-        self.queue.put(("start", ex_id))
+        self.queue.put(StartRequested(ex_id))
         return ex_id
 
     def without_rendered_secrets(self, given: Dict[str, Any], live: Dict[str, Any]
@@ -468,7 +406,7 @@ class Runtime(
         return {"id": record["id"], "status": CANCELING}
 
     def _control(self, ex_id: str, op: str, requester: Optional[str] = None) -> None:
-        self.queue.put(("control", ex_id, op, requester or self.user))
+        self.queue.put(ControlRequested(ex_id, op, requester or self.user))
 
     # ================================================================== engine loop
     def run(
@@ -518,8 +456,8 @@ class Runtime(
             wait = min(wait, max(0.0, self._timers[0].due - time.time()))
         return wait
 
-    def _drain(self, wait: float) -> List[Any]:
-        msgs = []
+    def _drain(self, wait: float) -> List[Message]:
+        msgs: List[Message] = []
         try:
             msgs.append(self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait())
         except queue.Empty:
@@ -560,20 +498,20 @@ class Runtime(
                 if info is not None and info.status == DELAYED:
                     self._start(info)
             elif timer.kind == "ttl":
-                self.queue.put(("ttl", timer.data))
+                self.queue.put(InquiryExpired(timer.data))
             elif timer.kind == "retry":
                 self._policy_retry_fire(timer.data)
 
 
 def _error_from(response: Any) -> RuntimeErrorBase:
     """Re-create an error another engine process reported for a delegated request."""
-    from fleet_runtime import errors
+    from fleet_runtime import runtime_errors
 
     if isinstance(response, dict):
-        cls = getattr(errors, str(response.get("type")), None)
+        cls = getattr(runtime_errors, str(response.get("type")), None)
         message = str(response.get("message"))
         if isinstance(cls, type) and issubclass(cls, RuntimeErrorBase) and cls not in (
-                errors.MetadataError,):
+                runtime_errors.MetadataError,):
             return cls(message)
         return RuntimeErrorBase(message)
     return RuntimeErrorBase(str(response))

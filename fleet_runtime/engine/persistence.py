@@ -15,22 +15,40 @@ from typing import Any, Dict, List, Optional
 from orquesta import statuses as wf_statuses
 
 from fleet_runtime.conductor import RuntimeConductor
-from fleet_runtime.engine_model import (
-    ABANDONED,
+from fleet_runtime.engine.events import (
+    ActionControlled,
+    ControlRequested,
+    Event,
+    InquiryAnswered,
+    InquiryExpired,
+    Message,
+    StartRequested,
+    StatusChanged,
+    StatusReported,
+    WorkerDone,
+    WorkerStarted,
+    WorkflowControlled,
+)
+from fleet_runtime.engine.model import (
     ABANDONED_ERROR,
-    COMPLETED,
-    DELAYED,
     LOG,
-    PAUSED,
-    PENDING,
-    REQUESTED,
     REQUESTER_KEYS,
-    RUNNING,
-    SCHEDULED,
-    TO_CONDUCTOR,
     EngineState,
     ExecInfo,
     WorkflowRun,
+)
+from fleet_runtime.statuses import (
+    ABANDONED,
+    COMPLETED,
+    DELAYED,
+    NOT_STARTED,
+    PAUSED,
+    PENDING,
+    REQUESTED,
+    RUNNING,
+    SCHEDULED,
+    TO_CONDUCTOR,
+    sql_list,
 )
 
 
@@ -38,44 +56,38 @@ class PersistenceMixin(EngineState):
     """Store writes, durability points, event persistence and recovery."""
 
     # ================================================================== batches (transactions)
-    def _process_batch(self, msgs: List[Any]) -> None:
-        # Transaction 1: persist every incoming status change (and its workflow event).
-        persisted: List[Any] = []
+    def _process_batch(self, msgs: List[Message]) -> None:
+        # Transaction 1: persist every incoming message (status rows, workflow events) ...
         with self.store.transaction():
-            for msg in msgs:
-                kind = msg[0]
-                if kind == "status":
-                    persisted.append(self._persist_status(msg[1], msg[2], msg[3]))
-                elif kind == "control":
-                    persisted.append(self._persist_control(msg[1], msg[2],
-                                                           msg[3] if len(msg) > 3 else None))
-                elif kind == "respond":
-                    persisted.append(self._persist_respond(msg[1], msg[2], msg[3]))
-                elif kind == "ttl":
-                    persisted.append(self._persist_ttl(msg[1]))
-                elif kind == "started":
-                    info = self.active.get(msg[1])
-                    if info is not None and info.status in (SCHEDULED, REQUESTED, DELAYED):
-                        info.status = RUNNING
-                        info.start_ts = msg[2]
-                        info.log.append({"status": RUNNING, "timestamp": msg[2]})
-                    persisted.append(None)
-                elif kind == "worker_done":
-                    self._in_worker -= 1
-                    persisted.append(None)
-                else:
-                    persisted.append(None)
+            persisted = [self._persist(msg) for msg in msgs]
         self._durable_point()
-        # Apply.
-        for msg, ev in zip(msgs, persisted):
-            kind = msg[0]
-            if kind == "start":
-                info = self.active.get(msg[1])
-                if info is not None:
-                    self._to_start.append(info.id)
-            elif ev is not None:
-                for item in ev if isinstance(ev, list) else [ev]:
-                    self._apply(item)
+        # ... then apply what was persisted, in the order it came.
+        for msg, events in zip(msgs, persisted):
+            if isinstance(msg, StartRequested):
+                if msg.ex_id in self.active:
+                    self._to_start.append(msg.ex_id)
+            for event in events:
+                self._apply(event)
+
+    def _persist(self, msg: Message) -> List[Event]:
+        """Write one message to the store; the events to apply once the transaction is in."""
+        if isinstance(msg, StatusReported):
+            return _listed(self._persist_status(msg.ex_id, msg.status, msg.result))
+        if isinstance(msg, ControlRequested):
+            return _listed(self._persist_control(msg.ex_id, msg.op, msg.requester))
+        if isinstance(msg, InquiryAnswered):
+            return self._persist_respond(msg.ex_id, msg.response, msg.requester)
+        if isinstance(msg, InquiryExpired):
+            return self._persist_ttl(msg.ex_id)
+        if isinstance(msg, WorkerStarted):
+            info = self.active.get(msg.ex_id)
+            if info is not None and info.status in NOT_STARTED:
+                info.status = RUNNING
+                info.start_ts = msg.ts
+                info.log.append({"status": RUNNING, "timestamp": msg.ts})
+        elif isinstance(msg, WorkerDone):
+            self._in_worker -= 1
+        return []
 
     def _flush(self) -> None:
         """Transaction 2: snapshots, task executions, new children; then start them."""
@@ -100,7 +112,7 @@ class PersistenceMixin(EngineState):
         to_start, self._to_start = self._to_start, []
         for ex_id in to_start:
             info = self.active.get(ex_id)
-            if info is not None and info.status in (REQUESTED, SCHEDULED, DELAYED):
+            if info is not None and info.status in NOT_STARTED:
                 self._start(info)
         post, self._post = self._post, []
         for fn in post:
@@ -139,7 +151,7 @@ class PersistenceMixin(EngineState):
         self.store.update_execution(info.id, **fields)
         return fields
 
-    def _persist_status(self, ex_id: str, status: str, result: Any) -> Optional[Dict[str, Any]]:
+    def _persist_status(self, ex_id: str, status: str, result: Any) -> Optional[StatusChanged]:
         info = self.active.get(ex_id)
         if info is None:
             return None
@@ -147,8 +159,7 @@ class PersistenceMixin(EngineState):
             return None
         result = self.masker.mask(result)  # config and datastore secrets never stored
         self._set_status_row(info, status, result)
-        event = {"kind": "status", "ex_id": ex_id, "status": status, "result": result,
-                 "info": info}
+        event = StatusChanged(info, status, result)
         parent = self.workflows.get(info.parent_id or "")
         if parent is not None and status in TO_CONDUCTOR | {RUNNING}:
             payload = {
@@ -160,9 +171,9 @@ class PersistenceMixin(EngineState):
                 "status": status,
                 "result": result,
             }
-            event["seq"] = self.store.append_event(parent.wf_id, "action", payload)
-            event["payload"] = payload
-            event["wf"] = parent
+            event.seq = self.store.append_event(parent.wf_id, "action", payload)
+            event.payload = payload
+            event.wf = parent
         return event
 
     def _mark_requester(self, ex_id: str, op: str, requester: Optional[str],
@@ -181,52 +192,50 @@ class PersistenceMixin(EngineState):
             self.store.update_execution(ex_id, context=info.context)
 
     def _persist_control(self, ex_id: str, op: str,
-                         requester: Optional[str] = None) -> Optional[Dict[str, Any]]:
+                         requester: Optional[str] = None) -> Optional[Event]:
         self._mark_requester(ex_id, op, requester)
         wf = self.workflows.get(ex_id)
         if wf is not None:
             seq = self.store.append_event(wf.wf_id, "request", {"op": op})
-            return {"kind": "control", "wf": wf, "op": op, "seq": seq}
+            return WorkflowControlled(wf, op, seq)
         info = self.active.get(ex_id)
         if info is None:
             return None
-        return {"kind": "control_action", "info": info, "op": op}
+        return ActionControlled(info, op)
 
     # ------------------------------------------------------------------ applying persisted events
-    def _apply(self, ev: Dict[str, Any]) -> None:
-        kind = ev["kind"]
-        if kind == "status":
-            self._apply_status(ev)
-        elif kind == "control":
-            wf = ev["wf"]
-            wf.last_seq = max(wf.last_seq, ev["seq"])
-            self._apply_control(wf, ev["op"], mark=not ev.get("internal"))
-        elif kind == "control_action":
-            self._control_action(ev["info"], ev["op"])
+    def _apply(self, event: Event) -> None:
+        if isinstance(event, StatusChanged):
+            self._apply_status(event)
+        elif isinstance(event, WorkflowControlled):
+            event.wf.last_seq = max(event.wf.last_seq, event.seq)
+            self._apply_control(event.wf, event.op, mark=not event.internal)
+        else:
+            self._control_action(event.info, event.op)
 
-    def _apply_status(self, ev: Dict[str, Any]) -> None:
-        info: ExecInfo = ev["info"]
-        status = ev["status"]
+    def _apply_status(self, event: StatusChanged) -> None:
+        info, status = event.info, event.status
         if status in COMPLETED:
             self.active.pop(info.id, None)
             self._release_policy_slot(info)
-            self._post.append(lambda i=info, s=status, r=ev["result"]: self._on_completed(i, s, r))
-        wf: Optional[WorkflowRun] = ev.get("wf")
+            self._post.append(
+                lambda i=info, s=status, r=event.result: self._on_completed(i, s, r))
+        wf = event.wf
         if wf is not None and wf.ex_id in self.workflows:
-            wf.last_seq = max(wf.last_seq, ev["seq"])
-            self._apply_action_event(wf, ev["payload"])
+            wf.last_seq = max(wf.last_seq, event.seq)
+            self._apply_action_event(wf, event.payload)
 
     # ================================================================== recovery
     def recover(self) -> None:
         """Resume everything a previous (killed) engine left unfinished."""
         rows = self.store.find_executions(
-            "status NOT IN ('succeeded','failed','timeout','abandoned','canceled')")
+            f"status NOT IN ({sql_list(COMPLETED)})")
         for row in rows:
             self._track(row)
         events_by_wf: Dict[str, List[Dict[str, Any]]] = {}
         # Workflows: reload snapshots and replay the events after them.
         for row in rows:
-            if row["runner"] != "orquesta" or row["status"] in (REQUESTED, SCHEDULED, DELAYED):
+            if row["runner"] != "orquesta" or row["status"] in NOT_STARTED:
                 continue
             wf_row = self.store.get_workflow(action_ex_id=row["id"])
             if wf_row is None:
@@ -256,9 +265,10 @@ class PersistenceMixin(EngineState):
                 parent = self.workflows.get(info.parent_id or "")
                 if info.runner not in ("orquesta", "inquirer") and info.status == RUNNING:
                     reported.add((info.id, ABANDONED))
-                    event = self._persist_status(info.id, ABANDONED, {"error": ABANDONED_ERROR})
-                    if event:
-                        self._apply(event)
+                    abandoned = self._persist_status(info.id, ABANDONED,
+                                                     {"error": ABANDONED_ERROR})
+                    if abandoned:
+                        self._apply(abandoned)
                     continue
                 if parent is None:
                     continue
@@ -275,8 +285,7 @@ class PersistenceMixin(EngineState):
                     parent.last_seq = max(parent.last_seq, seq)
             for ex_id, wf in list(self.workflows.items()):
                 for row in self.store.find_executions(
-                        "parent_id=? AND status IN ('succeeded','failed','timeout','abandoned',"
-                        "'canceled')", (ex_id,)):
+                        f"parent_id=? AND status IN ({sql_list(COMPLETED)})", (ex_id,)):
                     if (row["id"], row["status"]) in reported:
                         continue
                     reported.add((row["id"], row["status"]))
@@ -338,3 +347,7 @@ class PersistenceMixin(EngineState):
         if record["status"] in (PAUSED, PENDING):
             return True
         return False
+
+
+def _listed(event: Optional[Event]) -> List[Event]:
+    return [] if event is None else [event]

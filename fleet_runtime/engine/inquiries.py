@@ -8,20 +8,23 @@ import time
 from typing import Any, Dict, List, Optional
 
 from fleet_runtime import params as params_util
-from fleet_runtime.engine_model import (
+from fleet_runtime.engine.events import Event, InquiryAnswered, StatusReported, WorkflowControlled
+from fleet_runtime.engine.model import (
+    EngineState,
+    ExecInfo,
+    WorkflowRun,
+)
+from fleet_runtime.packs import Action
+from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError, RuntimeErrorBase
+from fleet_runtime.schema import validate_instance
+from fleet_runtime.statuses import (
     FAILED,
     PAUSED,
     PAUSING,
     PENDING,
     SUCCEEDED,
     TIMEOUT,
-    EngineState,
-    ExecInfo,
-    WorkflowRun,
 )
-from fleet_runtime.errors import ExecutionStateError, InquiryError, RuntimeErrorBase
-from fleet_runtime.packs import Action
-from fleet_runtime.schema import validate_instance
 
 
 class InquiriesMixin(EngineState):
@@ -70,7 +73,7 @@ class InquiriesMixin(EngineState):
             raise ExecutionStateError(
                 f'Unable to resume liveaction "{parent["id"]}" because it is in "pausing"'
                 ' state and not in "paused" state.')
-        self.queue.put(("respond", record["id"], response, requester))
+        self.queue.put(InquiryAnswered(record["id"], response, requester))
         return {"id": record["id"], "response": response}
 
     # ------------------------------------------------------------------ starting an inquiry
@@ -79,7 +82,7 @@ class InquiriesMixin(EngineState):
             runner_params, _ = params_util.render_final_params(
                 action, info.parameters, info.context, self.pack_config(action.pack))
         except RuntimeErrorBase as e:
-            self.queue.put(("status", info.id, FAILED, {"error": str(e)}))
+            self.queue.put(StatusReported(info.id, FAILED, {"error": str(e)}))
             return
         result = {
             "schema": runner_params.get("schema"),
@@ -88,7 +91,7 @@ class InquiriesMixin(EngineState):
             "route": runner_params.get("route") or "",
             "ttl": runner_params.get("ttl"),
         }
-        self.queue.put(("status", info.id, PENDING, result))
+        self.queue.put(StatusReported(info.id, PENDING, result))
         self._post.append(lambda: self.emit_trigger(
             "core.st2.generic.inquiry", {"id": info.id, "route": result["route"]}))
         self._arm_ttl(info.id, time.time(), result["ttl"])
@@ -104,11 +107,12 @@ class InquiriesMixin(EngineState):
         self._add_timer(due - time.time(), "ttl", ex_id, active_work=False)
 
     # ------------------------------------------------------------------ responses, timeouts
-    def _persist_respond(self, ex_id: str, response: Any, requester: str) -> Any:
+    def _persist_respond(self, ex_id: str, response: Any, requester: Optional[str]
+                         ) -> List[Event]:
         info = self.active.get(ex_id)
         if info is None or info.status != PENDING:
-            return None
-        events_out: List[Dict[str, Any]] = []
+            return []
+        events_out: List[Event] = []
         # like st2's inquiry service: resume the ROOT workflow; its resume reaches every paused
         # workflow below it (resuming only the direct parent leaves a paused grandparent that
         # never hears its child finish)
@@ -130,20 +134,20 @@ class InquiriesMixin(EngineState):
             events_out.append(status_event)
         return events_out
 
-    def _internal_resume(self, root: WorkflowRun) -> Dict[str, Any]:
+    def _internal_resume(self, root: WorkflowRun) -> WorkflowControlled:
         """Resume the root workflow so that the resume reaches every paused workflow below it
         (the runtime's way to deliver an answer or a timeout), recording no requester below."""
         seq = self.store.append_event(root.wf_id, "request", {"op": "resume", "internal": True})
-        return {"kind": "control", "wf": root, "op": "resume", "seq": seq, "internal": True}
+        return WorkflowControlled(root, "resume", seq, internal=True)
 
-    def _persist_ttl(self, ex_id: str) -> Any:
+    def _persist_ttl(self, ex_id: str) -> List[Event]:
         """An inquiry past its ttl: like st2's garbage collector, mark it timed out and ask
         the root workflow to resume (the resume is recorded first: st2's GC updates the root
         synchronously, the timeout reaches the conductor later through the message bus)."""
         info = self.active.get(ex_id)
         if info is None or info.status != PENDING:
-            return None
-        events_out: List[Dict[str, Any]] = []
+            return []
+        events_out: List[Event] = []
         root = self.workflows.get(info.root_id)
         if root is not None and root.ex_id != info.id and (
                 root.conductor.get_workflow_status() in (PAUSING, PAUSED)):

@@ -11,15 +11,18 @@ from fleet_runtime import params as params_util
 from fleet_runtime import rules as rules_util
 from fleet_runtime import templating
 from fleet_runtime.database import new_id
-from fleet_runtime.engine_model import (
-    ABANDONED,
-    FAILED,
-    SUCCEEDED,
-    TIMEOUT,
+from fleet_runtime.engine.events import StatusReported
+from fleet_runtime.engine.model import (
     EngineState,
     ExecInfo,
     _iso,
     _json,
+)
+from fleet_runtime.statuses import (
+    ABANDONED,
+    FAILED,
+    SUCCEEDED,
+    TIMEOUT,
 )
 
 
@@ -31,14 +34,14 @@ class TriggersMixin(EngineState):
         trigger = info.parameters.get("trigger_name") or info.parameters.get("trigger")
         payload = info.parameters.get("payload") or {}
         if not trigger:
-            self.queue.put(("status", info.id, FAILED,
+            self.queue.put(StatusReported(info.id, FAILED,
                             {"error": 'either "trigger" or "trigger_name" is required'}))
             return
         if trigger not in self.registry.trigger_types:
-            self.queue.put(("status", info.id, FAILED,
+            self.queue.put(StatusReported(info.id, FAILED,
                             {"error": f'unknown trigger type "{trigger}"'}))
             return
-        self.queue.put(("status", info.id, SUCCEEDED, {"trigger": trigger, "payload": payload}))
+        self.queue.put(StatusReported(info.id, SUCCEEDED, {"trigger": trigger, "payload": payload}))
         self._post.append(lambda: self.emit_trigger(trigger, payload))
 
     # ------------------------------------------------------------------ completion hooks
