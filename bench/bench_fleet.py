@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, Dict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import bench_host_step  # noqa: E402
-from bench_rollout import (  # noqa: E402
+import bench_host_step
+from bench_rollout import (
     RolloutBench,
     describe,
     judge_scale,

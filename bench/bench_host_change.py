@@ -36,7 +36,8 @@ import threading
 import time
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fleet_runtime.paths import REPO_ROOT as ROOT
+
 STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
 TIMES = re.compile(r"(\d+)m([\d.]+)s")
 
@@ -56,7 +57,6 @@ def _cpu(usage: Any) -> float:
 
 # ---------------------------------------------------------------------------- worker
 def worker(spec: Dict[str, Any]) -> None:
-    sys.path.insert(0, spec["lib"])
     import fleet_rollout.probe.build as build
     from fleet_rollout import service
     from fleet_rollout.store import FileStore
@@ -181,7 +181,6 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
     os.environ["FLEET_ROLLOUT_HOME"] = env["FLEET_ROLLOUT_HOME"]
     state = os.path.join(tmp, "lab")
     inventory = os.path.join(tmp, "inventory.yml")
-    sys.path.insert(0, lib)
     wrappers = _write_wrappers(tmp)
     lab.up(lab.LabConfig(hosts=hosts, backend="sim", sites=1, hosts_per_rack=hosts,
                          reboot_seconds=reboot, approvers=["alice"]), state, inventory,
@@ -190,8 +189,9 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
         with open(inventory) as handle:
             inv = yaml.safe_load(handle)
         for group in inv["all"]["children"].values():
-            for entry in group["hosts"].values():
-                entry["ansible_python_interpreter"] = wrappers["python"]
+            hosts_of = (group or {}).get("hosts") or {}
+            for name, entry in hosts_of.items():
+                hosts_of[name] = dict(entry or {}, ansible_python_interpreter=wrappers["python"])
         with open(inventory, "w") as handle:
             yaml.safe_dump(inv, handle)
         with open(lab.paths(state)["pack_config"]) as handle:
@@ -215,11 +215,11 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
         lock = threading.Lock()
 
         def run(host: str) -> None:
-            spec = {"lib": lib, "config": config, "store": store_dir, "rollout": "bench",
+            spec = {"config": config, "store": store_dir, "rollout": "bench",
                     "host": host, "restore": restore, "probe": wrappers["probe"]}
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
-                                   json.dumps(spec)], capture_output=True, text=True, env=env,
-                                  cwd=ROOT, check=False)
+                                   json.dumps(spec)], capture_output=True, text=True,
+                                  env=dict(env, PYTHONPATH=lib), cwd=ROOT, check=False)
             try:
                 report = json.loads(proc.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):

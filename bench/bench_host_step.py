@@ -15,15 +15,12 @@ import tempfile
 import time
 from typing import Any, Dict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "actions", "lib")]
+import yaml
 
-import yaml  # noqa: E402
-
-from fleet_lab.hosts import boot_config  # noqa: E402
-from fleet_lab.simhost import SimBackend  # noqa: E402
-from fleet_rollout import hostvars  # noqa: E402
-from fleet_rollout.hostside.playbook_steps import HostSide  # noqa: E402
+from fleet_lab.hosts import boot_config
+from fleet_lab.simhost import SimBackend
+from fleet_rollout import hostvars
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 SIM = "sim-001"
 

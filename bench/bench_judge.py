@@ -52,9 +52,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "actions",
-                                "lib"))
-
 from fleet_rollout.counters.deltas import WindowCounts
 from fleet_rollout.judge.baselines import (
     kayenta_mann_whitney,

@@ -17,17 +17,14 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
-sys.path.insert(0, ROOT)
+import yaml
 
-import yaml  # noqa: E402
-
-from fleet_lab import lab  # noqa: E402
-from fleet_rollout.hostside.playbook_steps import HostSide  # noqa: E402
-from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession  # noqa: E402
-from fleet_rollout.redfish.discovery import discover  # noqa: E402
-from fleet_rollout.redfish.power import reset  # noqa: E402
+from fleet_lab import lab
+from fleet_rollout.hostside.playbook_steps import HostSide
+from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
+from fleet_rollout.redfish.discovery import discover
+from fleet_rollout.redfish.power import reset
+from fleet_runtime.paths import REPO_ROOT as ROOT
 
 
 def _rss_mb(pid: int) -> float:

@@ -18,13 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "actions" / "lib"))
-
-from fleet_lab.hosts import boot_config  # noqa: E402
-from fleet_lab.vm.backend import VmBackend  # noqa: E402
-from fleet_lab.vm.image import default_cache_dir, ensure_image  # noqa: E402
+from fleet_lab.hosts import boot_config
+from fleet_lab.vm.backend import VmBackend
+from fleet_lab.vm.image import default_cache_dir, ensure_image
 
 
 def log(message: str) -> None:

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from fleet_runtime.paths import REPO_ROOT as ROOT
+
 BINARY = ROOT / "probe" / "build" / "fleet-probe"
 
 

@@ -30,17 +30,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
-sys.path.insert(0, ROOT)
+import requests
 
-import requests  # noqa: E402
-
-from fleet_lab.bmcsim.bmc_state import Timing  # noqa: E402
-from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired, vendor  # noqa: E402
-from fleet_rollout.redfish import attribute_registry as rf_registry  # noqa: E402
-from fleet_rollout.redfish.client import BmcEndpoint  # noqa: E402
-from fleet_rollout.redfish.operations import Timeouts, apply_bios, restore_bios  # noqa: E402
+from fleet_lab.bmcsim.bmc_state import Timing
+from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired, vendor
+from fleet_rollout.redfish import attribute_registry as rf_registry
+from fleet_rollout.redfish.client import BmcEndpoint
+from fleet_rollout.redfish.operations import Timeouts, apply_bios, restore_bios
+from fleet_runtime.paths import REPO_ROOT as ROOT
 
 PASSWORD = "bench-password"
 TASK_RETRY_AFTER = 1.0  # seconds: the Retry-After of the simulator's PATCH task monitor (http.py)

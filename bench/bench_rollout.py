@@ -22,18 +22,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "actions", "lib"))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import yaml
 
-import yaml  # noqa: E402
-
-from fleet_rollout.inventory import load_fleet  # noqa: E402
-from fleet_rollout.judge import Policy, judge, judge_input_from_dict  # noqa: E402
-from fleet_rollout.plan import build_plan  # noqa: E402
-from fleet_rollout.profile import load_profile  # noqa: E402
-from fleet_rollout.store import MemoryStore, RolloutState  # noqa: E402
+from fleet_rollout.inventory import load_fleet
+from fleet_rollout.judge import Policy, judge, judge_input_from_dict
+from fleet_rollout.plan import build_plan
+from fleet_rollout.profile import load_profile
+from fleet_rollout.store import MemoryStore, RolloutState
+from fleet_runtime.paths import REPO_ROOT as ROOT
 
 
 def _runtime_store(directory: str) -> Any:
@@ -65,7 +61,6 @@ def _runtime_store(directory: str) -> Any:
 
 _COLD = """
 import os, sys, time
-sys.path.insert(0, os.path.join(os.getcwd(), "actions", "lib"))
 from fleet_rollout.inventory import load_fleet
 t0 = time.monotonic()
 load_fleet(sys.argv[1], "all", cache_hostvars=True, cache_dir=sys.argv[2])

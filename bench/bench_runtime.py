@@ -22,11 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from fleet_runtime.engine import Runtime  # noqa: E402
-from fleet_runtime.home import RuntimeHome  # noqa: E402
+from fleet_runtime.engine import Runtime
+from fleet_runtime.home import RuntimeHome
 
 
 def make_pack(path: Path, chain: int) -> None:

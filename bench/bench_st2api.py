@@ -29,7 +29,8 @@ from typing import Any, Dict, List
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
+from fleet_runtime.paths import REPO_ROOT as ROOT
+
 ST2 = ROOT / ".venv-st2client" / "bin" / "st2"
 PASSWORD = "bench-password-1"
 

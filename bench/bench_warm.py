@@ -23,8 +23,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from fleet_runtime.paths import REPO_ROOT as ROOT
 
 ACTION = '''\
 from st2common.runners.base_action import Action

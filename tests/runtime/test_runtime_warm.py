@@ -306,7 +306,6 @@ def test_cancel_kills_the_process_group(warm: Runtime, tmp_path: Path) -> None:
 
 ENGINE_SCRIPT = """\
 import json, os, sys, time
-sys.path.insert(0, {root!r})
 from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
 from pathlib import Path
@@ -322,7 +321,7 @@ time.sleep(300)
 def test_sigkill_of_the_engine_kills_zygote_and_children(home: Path, pack: Path,
                                                          tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
-    script = ENGINE_SCRIPT.format(root=str(REPO_ROOT), home=str(home), pack=str(pack),
+    script = ENGINE_SCRIPT.format(home=str(home), pack=str(pack),
                                   pid_file=str(pid_file))
     env = dict(os.environ, FLEET_ROLLOUT_PYTHON_WORKERS="warm")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
