@@ -1,0 +1,215 @@
+"""HostRun, the host steps of one host, fast: in this process, without Ansible or a lab.
+
+Real parts: one simulated BMC over HTTPS on 127.0.0.1 (in a thread), the Redfish client and
+the pack library's host steps, a memory datastore. The host side is a fake (`FakeHostSide`,
+said here as the rules ask): a stand-in for Ansible over SSH that answers what the playbooks
+answer; its boot id is the simulated BMC's (None while the server reboots), so a reboot is
+seen as on a real host. The same steps against real Ansible and sim hosts are in
+tests/pack/adversarial/test_adv_hoststeps.py and the e2e rollouts.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+from probe_helpers import load_fixture
+from redfish_support import PASSWORD, bmc_fleet, state
+
+from fleet_rollout.config import load_pack_config
+from fleet_rollout.errors import HostError
+from fleet_rollout.hostside.ansible_run import HostResult
+from fleet_rollout.hoststeps import HostRun, RolloutContext
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.plan import build_plan
+from fleet_rollout.profile import load_profile
+from fleet_rollout.states import DONE, FAILED, HOST_STEPS, LEFT_DRAINED, RESTORED
+from fleet_rollout.store import MemoryStore, RolloutState
+
+ROLLOUT = "hostrun-1"
+SYSCTL = "net.core.rmem_max"
+
+
+class FakeHostSide:
+    """What the playbooks report for one host, kept in memory; `fail` names steps to fail."""
+
+    def __init__(self, fleet: Any, name: str) -> None:
+        self.fleet, self.name = fleet, name
+        self.drained = False
+        self.sysctl = {SYSCTL: "212992"}
+        self.snapshot: Optional[Dict[str, str]] = None
+        self.calls: List[str] = []
+        self.fail: Dict[str, str] = {}
+        self.probe_doc: Optional[str] = None  # a probe fixture to answer instead of the BIOS's
+
+    def _entry(self, what: str, result: Any) -> Dict[str, HostResult]:
+        self.calls.append(what)
+        if what in self.fail:
+            return {self.name: HostResult(self.name, ok=False, failed_task=what,
+                                          error=self.fail[what])}
+        return {self.name: HostResult(self.name, ok=True, changed=True, result=result)}
+
+    def _boot_id(self) -> Optional[str]:
+        return state(self.fleet, 0).get("host_boot_id")
+
+    def _kernel(self, action: str, settings: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        wanted = {k: str(v) for k, v in ((settings or {}).get("sysctl") or {}).items()}
+        if action == "snapshot":
+            if self.snapshot is None:
+                self.snapshot = {k: self.sysctl.get(k, "") for k in wanted}
+            return {"ok": True, "snapshot": dict(self.snapshot), "changed": []}
+        if action == "apply":
+            changed = [f"{k}={v}" for k, v in wanted.items() if self.sysctl.get(k) != v]
+            self.sysctl.update(wanted)
+            return {"ok": True, "changed": changed, "reboot_required": False,
+                    "snapshot": dict(self.snapshot or {})}
+        if action == "restore":
+            back = dict(self.snapshot or {})
+            changed = [f"{k}={v}" for k, v in back.items() if self.sysctl.get(k) != v]
+            self.sysctl.update(back)
+            return {"ok": True, "changed": changed, "reboot_required": False}
+        return {"ok": True, "changed": []}  # reapply
+
+    # --------------------------------------------------------------- HostSide's interface
+    def health(self, hosts: List[str], kernel_action: Optional[str] = None,
+               settings: Optional[Dict[str, Any]] = None,
+               in_maintenance: bool = False) -> Dict[str, HostResult]:
+        boot_id = self._boot_id()
+        if boot_id is None:
+            self.calls.append("health")
+            return {self.name: HostResult(self.name, ok=False, unreachable=True,
+                                          error="UNREACHABLE: ssh: connection refused")}
+        result: Dict[str, Any] = {"boot_id": boot_id, "maintenance": self.drained,
+                                  "uptime": 100.0, "connections": 0}
+        if kernel_action is not None:
+            doc = self._kernel(kernel_action, settings)
+            result["kernel_action"] = {"rc": 0, "stdout": json.dumps(doc), "stderr": ""}
+        return self._entry("health", result)
+
+    def drain(self, hosts: List[str], timeout: float = 300,
+              threshold: int = 0) -> Dict[str, HostResult]:
+        changed = not self.drained
+        if "drain" not in self.fail:
+            self.drained = True
+        return self._entry("drain", {"changed": changed, "drained": True, "method": "flag"})
+
+    def undrain(self, hosts: List[str]) -> Dict[str, HostResult]:
+        changed = self.drained
+        if "undrain" not in self.fail:
+            self.drained = False
+        return self._entry("undrain", {"changed": changed, "drained": False, "method": "flag"})
+
+    def kernel(self, hosts: List[str], action: str,
+               settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+        return self._entry(f"kernel {action}", self._kernel(action, settings))
+
+    def probe(self, hosts: List[str], budget_ms: int = 5000,
+              binary: Optional[str] = None) -> Dict[str, HostResult]:
+        logical = state(self.fleet, 0)["logical"]
+        name = self.probe_doc or (f"sim-{logical['snoop_mode']}-interleave-"
+                                  f"{'on' if logical['node_interleaving'] == 'enabled' else 'off'}")
+        doc = load_fixture(name + ".json")
+        doc["host"] = self.name
+        return self._entry("probe", doc)
+
+
+@pytest.fixture()
+def fleet() -> Iterator[Any]:
+    """A simulated server of its own per test (BIOS early snoop, interleaving disabled)."""
+    with bmc_fleet(["generic"], count=1, reboot_seconds=0.3) as bmcs:
+        yield bmcs
+
+
+@pytest.fixture()
+def run(fleet: Any, tmp_path: Any) -> Iterator[Any]:
+    """A fresh rollout of lab-home-snoop on the one simulated server, batch 0 approved."""
+    name = fleet.bmcs[0].name
+    host = FleetHost(name=name, bmc_address=fleet.url(0), bmc_vendor="generic",
+                     hardware_model="m1")
+    plan = build_plan(load_profile("lab-home-snoop"), "inventory.yml", "all", [host], [host],
+                      {name: {"compliant": False}}, rollout_id=ROLLOUT)
+    plan["profile"]["redfish"]["poll"] = 0.1  # the simulator reboots in 0.3 s
+    store = MemoryStore()
+    RolloutState(store, ROLLOUT).save_plan(plan)
+    config = load_pack_config({"credentials": {"default": {"username": "admin",
+                                                           "password": PASSWORD}},
+                               "ca_bundle": fleet.ca_path, "state_dir": str(tmp_path / "state")})
+    side = FakeHostSide(fleet, name)
+    # waits poll every 0.05 s at most (the simulator reboots in 0.3 s; deadlines are unchanged)
+    ctx = RolloutContext(store, ROLLOUT, config, side, "ex-1", "alice",  # type: ignore[arg-type]
+                         sleep=lambda seconds: time.sleep(min(seconds, 0.05)))
+    ctx.state.update_batch(0, lambda b: b.update(approval={"approved": True, "by": "alice"}))
+    yield HostRun(ctx, name), side
+
+
+def _steps(host_run: HostRun, names: Any = HOST_STEPS) -> List[Dict[str, Any]]:
+    return [host_run.run(step) for step in names]
+
+
+def test_every_step_in_order_changes_the_bios_once_and_puts_the_host_back_in_service(
+        run: Any, fleet: Any) -> None:
+    host_run, side = run
+    boots = state(fleet, 0)["boot_count"]
+    results = _steps(host_run)
+    assert [r["step"] for r in results] == list(HOST_STEPS)
+    assert not any(r["skipped"] for r in results)
+    bmc = state(fleet, 0)
+    assert bmc["logical"] == {"snoop_mode": "home", "node_interleaving": "disabled"}
+    assert bmc["boot_count"] == boots + 1 and len(bmc["resets"]) >= 1
+    assert side.sysctl[SYSCTL] == "16777216" and not side.drained
+    assert side.calls.index("drain") < side.calls.index("kernel apply") < side.calls.index(
+        "probe") < side.calls.index("undrain")
+    saved = host_run.load()
+    assert saved["status"] == DONE and saved["step"] == HOST_STEPS[-1]
+    assert all(saved["steps"][s]["ok"] for s in HOST_STEPS)
+    assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
+    assert results[3]["detail"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
+
+
+def test_a_step_run_again_is_skipped_and_sends_no_second_reset(run: Any, fleet: Any) -> None:
+    host_run, _side = run
+    _steps(host_run, HOST_STEPS[:5])
+    resets = len(state(fleet, 0)["resets"])
+    again = host_run.run("reboot")
+    assert again["skipped"] is True
+    assert len(state(fleet, 0)["resets"]) == resets
+
+
+def test_a_failed_drain_is_recorded_and_changes_no_bios(run: Any, fleet: Any) -> None:
+    host_run, side = run
+    side.fail["drain"] = "connections did not fall below 0 in 300s"
+    _steps(host_run, ("precheck", "snapshot"))
+    with pytest.raises(HostError, match="drain failed .*connections did not fall"):
+        host_run.run("drain")
+    saved = host_run.load()
+    assert saved["status"] == FAILED
+    assert saved["error"]["step"] == "drain" and saved["steps"]["drain"]["ok"] is False
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "early"
+    assert state(fleet, 0)["pending"] == {}
+
+
+def test_verify_refuses_a_probe_that_shows_other_settings(run: Any, fleet: Any) -> None:
+    host_run, side = run
+    side.probe_doc = "sim-home-interleave-on"  # one NUMA node: interleaving still on
+    _steps(host_run, HOST_STEPS[:6])
+    with pytest.raises(HostError, match="probe verification failed"):
+        host_run.run("verify")
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["probe"]["ok"] is False
+    assert side.drained  # a failed host stays drained until it is restored
+
+
+@pytest.mark.parametrize("leave, status", [(False, RESTORED), (True, LEFT_DRAINED)])
+def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
+                                           status: str) -> None:
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:6])
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "home"
+    report = host_run.restore(leave_drained=leave)
+    assert report["status"] == status
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "early"
+    assert side.sysctl[SYSCTL] == "212992"
+    assert side.drained is leave
+    assert host_run.load()["status"] == status
+    assert host_run.restore(leave_drained=leave)["skipped"] is True  # done: not again
