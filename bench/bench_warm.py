@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
@@ -83,28 +83,36 @@ def _own_cpu() -> float:
     return total
 
 
+def _run(rt: Any, ref: str, params: Dict[str, Any]) -> Dict[str, Any]:
+    """Request an execution and drive the engine until it is done."""
+    ex_id = rt.request(ref, params)
+    rt.run(until=lambda: rt.settled(ex_id), timeout=120)
+    return rt.store.get_execution(ex_id)
+
+
 def measure(mode: str, runs: int) -> Dict[str, float]:
     os.environ["FLEET_ROLLOUT_PYTHON_WORKERS"] = mode
     from fleet_runtime.engine import Runtime
     from fleet_runtime.home import RuntimeHome
-    from fleet_runtime.testing import make_home, run
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-warm-"))
     try:
         pack = make_pack(tmp / "packs")
-        home = make_home(tmp / "home", settings={"user": "bench"})
+        home = tmp / "home"
+        home.mkdir(parents=True)
+        (home / "config.yaml").write_text("user: bench\n")
         rt = Runtime(RuntimeHome(str(home)), [str(pack)], workers=2)
         assert rt.try_become_engine()
         try:
             start_cpu, start_wall = _own_cpu(), time.time()
-            first = run(rt, "bench_warm.bench_step", {"n": 0})
+            first = _run(rt, "bench_warm.bench_step", {"n": 0})
             assert first["status"] == "succeeded", first["result"]
             zygote = rt.warm_pool.info(str(pack))["zygote_pid"] if rt.warm_pool else None
             first_cpu = _own_cpu() - start_cpu + _proc_cpu(zygote)
             first_wall = time.time() - start_wall
             before, before_z, t0 = _own_cpu(), _proc_cpu(zygote), time.time()
             for n in range(1, runs + 1):
-                ex = run(rt, "bench_warm.bench_step", {"n": n})
+                ex = _run(rt, "bench_warm.bench_step", {"n": n})
                 assert ex["status"] == "succeeded", ex["result"]
             wall = time.time() - t0
             engine_self = resource.getrusage(resource.RUSAGE_SELF)

@@ -43,8 +43,9 @@ from fleet_lab.chatops.irc_client import IrcClient, IrcLine
 from fleet_runtime.database import Store
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.home import RuntimeHome
+from fleet_runtime.paths import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 STATE = os.environ.get("DEMO_STATE_DIR") or os.path.join(REPO, ".lab", "demo")
 HOME = os.environ.get("FLEET_ROLLOUT_HOME") or os.path.join(STATE, "runtime")
 SRE = "sre-alice"  # the approver: an st2 user (the st2 CLI) and an IRC nick

@@ -27,8 +27,9 @@ from typing import Any, Callable, Dict, List, Optional
 import yaml
 
 from fleet_lab.chatops import stack
+from fleet_runtime.paths import REPO_ROOT
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 DEFAULT_STATE_DIR = os.path.join(REPO, ".lab")
 DEFAULT_INVENTORY = os.path.join(REPO, "inventory", "lab.yml")
 MODELS = {"dell-idrac8": "PowerEdge R630", "dell-idrac9": "PowerEdge R640",

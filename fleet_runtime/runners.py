@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 from fleet_runtime import chatlog
+from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.python_wrapper import ACTION_OUTPUT_RESULT_DELIMITER, INVALID_STATUS_EXIT_CODE
 from fleet_runtime.statuses import CANCELED, FAILED, SUCCEEDED, TIMEOUT
 from fleet_runtime.warm import WORKER_DIED, WarmPool
@@ -153,7 +154,7 @@ def run_python(
     env = os.environ.copy()
     env.update({k: str(v) for k, v in (runner_params.get("env") or {}).items()})
     env.update(env_extra)
-    runtime_root = str(Path(__file__).resolve().parents[1])
+    runtime_root = str(REPO_ROOT)  # where fleet_runtime is importable from
     env["PYTHONPATH"] = os.pathsep.join(
         [p for p in [runtime_root, env.get("PYTHONPATH", "")] if p]
     )

@@ -36,9 +36,9 @@ import sys
 import threading
 import time
 import zlib
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.zygote import drain
 
 LOG = logging.getLogger("fleet_runtime.warm")
@@ -474,7 +474,7 @@ class WarmPool:
     def _launch(self, state: _PackState, fingerprint: str) -> _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = os.environ.copy()
-        runtime_root = str(Path(__file__).resolve().parents[1])
+        runtime_root = str(REPO_ROOT)  # where fleet_runtime is importable from
         env["PYTHONPATH"] = os.pathsep.join(
             [p for p in [runtime_root, env.get("PYTHONPATH", "")] if p])
         try:

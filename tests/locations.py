@@ -2,7 +2,7 @@
 layout (tests/<area>/test_*.py import these instead of counting parents of __file__)."""
 from __future__ import annotations
 
-from pathlib import Path
+from fleet_runtime.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository: the pack's root
+ROOT = REPO_ROOT  # the repository: the pack's root
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -12,8 +12,9 @@ import requests
 import yaml
 
 from fleet_lab import lab
+from fleet_runtime.paths import REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 class SimLab:

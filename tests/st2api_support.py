@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import requests
+from locations import FIXTURES, ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 ST2 = REPO / ".venv-st2client" / "bin" / "st2"
-FIXTURES = REPO / "tests" / "fixtures"
 RUNTIME_PACK = FIXTURES / "runtime_pack"
 ST2API_PACK = FIXTURES / "st2api_pack"
 

@@ -87,7 +87,9 @@ class SushyLab:
                          f"SUSHY_EMULATOR_AUTH_FILE = {htpasswd!r}\n"
                          f"SUSHY_EMULATOR_STATE_DIR = {tmp!r}\n")
         self.log_path = os.path.join(tmp, "emulator.log")
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from fleet_runtime.paths import REPO_ROOT
+
+        root = str(REPO_ROOT)
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env.pop("SUSHY_EMULATOR_CONFIG", None)

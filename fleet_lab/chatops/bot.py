@@ -28,8 +28,9 @@ from typing import Dict, List, Optional
 from fleet_lab.chatops import irc_split, procs
 from fleet_lab.chatops.irc_client import IrcClient, IrcError
 from fleet_lab.chatops.ircd import DEFAULT_CHANNEL
+from fleet_runtime.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 REQUIREMENTS = REPO / "requirements-chatops.txt"
 DEFAULT_VENV = REPO / ".cache" / "chatops-venv"
 DEFAULT_NICK = "fleetbot"

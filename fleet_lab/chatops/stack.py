@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from fleet_lab.chatops import bot, ircd, procs
+from fleet_runtime.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 PACK_DIR = Path(__file__).resolve().parent / "st2pack"  # rule chatops_errbot.notify_errbot
 ROUTE = "errbot"
 CHANNEL = ircd.DEFAULT_CHANNEL

@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
+from runtime_support import FIXTURE_PACK, cli_inprocess, make_home
 
 from fleet_runtime import aliases
 from fleet_runtime.packs import Alias, Registry
 from fleet_runtime.runtime_errors import AliasError
-from fleet_runtime.testing import FIXTURE_PACK, cli_inprocess, make_home
 
 
 @pytest.mark.parametrize(

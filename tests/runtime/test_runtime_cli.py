@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from fleet_runtime.testing import FIXTURE_PACK, REPO_ROOT, cli, cli_inprocess, make_home
+from locations import ROOT as REPO_ROOT
+from runtime_support import FIXTURE_PACK, cli, cli_inprocess, make_home
 
 
 @pytest.fixture()

@@ -28,16 +28,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from fleet_runtime.database import Store
-from fleet_runtime.testing import (
+from locations import ROOT as REPO_ROOT
+from runtime_support import (
     FIXTURE_PACK,
-    REPO_ROOT,
     cli,
     engine,
     journal,
     make_home,
     wait,
 )
+
+from fleet_runtime.database import Store
 
 ABENDED = ("failed", "abandoned", "timeout")
 DETERMINISTIC_POINTS = list(range(1, 22))

@@ -7,11 +7,12 @@ from typing import Dict
 
 import pytest
 import yaml
+from locations import ROOT as REPO_ROOT
+from runtime_support import FIXTURE_PACK, engine, make_home
 
 from fleet_runtime import home_client
 from fleet_runtime.packs import Registry, alias_format_shape
 from fleet_runtime.runtime_errors import MetadataError
-from fleet_runtime.testing import FIXTURE_PACK, REPO_ROOT, engine, make_home
 
 
 def minimal_pack(root: Path, files: Dict[str, object]) -> Path:

@@ -5,12 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
+from runtime_support import FIXTURE_PACK
 
 from fleet_runtime import params, templating
 from fleet_runtime.datastore import Datastore
 from fleet_runtime.packs import Registry
 from fleet_runtime.runtime_errors import ParameterError
-from fleet_runtime.testing import FIXTURE_PACK
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from runtime_support import engine, make_home, run
 
 from fleet_runtime import operators, rules
 from fleet_runtime.engine import Runtime
 from fleet_runtime.packs import Rule
-from fleet_runtime.testing import engine, make_home, run
 
 
 @pytest.fixture()

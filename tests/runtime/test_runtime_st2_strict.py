@@ -16,12 +16,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import requests
 from jsonschema import SchemaError, ValidationError
-
-from fleet_runtime import chatlog, hazards, st2ctx
-from fleet_runtime.engine import Runtime
-from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError, ParameterError
-from fleet_runtime.schema import validate_instance
-from fleet_runtime.testing import (
+from runtime_support import (
     FIXTURE_PACK,
     children,
     cli_inprocess,
@@ -30,6 +25,11 @@ from fleet_runtime.testing import (
     run,
     wait,
 )
+
+from fleet_runtime import chatlog, hazards, st2ctx
+from fleet_runtime.engine import Runtime
+from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError, ParameterError
+from fleet_runtime.schema import validate_instance
 from fleet_runtime.wfyaml import load_definition
 
 PACK_FILES: Dict[str, str] = {

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from locations import ROOT as REPO_ROOT
 from process_support import gone, wait_for
+from runtime_support import make_home, run, wait
 
 from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.runtime_errors import MetadataError
-from fleet_runtime.testing import REPO_ROOT, make_home, run, wait
 
 PACK_YAML = """\
 ---

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from runtime_support import children, engine, fixture_home, journal, run, wait
 
 from fleet_runtime import render
 from fleet_runtime.engine import Runtime
 from fleet_runtime.runtime_errors import ExecutionStateError, InquiryError
-from fleet_runtime.testing import children, engine, fixture_home, journal, run, wait
 
 
 @pytest.fixture()

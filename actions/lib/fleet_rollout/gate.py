@@ -28,7 +28,7 @@ from typing import Any, Dict, List
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, pre_windows, window_steps
-from fleet_rollout.states import DONE, batch_label
+from fleet_rollout.states import DONE, INCONCLUSIVE, batch_label
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
@@ -129,7 +129,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
             "canary": canary, "control": control, "hosts": hosts}
 
 
-def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
+def canary_verdict(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     # the judge needs scipy (numpy's threads keep it out of the warm workers' preload, and its
     # import costs about a CPU-second): only the judging action pays it, not every collection
     from fleet_rollout.counters.metric import metric_from_dict
@@ -140,7 +140,7 @@ def judge_batch(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     policy = policy_from_dict(canary_cfg.get("policy") or None, where="profile canary.policy")
     doc = judge_input(ctx, index)
     if not doc["canary"] or not doc["control"]:
-        verdict = {"verdict": "INCONCLUSIVE", "reason": "no_hosts",
+        verdict = {"verdict": INCONCLUSIVE, "reason": "no_hosts",
                    "explanation": f"INCONCLUSIVE (batch {batch_label(index)}): "
                    f"{len(doc['canary'])} changed host(s) and {len(doc['control'])} "
                    "control host(s) left to compare; no verdict is possible."}

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 
 LIBRARY_DIR = os.path.dirname(os.path.abspath(__file__))  # actions/lib/fleet_rollout
-PACK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(LIBRARY_DIR)))
+LIB_DIR = os.path.dirname(LIBRARY_DIR)  # actions/lib: what st2 puts on the python path
+PACK_DIR = os.path.dirname(os.path.dirname(LIB_DIR))
 PROFILES_DIR = os.path.join(PACK_DIR, "profiles")
 PLAYBOOK_DIR = os.path.join(PACK_DIR, "playbooks")
 PROBE_DIR = os.path.join(PACK_DIR, "probe")

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from fleet_rollout.errors import ConfigError
+from fleet_rollout.paths import PROFILES_DIR
 from fleet_rollout.redfish.personalities import KNOBS, validate_desired
 
 PROFILE_NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,63}\\Z"  # \Z: no final newline
@@ -338,8 +339,7 @@ def validate_profile(data: Any, where: str) -> Dict[str, Any]:
 
 
 def _profiles_dir() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))), "profiles")
+    return PROFILES_DIR
 
 
 def _read_yaml(path: str) -> Any:

@@ -32,6 +32,7 @@ from fleet_rollout.st2api import ActionApi
 from fleet_rollout.states import (
     ABORTING,
     DONE,
+    FAIL,
     FAILED,
     LEFT_DRAINED,
     PENDING,
@@ -330,14 +331,14 @@ def judge_batch(raw_config: Any, datastore: Any, rollout_id: str, batch: int) ->
                   f"{budget['per_batch']} per batch, {budget['total']} total): "
                   f"{', '.join(failed[:10])}")
         ctx.state.halt(reason)
-        verdict = {"verdict": "FAIL", "reason": "failure_budget", "explanation":
+        verdict = {"verdict": FAIL, "reason": "failure_budget", "explanation":
                    f"FAIL (batch {batch_label(batch)}): {reason}. Rolling back."}
         ctx.state.update_batch(batch, lambda b: b.update(verdict=verdict))
-        result.update(verdict="FAIL", reason="failure_budget",
+        result.update(verdict=FAIL, reason="failure_budget",
                       explanation=verdict["explanation"])
         return result
-    result.update(gate.judge_batch(ctx, batch))
-    if result["verdict"] == "FAIL":
+    result.update(gate.canary_verdict(ctx, batch))
+    if result["verdict"] == FAIL:
         ctx.state.halt(f"canary regression in batch {batch_label(batch)}")
     return result
 
@@ -386,7 +387,7 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     batch = int(batch)
     verdict = (ctx.state.batch(batch).get("verdict") or {}) if batch >= 0 else {}
     # the canary_regression trigger can be injected: trust only the recorded verdict
-    if cause == "canary_regression" and verdict.get("verdict") != "FAIL":
+    if cause == "canary_regression" and verdict.get("verdict") != FAIL:
         raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
                           f"{batch_label(batch)}; a canary_regression halt is refused")
     reason = _halt_reason(cause, batch, verdict, user)

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+import runtime_support as testing
 import yaml
 from adv_support import write, write_announce_action, write_pack_yaml
 
-from fleet_runtime import testing
 from fleet_runtime.database import Store
 from fleet_runtime.home import RuntimeHome
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+import runtime_support as testing
 import yaml
 from adv_support import write, write_pack_yaml
 
-from fleet_runtime import testing
 from fleet_runtime.runtime_errors import MetadataError, ParameterError
 
 SECRET = "adv-Secret-Pa55word"  # the pack config's secret: true value

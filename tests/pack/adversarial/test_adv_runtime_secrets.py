@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterator
 
 import pytest
+import runtime_support as testing
 import yaml
 from adv_support import write, write_announce_action, write_pack_yaml
 
-from fleet_runtime import chatlog, testing
+from fleet_runtime import chatlog
 from fleet_runtime.masking import MASK
 
 SECRET = "adv-Secret-Pa55word"

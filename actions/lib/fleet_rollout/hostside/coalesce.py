@@ -46,8 +46,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import HostResult, RunSpec, run_requests, run_spec
+from fleet_rollout.paths import LIB_DIR
 
-LIB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WINDOW = 1.0  # seconds (pack config ansible_gather_window)
 POLL = 0.02  # seconds between looks while a request waits to be gathered
 MAX_HOSTS = 500  # hosts per gathered run

@@ -18,6 +18,7 @@ from fleet_rollout.report.format import (
 )
 from fleet_rollout.report.status import count_hosts
 from fleet_rollout.report.style import ROLLOUT_STATUS
+from fleet_rollout.states import RUNNING
 
 
 def _settings_rows(prefix: str, value: Any) -> List[Tuple[str, str]]:
@@ -64,7 +65,7 @@ def header_section(plan: Mapping[str, Any], meta: Dict[str, Any], halt: Optional
     duration = "-"
     if num(started) is not None:
         end = num(finished) if num(finished) is not None else (
-            generated if status == "running" else None)
+            generated if status == RUNNING else None)
         if end is not None:
             duration = fmt_duration(end - float(started)) + ("" if finished else " so far")
     tiles = [("changed", counts["changed"], "ok"), ("restored", counts["restored"], "rb"),
@@ -84,7 +85,7 @@ def header_section(plan: Mapping[str, Any], meta: Dict[str, Any], halt: Optional
     rows = [("status", badge(status, cls)),
             ("started", esc(fmt_time(started))),
             ("finished", esc(fmt_time(finished)) if finished else
-             ('<span class="muted">not yet</span>' if status == "running" else "-")),
+             ('<span class="muted">not yet</span>' if status == RUNNING else "-")),
             ("duration", esc(duration)),
             ("started by", esc(by)),
             ("current batch", esc(meta.get("batch", meta.get("current_batch", "-")))),
@@ -109,7 +110,7 @@ def header_section(plan: Mapping[str, Any], meta: Dict[str, Any], halt: Optional
             body = kv_table(srows) if srows else '<p class="muted">none</p>'
             out.append(f"<div><h3>{esc(title)}</h3>{body}</div>")
     out.append("</div>")
-    if status == "running":
+    if status == RUNNING:
         out.append('<p class="muted small">The rollout is still running: this is a snapshot; '
                    "render the report again for fresh data.</p>")
     out.append("</section>")

@@ -14,6 +14,7 @@ from fleet_rollout.report.format import esc, fmt_time
 from fleet_rollout.report.header import header_section
 from fleet_rollout.report.status import rollout_status
 from fleet_rollout.report.style import CSS
+from fleet_rollout.states import RUNNING
 from fleet_rollout.store import RolloutState
 
 
@@ -25,7 +26,7 @@ def render_report(state: RolloutState, audit: Audit, now: Optional[float] = None
     halt = state.halted()
     hosts = state.hosts()
     status = rollout_status(meta, hosts, halt)
-    live = status == "running"
+    live = status == RUNNING
     batch_infos = list(plan.get("batches") or [])
     batches = []
     for i, info in enumerate(batch_infos):

@@ -2,6 +2,8 @@
 page's CSS and the step colours of the timeline legend."""
 from __future__ import annotations
 
+from fleet_rollout.states import FAIL, INCONCLUSIVE, PASS
+
 # host status -> (label, badge class); order = how interesting a host is (problems first)
 HOST_STATUS = {
     "failed": ("failed", "bad"),
@@ -24,7 +26,7 @@ ROLLOUT_STATUS = {
     "failed": "bad",
     "planned": "none",
 }
-VERDICT_CLASS = {"PASS": "ok", "FAIL": "bad", "INCONCLUSIVE": "warn"}
+VERDICT_CLASS = {PASS: "ok", FAIL: "bad", INCONCLUSIVE: "warn"}
 
 CSS = """
 *{box-sizing:border-box}

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from locations import FIXTURES, ROOT
+
 from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
-from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.statuses import COMPLETED
 
-FIXTURE_PACK = REPO_ROOT / "tests" / "fixtures" / "runtime_pack"
+FIXTURE_PACK = FIXTURES / "runtime_pack"
 
 
 def make_home(path: Path, config: Optional[Dict[str, Any]] = None,
@@ -93,7 +94,7 @@ def cli(home: Path, *args: str, packs: Optional[List[str]] = None, env: Optional
     full_env.pop("FLEET_ROLLOUT_KILL_AFTER_COMMITS", None)
     full_env.update(env or {})
     proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout,
-                          cwd=str(REPO_ROOT))
+                          cwd=str(ROOT))
     if check and proc.returncode != 0:
         raise AssertionError(f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
