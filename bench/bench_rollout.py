@@ -206,7 +206,9 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             yaml.safe_dump({
                 "name": "bench-home", "bios": {"snoop_mode": "home"},
                 "probe": {"budget_ms": bench.probe_budget_ms},
+                # steps of at least 5 s (the profile's rule): 2 in a 10 s window
                 "canary": {"window_seconds": bench.window, "soak_seconds": bench.soak,
+                           "window_steps": max(1, min(4, int(bench.window // 5))),
                            "policy": {"min_canary_hosts": 3, "min_control_hosts": 5}},
                 "batches": {"canary_size": bench.canary, "growth": bench.growth,
                             "max_batch": bench.max_batch,
@@ -216,8 +218,8 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                 "approval": {"required": False},
                 "redfish": {"graceful_timeout": bench.reboot * 3, "poll": 1}}, handle)
         cpu = CpuAccount()
-        host_side = _host_side_account(inventory, tmp)
         try:
+            host_side = _host_side_account(inventory, tmp)
             t0 = time.monotonic()
             out = _run_answering(env, preexec=cpu.preexec())
             total = time.monotonic() - t0
@@ -278,8 +280,8 @@ def _host_side_account(inventory: str, tmp: str) -> Any:
     with open(inventory) as handle:
         doc = yaml.safe_load(handle)
     for group in (doc["all"].get("children") or {}).values():
-        for entry in (group.get("hosts") or {}).values():
-            if entry.get("ansible_connection") == "local":
+        for entry in (group.get("hosts") or {}).values():  # None: a host listed in a group
+            if entry and entry.get("ansible_connection") == "local":
                 entry["ansible_shell_executable"] = wrapper
     with open(inventory, "w") as handle:
         yaml.safe_dump(doc, handle)
@@ -351,10 +353,25 @@ def _run_answering(env: Dict[str, str], preexec: Any = None) -> Dict[str, Any]:
             if time.monotonic() - last >= 15:
                 last = time.monotonic()
                 _progress(home, last - started)
-        return json.loads(_cli(env, "execution", "get", execution, "--json"))
+        record = json.loads(_cli(env, "execution", "get", execution, "--json"))
+        if record.get("status") != "succeeded":
+            failed = store.find_executions("status IN ('failed','timeout')")
+            why = [f"{r['action']}: {_failure_text(r.get('result'))}" for r in failed[:3]]
+            print(f"  bench: the rollout ended {record.get('status')}: " + " | ".join(why),
+                  file=sys.stderr, flush=True)
+        return record
     finally:
         engine.terminate()
         engine.wait(60)
+
+
+def _failure_text(result: Any) -> str:
+    """The end of what a failed execution said (a traceback's last lines)."""
+    if isinstance(result, dict):
+        text = result.get("stderr") or result.get("error") or json.dumps(result)
+    else:
+        text = json.dumps(result)
+    return str(text).strip()[-400:]
 
 
 def _answer(schema: Dict[str, Any]) -> Dict[str, Any]:
@@ -421,9 +438,13 @@ def _stored_rollout(home: str, rollout_id: Any) -> Tuple[Dict[str, Any],
 def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
                    bench: RolloutBench) -> Dict[str, float]:
     """Per batch, waves (ceil(hosts / parallel)) x the slowest host's time from reset to
-    verified, plus the soak and the two counter windows (measured: what the hosts took); and
-    the same with each host's part being only the sim's reboot plus the probe budget (pure: what
-    no controller can avoid, however fast)."""
+    verified, plus the soak and the counter windows: the post window and the pre window,
+    `canary.pre_windows` windows long (measured: what the hosts took); and the same with each
+    host's part being only the sim's reboot plus the probe budget (pure: what no controller can
+    avoid, however fast)."""
+    from fleet_rollout.profile import pre_windows
+
+    windows = 1 + pre_windows((plan.get("profile") or {}).get("canary") or {})
     measured = pure = 0.0
     for batch in plan.get("batches") or []:
         slowest = 0.0
@@ -432,7 +453,7 @@ def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
             if "reboot" in steps and "verify" in steps:
                 slowest = max(slowest, steps["verify"]["at"] - steps["reboot"]["started"])
         waves = -(-len(batch["hosts"]) // bench.parallel)  # `parallel` hosts at a time
-        fixed = bench.soak + 2 * bench.window
+        fixed = bench.soak + windows * bench.window
         measured += waves * slowest + fixed
         pure += waves * (bench.reboot + bench.probe_budget_ms / 1000.0) + fixed
     return {"measured": measured, "pure": pure}
