@@ -10,11 +10,11 @@ from typing import Any, Dict, List, Optional
 
 import requests
 import yaml
+from locations import ROOT as REPO_ROOT
 
 from fleet_lab import lab
-from fleet_runtime.paths import REPO_ROOT
 
-ROOT = str(REPO_ROOT)
+ROOT = str(REPO_ROOT)  # tests/locations.py's, as a str for os.path
 
 
 class SimLab:

@@ -26,12 +26,14 @@ from fleet_runtime.statuses import (
     COMPLETED,
     DELAYED,
     FAILED,
+    NOT_STARTED,
     PENDING,
     REQUESTED,
     RUNNING,
     SCHEDULED,
     SUCCEEDED,
     TIMEOUT,
+    sql_list,
 )
 
 
@@ -83,9 +85,9 @@ class ActionsMixin(EngineState):
             log = info.log + [{"status": RUNNING, "timestamp": now}]
             with self.store.transaction() as conn:
                 cur = conn.execute(
-                    "UPDATE executions SET status='running', start_ts=?, log=? WHERE id=? AND"
-                    " status IN ('requested','scheduled','delayed')",
-                    (now, _json(log), info.id))
+                    "UPDATE executions SET status=?, start_ts=?, log=? WHERE id=? AND"
+                    f" status IN ({sql_list(NOT_STARTED)})",
+                    (RUNNING, now, _json(log), info.id))
                 started = cur.rowcount == 1
             if not started:
                 # Canceled (or otherwise finished) before it could start: nothing to report.
