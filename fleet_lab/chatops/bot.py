@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fleet_lab.chatops import irc_split, procs
+from fleet_lab.chatops import irc_serial, irc_split, procs
 from fleet_lab.chatops.irc_client import IrcClient, IrcError
 from fleet_lab.chatops.ircd import DEFAULT_CHANNEL
 from fleet_runtime.paths import REPO_ROOT
@@ -203,6 +203,11 @@ def config_text(state_dir: Path, irc_host: str, irc_port: int, channel: str, nic
         inspect.getsource(irc_split._wrap),
         inspect.getsource(irc_split.split_message),
         "_errbot_core.split_string_after = split_message",
+        # One message at a time: errbot's IRC backend shares one Markdown converter between
+        # threads (fleet_lab.chatops.irc_serial).
+        "from typing import Any",
+        inspect.getsource(irc_serial.send_one_at_a_time),
+        "send_one_at_a_time(_errbot_core.ErrBot)",
         "SUPPRESS_CMD_NOT_FOUND = False",
     ]
     if st2 is not None:

@@ -313,6 +313,10 @@ def test_err_stackstorm_wire_protocol(tmp_path: Path, venv: Path, irc: ircd.IrcS
                 psst = sre.wait_for_message("sre", from_nick=BOT_NICK, pattern="psst",
                                             timeout=30, since=0)
                 assert psst.target == "sre"
+        except TimeoutError as err:  # what the bot did and what the stub was asked
+            asked = [f"{r['method']} {r['path']}" for r in st2.requests]
+            raise TimeoutError(f"{err}\n--- stub requests ---\n{asked}\n--- errbot ---\n"
+                               f"{b.logs()}") from err
         finally:
             t0 = time.monotonic()
             assert bot.stop(b.pid, timeout=15)
@@ -509,3 +513,64 @@ def test_long_messages_split_at_lines_and_spaces() -> None:
     assert lines[:21] == text.split("\n")[:21]  # whole lines where they fit
     assert " ".join(lines[21:]).split() == f"{long_line}\nend".split()  # nothing lost or torn
     assert list(irc_split.split_message("", 400)) == [""]
+
+
+# Sends messages from 6 threads through errbot's own IRC backend code (ErrBot's
+# split_and_send_message, IRCBackend.send_message and its shared Markdown converter), with the
+# lab's errbot config loaded; only the IRC connection is a recorder. Without the config's lock
+# this check failed on every run tried (lines of messages interleaved, 719 of 720 lines sent).
+_CONCURRENT_SENDS = r'''
+import importlib.util, json, sys, threading, types
+import errbot.backends.irc as irc
+from errbot.backends.base import Message
+from errbot.rendering.ansiext import enable_format
+
+spec = importlib.util.spec_from_file_location("errbot_config", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+enable_format("irc", irc.IRC_CHRS, borders=False)
+
+
+class Recorder:
+    def __init__(self):
+        self.lines = []
+
+    def send_public_message(self, to, line):
+        self.lines.append(line)
+
+
+class NoPlugins:
+    def get_all_active_plugins(self):
+        return []
+
+
+backend = object.__new__(irc.IRCBackend)
+backend.bot_config = types.SimpleNamespace(MESSAGE_SIZE_LIMIT=400)
+backend.md, backend.conn, backend.plugin_manager = irc.irc_md(), Recorder(), NoPlugins()
+room = types.SimpleNamespace(room="#fleet-rollout")
+
+
+def send(thread):
+    for i in range(60):
+        msg = Message(f"t{thread} m{i}: rollout r1: done\nt{thread} m{i}: 4/4 hosts ok")
+        msg.to = msg.frm = room
+        backend.split_and_send_message(msg)
+
+
+threads = [threading.Thread(target=send, args=(k,)) for k in range(6)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(backend.conn.lines))
+'''
+
+
+def test_errbot_sends_one_whole_message_at_a_time(tmp_path: Path, venv: Path) -> None:
+    config = bot.write_config(tmp_path / "bot", venv, "127.0.0.1", procs.free_port())
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", _CONCURRENT_SENDS, str(config)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    lines = [line.strip("\x02\x03\x0f") for line in json.loads(out.stdout)]  # IRC formatting
+    assert len(lines) == len(set(lines)) == 6 * 60 * 2  # none lost, none sent twice
+    for first, second in zip(lines[::2], lines[1::2]):  # each message's two lines together
+        assert first.endswith(": rollout r1: done"), first
+        assert second == first.replace("rollout r1: done", "4/4 hosts ok")

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, List
@@ -106,17 +107,29 @@ def test_a_failing_task_and_an_unknown_host_read_the_same_warm(lab):
 
 
 def test_a_timed_out_warm_run_ends_its_forked_child(lab):
+    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    assert side.health(["sim-001"])["sim-001"].ok  # the server is up before the timed run
+    servers = warm_ansible.server_pids(lab["warm_dir"])
+    assert len(servers) == 1
     marker = f"600.{os.getpid()}1"
     playbook = _sleeping_playbook(lab, marker)
+    seen = threading.Event()
+
+    def watch() -> None:
+        if wait_for(lambda: bool(_pids_with(marker)), 30):
+            seen.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     started = time.monotonic()
-    results = run_playbook(playbook, lab["inventory"], ["sim-001"], timeout=4,
+    results = run_playbook(playbook, lab["inventory"], ["sim-001"], timeout=8,
                            cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
     assert not results["sim-001"].ok and results["sim-001"].error
     assert time.monotonic() - started < 60
+    watcher.join(30)
+    assert seen.is_set(), "the hanging task never ran in a forked child"
     assert wait_for(lambda: not _pids_with(marker), 20), "the hanging task outlived its run"
-    servers = warm_ansible.server_pids(lab["warm_dir"])
-    assert len(servers) == 1  # the server itself goes on serving
-    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    assert warm_ansible.server_pids(lab["warm_dir"]) == servers  # the server goes on serving
     assert side.health(["sim-001"])["sim-001"].ok
 
 
