@@ -6,7 +6,9 @@ large lopsided batches). First written before the scale work (issue 14: the fast
 match it bit for bit); rewritten when issue 15 replaced the rank test by the weighted
 permutation test, an intended change of verdicts, and again when a regression the comparison
 shows became the first reason of a FAIL and a breached ceiling the second, and when tau^2
-and phi became Huber fits (4 of 200 verdicts changed). Floats are compared exactly.
+and phi became Huber fits (4 of 200 verdicts changed), and when the test learned to count
+bursts (a new field, burst_size; no verdict changed: these inputs have no per-step drops, see
+test_judge_bursts.py). Floats are compared exactly.
 """
 from __future__ import annotations
 

@@ -209,6 +209,8 @@ def render_text(verdict: Verdict, all_hosts: bool = False, width: int = 100) -> 
             ["weighted ratio", _ratio(test.ratio)],
             [f"{test.ci_level:.0%} CI", ci],
             ["noise: host spread tau / over-dispersion phi", f"{test.tau:.3f} / {test.phi:.2f}"],
+            ["counted", f"bursts (mean size {test.burst_size:.1f} drops)"
+             if test.burst_size > 1 else "drops"],
             ["pre window", f"{test.pre_windows:g} x the post window"],
             ["median e canary / control",
              f"{test.canary_median_e:+.3f} / {test.control_median_e:+.3f}"],

@@ -48,10 +48,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from fleet_rollout.judge.bursts import MIN_SIZE, burst_size, count_bursts
 
 MIN_STRATUM_CONTROLS = 5  # fewer: a stratum's centre is noisier than what it removes
 CLIP = 2.5  # Huber clip of standardised residuals
@@ -99,6 +101,7 @@ class WeightedResult:
     permutations: int  # 0: normal approximation
     statistic: float
     weights: List[float]  # per host, in the order given
+    burst_size: float = 1.0  # the fleet's mean burst size s (1.0: drops counted as they are)
 
     @property
     def ratio(self) -> float:
@@ -284,6 +287,7 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     canary = np.array([h.canary for h in hosts], dtype=bool)
     if not canary.any() or canary.all():
         raise ValueError("the weighted test needs canary and control hosts")
+    hosts, size = counted_in_bursts(hosts, pre_windows)
     e = np.array([h.e for h in hosts], dtype=float) - site_transients(hosts)
     d0 = np.array([h.drops_pre for h in hosts], dtype=float)
     d1 = np.array([h.drops_post for h in hosts], dtype=float)
@@ -325,7 +329,48 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     return WeightedResult(p_value=p, shift=shift, ci_low=shift - half, ci_high=shift + half,
                           ci_level=ci_level, strata=level, n_strata=n_strata,
                           tau=math.sqrt(tau2), phi=phi, permutations=used,
-                          statistic=observed, weights=[float(x) for x in w])
+                          statistic=observed, weights=[float(x) for x in w],
+                          burst_size=size)
+
+
+def counted_in_bursts(hosts: Sequence[HostData], pre_windows: float = 1.0
+                      ) -> Tuple[List[HostData], float]:
+    """The hosts with bursts in place of drops (bursts.py) and the fleet's burst size; the
+    hosts as given when the steps cannot say (no per-step drops, or bursts of one drop).
+    A host's window keeps its own total: its bursts are its drops times the bursts per drop
+    of its steps; a host without steps counts drops / s."""
+    size = burst_size([w for h in hosts for w in (h.steps_pre, h.steps_post)])
+    if size < MIN_SIZE:
+        return list(hosts), 1.0
+    stepped = [i for i, h in enumerate(hosts)
+               if h.steps_pre is not None and h.steps_post is not None]
+    counted = count_bursts([w for i in stepped
+                            for w in (hosts[i].steps_pre, hosts[i].steps_post)], size)
+    bursts = {}
+    for j, i in enumerate(stepped):
+        bursts[i] = (counted[2 * j], counted[2 * j + 1])
+    out = []
+    for i, host in enumerate(hosts):
+        pre, post = bursts.get(i, (None, None))
+        k0 = _window_bursts(host.drops_pre, host.steps_pre, pre, size)
+        k1 = _window_bursts(host.drops_post, host.steps_post, post, size)
+        half = 0.5 * pre_windows
+        e = (host.e + math.log((k1 + 0.5) / (host.drops_post + 0.5))
+             - math.log((k0 + half) / (host.drops_pre + half)))
+        out.append(replace(host, e=e, drops_pre=k0, drops_post=k1,
+                           steps_pre=None if pre is None else [float(x) for x in pre],
+                           steps_post=None if post is None else [float(x) for x in post]))
+    return out, size
+
+
+def _window_bursts(drops: float, steps: Optional[List[float]],
+                   bursts: Optional[np.ndarray], size: float) -> float:
+    if steps is None or bursts is None:
+        return drops / size
+    stepped = float(np.sum(steps))
+    if stepped <= 0:
+        return drops / size
+    return drops * float(bursts.sum()) / stepped
 
 
 def _estimate(raw: np.ndarray, w: np.ndarray, canary: np.ndarray, strata: np.ndarray,
