@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
 from fleet_lab.bmcsim.faults import Faults
-from fleet_lab.bmcsim.vendors import VendorSpec
+from fleet_lab.bmcsim.vendors import PROFILE_ATTRIBUTE, PROFILE_UNLOCKED, VendorSpec
 from fleet_lab.hosts import BootConfig, HostBackend, NullBackend, boot_config
 
 RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart",
@@ -177,6 +177,21 @@ class Bmc:
             return view
         return dict(self.pending)
 
+    def locked(self, profile: Optional[str] = None) -> set:
+        """Attributes a system profile (default: the current one) locks
+        (vendors.VendorSpec.profile_locks)."""
+        profile = profile or self.current.get(PROFILE_ATTRIBUTE)
+        if not self.spec.profile_locks or profile in (None, PROFILE_UNLOCKED):
+            return set()
+        return set(self.spec.profile_locks)
+
+    def bios_view(self) -> Dict[str, str]:
+        """Attributes /Bios shows as current: the current ones, or (pending_shown_early) with the
+        pending ones already in them, before anything applied."""
+        if self.faults.pending_shown_early:
+            return {**self.current, **self.pending}
+        return dict(self.current)
+
     def has_scheduled_job(self) -> bool:
         return any(j.state in ("Scheduled", "Running") for j in self.jobs.values())
 
@@ -250,8 +265,10 @@ class Bmc:
         self.save()
 
     def _pending_takes_effect(self) -> bool:
-        if not self.pending:
+        if not self.pending or self.faults.pending_never_applied:
             return False
+        if self.faults.apply_time_ignored:  # only a config job applies them
+            return self.has_scheduled_job()
         if self.spec.commit == "job":
             return self.has_scheduled_job()
         if self.spec.commit == "job_or_applytime":
@@ -263,6 +280,8 @@ class Bmc:
         jobs = [j for j in self.jobs.values() if j.state == "Scheduled"]
         if not self._pending_takes_effect():
             return
+        if self.faults.job_stuck and jobs:
+            return  # the job never leaves Scheduled; the pending values stay pending
         for job in jobs:
             job.state, job.percent = "Running", 50
         self.messages = []
@@ -274,7 +293,10 @@ class Bmc:
             self.pending.clear()  # silently dropped: no message, values unchanged
         else:
             failed = self.faults.settings_failed
+            locked = self.locked(self.pending.get(PROFILE_ATTRIBUTE))  # as the job leaves it
             for name, value in self.pending.items():
+                if name in locked:
+                    continue  # the profile wins: no message, the job still completes
                 if failed and (failed is True or failed == name):
                     self.messages.append({
                         "MessageId": "Base.1.8.SettingsFailed",

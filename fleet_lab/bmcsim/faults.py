@@ -20,6 +20,21 @@ class Faults:
     no_reset_evidence: bool = False
     warm_reset: bool = False  # a restart keeps PowerState On throughout (a warm reboot)
     no_sessions: bool = False  # no Links.Sessions / SessionService: HTTP basic auth only
+    # Field-reported firmware behaviour (issue 16), per vendor personality where it is reported:
+    # /Bios shows pending values as current before they apply (iDRAC: before the config job ran)
+    pending_shown_early: bool = False
+    # config jobs stay Scheduled through every reset: the settings never apply (iDRAC)
+    job_stuck: bool = False
+    # @Redfish.SettingsApplyTime accepted and ignored: without a config job nothing applies,
+    # the values stay pending (iDRAC 9 firmware)
+    apply_time_ignored: bool = False
+    # staged values stay pending through every reset, no job, no message (reported on several
+    # vendors' models)
+    pending_never_applied: bool = False
+    # an older BIOS (BiosVersion 1.9.1) whose registry does not declare what the system profile
+    # locks: a PATCH of a locked attribute is accepted, its job completes, the value never
+    # changes
+    undeclared_locks: bool = False
 
     def update(self, values: Dict[str, Any]) -> None:
         known = {f.name: f for f in fields(self)}

@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Dict, List
 
 from fleet_lab.bmcsim.bmc_state import RESET_TYPES, Bmc, Job
+from fleet_lab.bmcsim.vendors import PROFILE_ATTRIBUTE, PROFILE_UNLOCKED
 
 ROOT = "/redfish/v1"
 
@@ -99,7 +100,7 @@ def system(bmc: Bmc) -> Dict[str, Any]:
         "UUID": _uuid(bmc, "system"),
         "HostName": bmc.name,
         "PowerState": bmc.power_state,
-        "BiosVersion": "2.4.3",
+        "BiosVersion": "1.9.1" if bmc.faults.undeclared_locks else "2.4.3",
         "Status": {"State": "Enabled", "Health": "OK"},
         "ProcessorSummary": {"Count": 2, "LogicalProcessorCount": 4},
         "MemorySummary": {"TotalSystemMemoryGiB": 0.75},
@@ -152,7 +153,7 @@ def bios(bmc: Bmc) -> Dict[str, Any]:
         "@Redfish.Settings": _settings_annotation(bmc),
         "Actions": {"#Bios.ResetBios": {"target": f"{u['bios']}/Actions/Bios.ResetBios"}},
     }
-    doc.update(_attributes_body(bmc, bmc.current))
+    doc.update(_attributes_body(bmc, bmc.bios_view()))
     return doc
 
 
@@ -214,6 +215,16 @@ def attribute_registry(bmc: Bmc) -> Dict[str, Any]:
             "Value": [{"ValueName": v, "ValueDisplayName": d} for v, d in attr.values],
             "CurrentValue": None,
         })
+    dependencies = []
+    if not bmc.faults.undeclared_locks:
+        for name in bmc.spec.profile_locks:
+            dependencies.append({
+                "DependencyFor": name, "Type": "Map",
+                "Dependency": {
+                    "MapFrom": [{"MapFromAttribute": PROFILE_ATTRIBUTE, "MapFromCondition": "NEQ",
+                                 "MapFromProperty": "CurrentValue",
+                                 "MapFromValue": PROFILE_UNLOCKED}],
+                    "MapToAttribute": name, "MapToProperty": "ReadOnly", "MapToValue": True}})
     return {
         "@odata.id": uris(bmc)["registry_json"],
         "@odata.type": "#AttributeRegistry.v1_3_0.AttributeRegistry",
@@ -223,7 +234,7 @@ def attribute_registry(bmc: Bmc) -> Dict[str, Any]:
         "OwningEntity": bmc.spec.manufacturer,
         "RegistryVersion": "1.0.0",
         "SupportedSystems": [{"ProductName": bmc.spec.model, "SystemId": bmc.spec.system_id}],
-        "RegistryEntries": {"Attributes": entries},
+        "RegistryEntries": {"Attributes": entries, "Dependencies": dependencies},
     }
 
 

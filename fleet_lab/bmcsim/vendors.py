@@ -46,6 +46,10 @@ class VendorSpec:
     post_state: str = "bootprogress"  # bootprogress | hp | hpe
     patch_returns_task: bool = False
     bios_odata_type: str = "#Bios.v1_2_0.Bios"
+    # attributes a system profile locks unless it is PROFILE_UNLOCKED (Dell: SysProfile other
+    # than Custom locks the processor and memory settings); the registry declares it (Map
+    # dependencies, ReadOnly) unless the fault undeclared_locks is set
+    profile_locks: Tuple[str, ...] = ()
 
     def attribute(self, name: str) -> Optional[AttributeSpec]:
         for attr in self.attributes:
@@ -85,6 +89,13 @@ _DMTF_SNOOP = AttributeSpec(
     logical={"EarlySnoop": "early", "HomeSnoop": "home", "ClusterOnDie": "cod",
              "OpportunisticSnoopBroadcast": "osb"})
 
+PROFILE_ATTRIBUTE, PROFILE_UNLOCKED = "SysProfile", "Custom"
+_DELL_SYSPROFILE = AttributeSpec(
+    PROFILE_ATTRIBUTE, "System Profile",
+    [("PerfPerWattOptimizedDapc", "Performance Per Watt (DAPC)"),
+     ("PerfPerWattOptimizedOs", "Performance Per Watt (OS)"),
+     ("PerfOptimized", "Performance"), (PROFILE_UNLOCKED, "Custom")], PROFILE_UNLOCKED)
+
 # A deliberately bad knob for the lab: slows the guest's packet processing (see README model).
 _LAB_SLOWDOWN = AttributeSpec(
     "LabReceiveSlowdown", "Lab: slow packet processing (test only)",
@@ -96,7 +107,9 @@ VENDORS: Dict[str, VendorSpec] = {
         manager_model="13G Monolithic", firmware="2.75.75.75", system_id="System.Embedded.1",
         manager_id="iDRAC.Embedded.1", bios_path="Bios", settings_path="Bios/Settings",
         registry_id="BiosAttributeRegistry.v1_0_0", oem_key="Dell", commit="job",
-        attributes=[*_COMMON, _DMTF_SNOOP, _enabled_disabled("NodeInterleave"), _LAB_SLOWDOWN],
+        attributes=[*_COMMON, _DMTF_SNOOP, _enabled_disabled("NodeInterleave"), _DELL_SYSPROFILE,
+                    _LAB_SLOWDOWN],
+        profile_locks=("SnoopMode", "NodeInterleave"),
     ),
     "dell-idrac9": VendorSpec(
         key="dell-idrac9", manufacturer="Dell Inc.", model="PowerEdge R640",
@@ -107,7 +120,8 @@ VENDORS: Dict[str, VendorSpec] = {
         attributes=[*_COMMON, _enabled_disabled("NodeInterleave"),
                     AttributeSpec("SubNumaCluster", "Sub NUMA Cluster",
                                   [("Enabled", "Enabled"), ("Disabled", "Disabled")], "Disabled"),
-                    _LAB_SLOWDOWN],
+                    _DELL_SYSPROFILE, _LAB_SLOWDOWN],
+        profile_locks=("NodeInterleave", "SubNumaCluster"),
     ),
     "hpe-ilo4": VendorSpec(
         key="hpe-ilo4", manufacturer="HP", model="ProLiant DL360 Gen9", manager_model="iLO 4",

@@ -108,8 +108,9 @@ class AttributeRegistry:
             rule = dep.get("Dependency") or {}
             if rule.get("MapToAttribute") != name:
                 continue
-            if not _conditions_hold(rule.get("MapFrom") or [], values):
-                continue
+            if not _known(rule, values) or not _conditions_hold(rule.get("MapFrom") or [],
+                                                                values):
+                continue  # unknown: stage() checks again with every value the BIOS shows
             prop, target = rule.get("MapToProperty"), rule.get("MapToValue")
             if prop == "ReadOnly":
                 out.read_only = bool(target)
@@ -118,6 +119,32 @@ class AttributeRegistry:
             elif prop == "Hidden":
                 out.hidden = bool(target)
         return out
+
+
+    def locked_by(self, name: str, values: Dict[str, Any]) -> List[str]:
+        """What makes `name` read-only or grayed out for these values, as "attribute=value" of
+        the conditions of the Map dependencies that hold (empty: nothing does)."""
+        out: List[str] = []
+        for dep in self.dependencies:
+            rule = dep.get("Dependency") or {}
+            if dep.get("Type", "Map") != "Map" or rule.get("MapToAttribute") != name:
+                continue
+            if rule.get("MapToProperty") not in ("ReadOnly", "GrayOut") or not rule.get(
+                    "MapToValue"):
+                continue
+            terms = rule.get("MapFrom") or []
+            if _known(rule, values) and _conditions_hold(terms, values):
+                for term in terms:
+                    source = term.get("MapFromAttribute")
+                    cause = f"{source}={values.get(source)}"
+                    if cause not in out:
+                        out.append(cause)
+        return out
+
+
+def _known(rule: Dict[str, Any], values: Dict[str, Any]) -> bool:
+    """Whether `values` hold every attribute the rule's conditions read."""
+    return all(term.get("MapFromAttribute") in values for term in rule.get("MapFrom") or [])
 
 
 _CONDITIONS = {

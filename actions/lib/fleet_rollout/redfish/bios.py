@@ -92,7 +92,8 @@ def read_state(session: RedfishSession, ctx: BmcContext, jobs: bool = True) -> B
     settings_resp = session.recent(ctx.settings_uri)
     settings = settings_resp.resource()
     view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
-    pending = {k: v for k, v in view.items() if current.get(k) != v}
+    pending = dict(view) if ctx.personality.settings_pending_only else {
+        k: v for k, v in view.items() if current.get(k) != v}
     annotation = bios.obj("@Redfish.Settings")
     return BiosState(
         current=current, pending=pending,
@@ -167,8 +168,10 @@ def check_writable(ctx: BmcContext, targets: Dict[str, Any], current: Dict[str, 
         if attr.read_only or attr.gray_out or attr.immutable:
             why = "read-only" if attr.read_only else (
                 "immutable" if attr.immutable else "grayed out")
-            raise KnobError(f"attribute {name} is {why} on this host (registry {ctx.registry.id})"
-                            "; nothing was written", ctx.host)
+            causes = ctx.registry.locked_by(name, after)
+            because = f" while {' and '.join(causes)} (a registry dependency)" if causes else ""
+            raise KnobError(f"attribute {name} is {why} on this host{because} (registry "
+                            f"{ctx.registry.id}); nothing was written", ctx.host)
         problem = attr.check_value(value)
         if problem:
             raise KnobError(f"attribute {name} ({attr.type}, registry {ctx.registry.id}): "

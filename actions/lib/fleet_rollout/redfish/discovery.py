@@ -111,10 +111,12 @@ def discover(session: RedfishSession, vendor: Optional[str] = None) -> BmcContex
     registry_id = bios.text("AttributeRegistry")
     if not registry_id:
         raise RedfishError(f"{bios_uri} names no AttributeRegistry", host)
-    # one registry per model: the same Id from two makers (both copied DMTF's mockup, say) is
-    # not the same registry
+    # one registry per model and BIOS version: the same Id from two makers (both copied DMTF's
+    # mockup, say) is not the same registry, nor is it across BIOS versions (what a profile
+    # locks, say, is declared by newer ones only)
     model_key = "|".join(str(x) for x in (detected, system.text("Manufacturer"),
-                                          system.text("Model"), manager.text("Model")))
+                                          system.text("Model"), manager.text("Model"),
+                                          system.text("BiosVersion")))
     registry = fetch_registry(session, registry_id, cache_key=model_key)
     jobs_uri = None
     clear_uri = None

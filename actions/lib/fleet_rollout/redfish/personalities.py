@@ -57,6 +57,13 @@ class Personality:
     commit: str = "reset"
     dell_jobs: bool = False
     post_state_oem: Optional[str] = None  # "Hp" | "Hpe": Oem.<x>.PostState instead of BootProgress
+    # the settings object lists only pending attributes (iDRAC): whatever it lists is pending,
+    # even where /Bios already shows the same value (some firmware shows pending values there
+    # before the config job ran)
+    settings_pending_only: bool = False
+    # a system profile that locks processor and memory settings unless it has this value
+    # (Dell: SysProfile other than Custom); named when settings did not apply
+    profile_lock: Optional[Tuple[str, str]] = None
     notes: List[str] = field(default_factory=list)
 
 
@@ -73,10 +80,12 @@ PERSONALITIES: Dict[str, Personality] = {
         Personality("dell-idrac8", "Dell 13G (iDRAC 8)",
                     {"snoop_mode": _SNOOP_DMTF,
                      "node_interleaving": KnobMapping(("NodeInterleave",), _ENABLED)},
-                    commit="job", dell_jobs=True),
+                    commit="job", dell_jobs=True, settings_pending_only=True,
+                    profile_lock=("SysProfile", "Custom")),
         Personality("dell-idrac9", "Dell 14G+ (iDRAC 9)",
                     {"node_interleaving": KnobMapping(("NodeInterleave",), _ENABLED)},
-                    commit="apply_time_or_job", dell_jobs=True,
+                    commit="apply_time_or_job", dell_jobs=True, settings_pending_only=True,
+                    profile_lock=("SysProfile", "Custom"),
                     notes=["no snoop mode on 14G+ (SubNumaCluster is a separate knob)"]),
         Personality("hpe-ilo4", "HPE Gen9 (iLO 4)",
                     {"snoop_mode": KnobMapping(

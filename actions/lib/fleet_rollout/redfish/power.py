@@ -436,9 +436,31 @@ def _job_problems(session: RedfishSession, ctx: BmcContext, job_ids: List[str]) 
     for job_id in job_ids:
         job = fetch(session, f"{ctx.jobs_uri.rstrip('/')}/{job_id}", ok=(200, 404))
         state = job.text("JobState")
-        if state and state != "Completed":
+        if state == "Scheduled":
+            problems.append(f"config job {job_id} is still Scheduled after the reset: the BMC "
+                            "never ran it, so nothing applied")
+        elif state and state != "Completed":
             problems.append(f"config job {job_id} is {state}: {job.text('Message') or ''}")
     return problems
+
+
+def _still_pending(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
+                   values: Dict[str, Any]) -> List[str]:
+    """Targets the settings object still holds as pending after the reset: staged, and the reset
+    did not apply them (no job took them, an apply time ignored, a job that never ran). Where
+    the settings object lists only pending values (iDRAC), whatever it lists, even when /Bios
+    shows the same value already."""
+    settings = fetch(session, ctx.settings_uri)
+    view = attributes_of(settings.body, ctx.personality.flat_body, ctx.host, ctx.settings_uri)
+    still = {k: v for k, v in targets.items() if k in view and view[k] == v and (
+        ctx.personality.settings_pending_only or values.get(k) != v)}
+    if not still:
+        return []
+    listing = ", ".join(f"{k}={v}" for k, v in sorted(still.items()))
+    shown = " (/Bios shows them already; they never applied)" if all(
+        values.get(k) == v for k, v in still.items()) else ""
+    return [f"still pending after the reset: {listing}: staged, and the reset did not apply "
+            f"them{shown}"]
 
 
 def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
@@ -471,12 +493,23 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
         related = ", ".join(message.get("RelatedProperties") or []) or "no property named"
         problems.append(f"BMC reports {message_id} ({related}): {message.get('Message') or ''}")
     wrong = {k: (values.get(k), v) for k, v in targets.items() if values.get(k) != v}
+    # where the settings object lists only pending values, /Bios alone is no proof: a config job
+    # that completed is; without one, the settings object must no longer hold the targets
+    unproven = ctx.personality.settings_pending_only and (not job_ids or bool(problems))
+    if wrong or unproven:
+        problems += _still_pending(session, ctx, targets, values)
     if wrong:
         detail = ", ".join(f"{k} is {have!r}, wanted {want!r}" for k, (have, want) in
                            sorted(wrong.items()))
         silently = not problems and settings_time_before and settings_time == settings_time_before
         hint = " (settings Time unchanged: the BMC never applied them)" if silently else ""
         problems.append(f"settings not in effect after reset: {detail}{hint}")
+        if ctx.personality.profile_lock:
+            profile, unlocked = ctx.personality.profile_lock
+            if values.get(profile) not in (None, unlocked):
+                problems.append(f"{profile} is {values.get(profile)}: this system profile locks "
+                                f"processor and memory settings unless it is {unlocked}, whatever "
+                                "the BMC answered to the change")
     result = AppliedResult(ctx.host, not problems, {k: values.get(k) for k in targets},
                            settings_time, round(time.monotonic() - started, 3), problems)
     if problems:
