@@ -119,6 +119,7 @@ class Runtime(
         self._post: List[Callable[[], None]] = []
         self._in_worker = 0
         self._occupying: Dict[Tuple[str, Any], set] = {}
+        self._answered: set = set()  # inquiries whose answer is accepted, not yet written
         self._policy_waiting: Dict[Tuple[str, Any], List[str]] = {}
         self._commits = 0
         kill_after = os.environ.get(ENV_KILL_AFTER)

@@ -42,9 +42,12 @@ class InquiriesMixin(EngineState):
         requester = requester or self.user
         if record["status"] == TIMEOUT:
             raise InquiryError(f'Inquiry "{record["id"]}" timed out and cannot be responded to.')
-        if record["status"] != PENDING:
+        if record["status"] != PENDING or record["id"] in self._answered:
+            # an answer accepted a moment ago is written with the engine's next batch: until
+            # then the record still says pending, and a second answer must not be accepted too
+            status = record["status"] if record["status"] != PENDING else SUCCEEDED
             raise InquiryError(f'Inquiry "{record["id"]}" has already been responded to'
-                               f' (status {record["status"]}).')
+                               f' (status {status}).')
         result = record["result"] or {}
         roles = result.get("roles") or []
         users = result.get("users") or []
@@ -73,6 +76,7 @@ class InquiriesMixin(EngineState):
             raise ExecutionStateError(
                 f'Unable to resume liveaction "{parent["id"]}" because it is in "pausing"'
                 ' state and not in "paused" state.')
+        self._answered.add(record["id"])
         self.queue.put(InquiryAnswered(record["id"], response, requester))
         return {"id": record["id"], "response": response}
 
@@ -109,6 +113,7 @@ class InquiriesMixin(EngineState):
     # ------------------------------------------------------------------ responses, timeouts
     def _persist_respond(self, ex_id: str, response: Any, requester: Optional[str]
                          ) -> List[Event]:
+        self._answered.discard(ex_id)
         info = self.active.get(ex_id)
         if info is None or info.status != PENDING:
             return []

@@ -142,6 +142,7 @@ class EngineState:
     without_rendered_secrets: Any  # Runtime.without_rendered_secrets
     # concurrency policies: executions holding / waiting for a slot, by policy key
     _occupying: Dict[Tuple[str, Any], Set[str]]
+    _answered: Set[str]
     _policy_waiting: Dict[Tuple[str, Any], List[str]]
     _commits: int
     _kill_after: Optional[int]

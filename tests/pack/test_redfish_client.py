@@ -221,8 +221,10 @@ def test_auth_is_chosen_per_host_from_the_pack_config():
 
 def test_recent_reuses_a_read_only_until_the_next_write(fleet):
     """session.recent: a document read since the session's last write is not read again (the
-    BIOS state between snapshot and stage); any write, even a failed one, forgets it."""
-    with RedfishSession(endpoint(fleet, 0)) as session:
+    BIOS state between snapshot and stage); any write, even a failed one, forgets it. Counted
+    at the BMC: no retries and a long timeout, so a slow answer on a loaded machine (5 s is the
+    helpers' default) is not read twice (a CI run counted 4 GETs for 3)."""
+    with RedfishSession(endpoint(fleet, 0, timeout=120.0, get_retries=0)) as session:
         ctx = discover(session)  # read the Bios resource
         reset_counters(fleet, 0)
         first = session.recent(ctx.bios_uri)

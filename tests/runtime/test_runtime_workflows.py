@@ -440,6 +440,26 @@ def test_post_message_to_transcript_and_loopback_webhook(
     assert ex["status"] == "failed" and "only loopback addresses" in ex["result"]["error"]
 
 
+def test_a_second_answer_before_the_first_is_written_is_refused(rt: Runtime) -> None:
+    """Two answers close together (issue 16): the engine writes an accepted answer with its
+    next batch, and until then the inquiry still reads pending. The second answer must be
+    refused, not told "accepted" and dropped (a randomized race of answers saw 33 accepted
+    for 22 inquiries)."""
+    ex = run(rt, "rt_test.ask_flow")
+    inquiry = inquiry_of(rt, ex["id"])
+    rt.respond(inquiry["id"], {"approved": True, "comment": "first"})
+    assert rt.store.get_execution(inquiry["id"])["status"] == "pending"  # not written yet
+    with pytest.raises(InquiryError, match="already been responded to"):
+        rt.respond(inquiry["id"], {"approved": False, "comment": "second"})
+    final = wait(rt, ex["id"])
+    assert final["status"] == "succeeded" and final["result"]["output"] == {
+        "decision": "approved"}
+    answered = rt.store.get_execution(inquiry["id"])
+    assert answered["result"]["response"] == {"approved": True, "comment": "first"}
+    with pytest.raises(InquiryError, match="already been responded to"):
+        rt.respond(inquiry["id"], {"approved": True})
+
+
 def test_inquiry_in_a_sub_workflow_pauses_and_resumes_the_parents(rt: Runtime) -> None:
     root = run(rt, "rt_test.ask_parent")
     assert root["status"] == "paused"
