@@ -98,19 +98,24 @@ class AttributeRegistry:
     def get(self, name: str) -> Optional[AttributeDef]:
         return self.attributes.get(name)
 
+    def _rules_that_hold(self, name: str, values: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """The Map dependencies on `name` whose conditions hold for these values (one that
+        reads an attribute `values` lack is left out: stage() checks again with every value
+        the BIOS shows)."""
+        out = []
+        for dep in self.dependencies:
+            rule = dep.get("Dependency") or {}
+            if dep.get("Type", "Map") != "Map" or rule.get("MapToAttribute") != name:
+                continue
+            if _known(rule, values) and _conditions_hold(rule.get("MapFrom") or [], values):
+                out.append(rule)
+        return out
+
     def effective(self, name: str, values: Dict[str, Any]) -> AttributeDef:
         """The attribute's definition with Map dependencies applied for these attribute values."""
         base = self.attributes[name]
         out = replace(base, values=list(base.values))
-        for dep in self.dependencies:
-            if dep.get("Type", "Map") != "Map":
-                continue
-            rule = dep.get("Dependency") or {}
-            if rule.get("MapToAttribute") != name:
-                continue
-            if not _known(rule, values) or not _conditions_hold(rule.get("MapFrom") or [],
-                                                                values):
-                continue  # unknown: stage() checks again with every value the BIOS shows
+        for rule in self._rules_that_hold(name, values):
             prop, target = rule.get("MapToProperty"), rule.get("MapToValue")
             if prop == "ReadOnly":
                 out.read_only = bool(target)
@@ -120,25 +125,19 @@ class AttributeRegistry:
                 out.hidden = bool(target)
         return out
 
-
     def locked_by(self, name: str, values: Dict[str, Any]) -> List[str]:
         """What makes `name` read-only or grayed out for these values, as "attribute=value" of
         the conditions of the Map dependencies that hold (empty: nothing does)."""
         out: List[str] = []
-        for dep in self.dependencies:
-            rule = dep.get("Dependency") or {}
-            if dep.get("Type", "Map") != "Map" or rule.get("MapToAttribute") != name:
-                continue
+        for rule in self._rules_that_hold(name, values):
             if rule.get("MapToProperty") not in ("ReadOnly", "GrayOut") or not rule.get(
                     "MapToValue"):
                 continue
-            terms = rule.get("MapFrom") or []
-            if _known(rule, values) and _conditions_hold(terms, values):
-                for term in terms:
-                    source = term.get("MapFromAttribute")
-                    cause = f"{source}={values.get(source)}"
-                    if cause not in out:
-                        out.append(cause)
+            for term in rule.get("MapFrom") or []:
+                source = term.get("MapFromAttribute")
+                cause = f"{source}={values.get(source)}"
+                if cause not in out:
+                    out.append(cause)
         return out
 
 

@@ -79,6 +79,15 @@ def _apply_time_supported(settings: Resource) -> bool:
     return "OnReset" in allowed or apply_time.text("ApplyTime") == "OnReset"
 
 
+def pending_values(ctx: BmcContext, view: Dict[str, Any], current: Dict[str, Any]
+                   ) -> Dict[str, Any]:
+    """What the settings object `view` holds pending: all of it where it lists only pending
+    values (iDRAC, whatever /Bios shows), else the values that differ from `current`."""
+    if ctx.personality.settings_pending_only:
+        return dict(view)
+    return {k: v for k, v in view.items() if current.get(k) != v}
+
+
 def read_state(session: RedfishSession, ctx: BmcContext, jobs: bool = True) -> BiosState:
     """The BIOS as the BMC shows it: current values, pending ones, settings ETag, config jobs
     (jobs=False: the job queue is not read, active_jobs is empty).
@@ -92,8 +101,7 @@ def read_state(session: RedfishSession, ctx: BmcContext, jobs: bool = True) -> B
     settings_resp = session.recent(ctx.settings_uri)
     settings = settings_resp.resource()
     view = attributes_of(settings.body, flat, ctx.host, ctx.settings_uri)
-    pending = dict(view) if ctx.personality.settings_pending_only else {
-        k: v for k, v in view.items() if current.get(k) != v}
+    pending = pending_values(ctx, view, current)
     annotation = bios.obj("@Redfish.Settings")
     return BiosState(
         current=current, pending=pending,

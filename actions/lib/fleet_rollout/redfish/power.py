@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from fleet_rollout.errors import RedfishError
-from fleet_rollout.redfish.bios import settings_messages
+from fleet_rollout.redfish.bios import pending_values, settings_messages
 from fleet_rollout.redfish.client import RedfishSession, WriteOutcomeUnknown
 from fleet_rollout.redfish.discovery import BmcContext, attributes_of
 from fleet_rollout.redfish.shape import Resource, fetch
@@ -452,8 +452,8 @@ def _still_pending(session: RedfishSession, ctx: BmcContext, targets: Dict[str, 
     shows the same value already."""
     settings = fetch(session, ctx.settings_uri)
     view = attributes_of(settings.body, ctx.personality.flat_body, ctx.host, ctx.settings_uri)
-    still = {k: v for k, v in targets.items() if k in view and view[k] == v and (
-        ctx.personality.settings_pending_only or values.get(k) != v)}
+    pending = pending_values(ctx, view, values)
+    still = {k: v for k, v in targets.items() if k in pending and pending[k] == v}
     if not still:
         return []
     listing = ", ".join(f"{k}={v}" for k, v in sorted(still.items()))
