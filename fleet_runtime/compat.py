@@ -16,6 +16,11 @@ commit st2 pins, see docs/runtime.md "Differences from StackStorm"):
 5. A failed task whose satisfied transition leads to a join task is remediated even when the
    join is not ready yet (orquesta 1.4, machines.py add_context_to_task_event with
    conducting.py has_barrier_next): 1.2.0 failed the workflow there.
+6. orquesta's YAQL evaluator parses with one yaql engine per process, whose ply lexer keeps
+   the text it is reading on itself; two threads parsing at once corrupt each other ("Parse
+   error: unexpected end of statement", `Lexer` without `lexmatch`). st2 runs it under
+   eventlet, where a parse is never interrupted; the runtime has real threads (its API
+   servers, clients in one process): parses are serialized by a lock.
 (with-items `concurrency` below 1 runs one item at a time, orquesta 1.6 conducting.py
 _evaluate_task_actions: fleet_runtime.conductor does it; workflow YAML: fleet_runtime.wfyaml.)
 
@@ -159,6 +164,29 @@ def _remediate_failures_into_joins() -> None:
     machine._rt_join_fix = True
 
 
+class _SerializedParser:
+    """A yaql engine whose parses run one at a time (evaluating a parsed expression is
+    thread-safe: it keeps its state in the context it is given)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return self.engine(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def _serialize_yaql_parsing() -> None:
+    from orquesta.expressions import yql
+
+    if not isinstance(yql.YAQLEvaluator._engine, _SerializedParser):
+        yql.YAQLEvaluator._engine = _SerializedParser(yql.YAQLEvaluator._engine)
+
+
 def apply() -> None:
     """Apply every fix once per process."""
     global _APPLIED
@@ -174,6 +202,7 @@ def apply() -> None:
         _fix_inline_params_regex()
         _sandbox_jinja()
         _remediate_failures_into_joins()
+        _serialize_yaql_parsing()
         _APPLIED = True
 
 

@@ -118,18 +118,19 @@ class InquiriesMixin(EngineState):
         if info is None or info.status != PENDING:
             return []
         events_out: List[Event] = []
-        # like st2's inquiry service: resume the ROOT workflow; its resume reaches every paused
-        # workflow below it (resuming only the direct parent leaves a paused grandparent that
-        # never hears its child finish)
-        # st2 (services/inquiry.py respond) resumes the inquiry's parent workflow as the
-        # requester, which records it there as resumed_by
-        parent = self.active.get(info.parent_id or "")
-        if parent is not None and parent.runner == "orquesta" and parent.status == PAUSED:
-            self._mark_requester(parent.id, "resume", requester)
-        root = self.workflows.get(info.root_id) or self.workflows.get(info.parent_id or "")
-        if root is not None and root.ex_id != info.id and (
-                root.conductor.get_workflow_status() in (PAUSING, PAUSED)):
-            events_out.append(self._internal_resume(root))
+        # st2's inquiry service (services/inquiry.py respond), for an inquiry in an orquesta
+        # workflow: resume the inquiry's own workflow, as the requester (recorded there as
+        # resumed_by), before the inquiry succeeds; not the root: orquesta resumes one branch
+        # while others stay paused, and the resume climbs to the paused workflows above as the
+        # resumed one reports running (workflows.py _apply_action_event, st2's
+        # handle_action_execution_resume). Resuming the root instead left the inquiry's workflow
+        # paused whenever a parallel branch above it kept the root running.
+        own = self.workflows.get(info.parent_id or "")
+        if own is not None and own.conductor.get_workflow_status() == PAUSED:
+            parent = self.active.get(own.ex_id)
+            if parent is not None and parent.status == PAUSED:
+                self._mark_requester(own.ex_id, "resume", requester)
+            events_out.append(self._internal_resume(own))
         result = dict(info.result or {})
         result["response"] = response
         info.context.setdefault("inquiry", {})["responder"] = requester
@@ -139,11 +140,11 @@ class InquiriesMixin(EngineState):
             events_out.append(status_event)
         return events_out
 
-    def _internal_resume(self, root: WorkflowRun) -> WorkflowControlled:
-        """Resume the root workflow so that the resume reaches every paused workflow below it
-        (the runtime's way to deliver an answer or a timeout), recording no requester below."""
-        seq = self.store.append_event(root.wf_id, "request", {"op": "resume", "internal": True})
-        return WorkflowControlled(root, "resume", seq, internal=True)
+    def _internal_resume(self, wf: WorkflowRun) -> WorkflowControlled:
+        """Resume a workflow to deliver an answer (its own) or a timeout (the root, whose resume
+        reaches every paused workflow below it), recording no requester below it."""
+        seq = self.store.append_event(wf.wf_id, "request", {"op": "resume", "internal": True})
+        return WorkflowControlled(wf, "resume", seq, internal=True)
 
     def _persist_ttl(self, ex_id: str) -> List[Event]:
         """An inquiry past its ttl: like st2's garbage collector, mark it timed out and ask

@@ -157,3 +157,32 @@ tasks:
     for task in ("init", "loop", "check", "end"):
         assert bool(graph.in_cycle(task)) == bool(graphing.WorkflowGraph.in_cycle(graph, task))
     assert spec.tasks.in_cycle("loop") and not spec.tasks.in_cycle("init")
+
+
+def test_yaql_parses_from_many_threads_at_once() -> None:
+    """The runtime evaluates YAQL in its engine thread while its API threads (and clients in
+    the same process) inspect workflows: orquesta's one yaql parser must not be shared by two
+    parses at once. Without the lock, 6 threads x 300 expressions failed with parse errors
+    ("unexpected end of statement", a Lexer without `lexmatch`)."""
+    import threading
+
+    from orquesta.expressions import yql
+
+    exprs = [f"<% 1 + {i} * (2 - {i}) %>" for i in range(300)]
+    ctx: dict = {}
+    errors = []
+
+    def work(seed: int) -> None:
+        order = random.Random(seed).sample(range(len(exprs)), len(exprs))
+        try:
+            for i in order:
+                assert yql.YAQLEvaluator.evaluate(exprs[i], ctx) == 1 + i * (2 - i)
+        except Exception as err:  # collected: the assertion below names them
+            errors.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
