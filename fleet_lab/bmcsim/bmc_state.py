@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional
 
-from fleet_lab.bmcsim.faults import Faults
+from fleet_lab.bmcsim.faults import Faults, picks
 from fleet_lab.bmcsim.vendors import PROFILE_ATTRIBUTE, PROFILE_UNLOCKED, VendorSpec
 from fleet_lab.hosts import BootConfig, HostBackend, NullBackend, boot_config
 
@@ -195,7 +195,10 @@ class Bmc:
     def has_scheduled_job(self) -> bool:
         return any(j.state in ("Scheduled", "Running") for j in self.jobs.values())
 
-    def patch_settings(self, attributes: Dict[str, Any], apply_on_reset: bool) -> None:
+    def patch_settings(self, attributes: Dict[str, Any], apply_on_reset: bool
+                       ) -> Optional[Dict[str, str]]:
+        """Stage `attributes`. Returns the attribute and value the fault invalid_accepted left
+        out (the answer names it in @Message.ExtendedInfo), else None."""
         if self.spec.commit == "job" and self.has_scheduled_job():
             raise SimError(400, "IDRAC.2.8.SYS011",
                            "Pending configuration values are already committed, unable to "
@@ -214,6 +217,12 @@ class Bmc:
                 raise SimError(400, "Base.1.8.PropertyValueNotInList",
                                f"The value {value} for the property {name} is not in the list of "
                                "acceptable values.", [f"/Attributes/{name}"])
+        dropped = None
+        invalid = self.faults.invalid_accepted
+        for name, value in list(attributes.items()):
+            if invalid and picks(invalid, name) and self.current.get(name) != value:
+                dropped, invalid = {"name": name, "value": str(value)}, None
+                attributes = {k: v for k, v in attributes.items() if k != name}
         for name, value in attributes.items():
             if self.current.get(name) == value:
                 self.pending.pop(name, None)  # writing the current value cancels a pending one
@@ -225,6 +234,7 @@ class Bmc:
             self.pending_apply_on_reset = False
         self.settings_generation += 1
         self.save()
+        return dropped
 
     def clear_pending(self) -> None:
         if self.has_scheduled_job():
@@ -289,15 +299,23 @@ class Bmc:
             for job in jobs:
                 job.state, job.message = "Failed", "Job failed: BIOS configuration not applied."
             self.pending.clear()
+        elif self.faults.job_aborted:  # (an apply time's own job is aborted the same way)
+            for job in jobs:  # the pending values stay: the next job applies them
+                job.state, job.message = "Failed", ("Job aborted: the configuration was "
+                                                    "interrupted; pending values are kept.")
         elif self.faults.settings_not_applied:
             self.pending.clear()  # silently dropped: no message, values unchanged
         else:
             failed = self.faults.settings_failed
+            ignored = self.faults.value_ignored
             locked = self.locked(self.pending.get(PROFILE_ATTRIBUTE))  # as the job leaves it
             for name, value in self.pending.items():
                 if name in locked:
                     continue  # the profile wins: no message, the job still completes
-                if failed and (failed is True or failed == name):
+                if ignored and picks(ignored, name):
+                    ignored = None  # the platform keeps its own value: no message either
+                    continue
+                if failed and picks(failed, name):
                     self.messages.append({
                         "MessageId": "Base.1.8.SettingsFailed",
                         "Message": f"Settings of {name} failed to apply.",

@@ -4,6 +4,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Union
 
+# faults that name one BIOS attribute (or are true: the first one it applies to)
+ATTRIBUTE_FAULTS = ("settings_failed", "value_ignored", "invalid_accepted")
+
+
+def picks(fault: Union[bool, str], name: str) -> bool:
+    """Whether an attribute fault (ATTRIBUTE_FAULTS) hits attribute `name`; true hits any."""
+    return fault is True or (isinstance(fault, str) and fault == name)
+
 
 @dataclass
 class Faults:
@@ -35,6 +43,18 @@ class Faults:
     # locks: a PATCH of a locked attribute is accepted, its job completes, the value never
     # changes
     undeclared_locks: bool = False
+    # (Ironic/Metal3 reports, any vendor) a value the registry lists but this platform does not
+    # take: the BIOS keeps its own at POST, no message, the job completes, the other staged
+    # values apply (a half-applied BIOS). An attribute name, or true for the first one staged
+    value_ignored: Union[bool, str] = False
+    # (HPE iLO and others) the settings PATCH answers 200 with an error in
+    # @Message.ExtendedInfo for one attribute and stages only the others. An attribute name, or
+    # true for the first one in the PATCH
+    invalid_accepted: Union[bool, str] = False
+    # (iDRAC) the config job is aborted at POST: it ends Failed ("Job aborted"), nothing
+    # applies, and the staged values stay pending, applied by whatever job comes next (with an
+    # apply time, the job the BMC made itself is aborted: the values stay pending)
+    job_aborted: bool = False
 
     def update(self, values: Dict[str, Any]) -> None:
         known = {f.name: f for f in fields(self)}
@@ -44,10 +64,10 @@ class Faults:
             if key not in known:
                 raise ValueError(f"unknown fault {key!r}; known: {', '.join(sorted(known))}")
             current = getattr(self, key)
-            if key == "settings_failed" and isinstance(value, str) and value not in (
+            if key in ATTRIBUTE_FAULTS and isinstance(value, str) and value.lower() not in (
                     "true", "false"):
                 setattr(self, key, value)
-            elif isinstance(current, bool) or key == "settings_failed":
+            elif isinstance(current, bool) or key in ATTRIBUTE_FAULTS:
                 setattr(self, key, _as_bool(value, key))
             elif isinstance(current, int):
                 setattr(self, key, int(value))

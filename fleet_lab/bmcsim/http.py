@@ -275,7 +275,13 @@ class BmcService:
                                f"Expected only an Attributes object; got {extra or 'none'}.",
                                [f"/{k}" for k in extra])
             attributes = body["Attributes"]
-        bmc.patch_settings(attributes, apply_on_reset)
+        dropped = bmc.patch_settings(attributes, apply_on_reset)
+        if dropped is not None:  # fault invalid_accepted: 200, the error only in the body
+            name, value = dropped["name"], dropped["value"]
+            return _json(200, payloads.error(
+                200, "Base.1.8.PropertyValueNotInList", f"The value {value} for the property "
+                f"{name} is not supported on this platform; it was not applied.",
+                [f"/Attributes/{name}"]))
         if bmc.spec.patch_returns_task:
             task_id = secrets.token_hex(6)
             bmc.tasks[task_id] = time.monotonic() + TASK_SECONDS

@@ -294,9 +294,12 @@ def stage(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
         after.update(check.pending)
         missing = {k: v for k, v in targets.items() if after.get(k) != v}
         if missing:
+            said = response.notices()
             raise RedfishError(f"BMC accepted the BIOS settings but does not show them pending: "
-                               f"{', '.join(f'{k}={v}' for k, v in sorted(missing.items()))}",
-                               ctx.host)
+                               f"{', '.join(f'{k}={v}' for k, v in sorted(missing.items()))}"
+                               + (f"; its answer said: {'; '.join(said)}" if said else "")
+                               + "; nothing was reset (restoring the host cancels what was "
+                               "staged)", ctx.host)
         result.needs_reset = any(check.pending.get(k) == v for k, v in targets.items())
         # the jobs seen were deleted above (a settings PATCH is refused while one is scheduled)
         result.active_jobs = []

@@ -179,6 +179,25 @@ class Response:
         except ValueError:
             return default  # an HTTP date: fall back to our own backoff
 
+    def notices(self) -> List[str]:
+        """What a successful answer says in @Message.ExtendedInfo (at the top or in an error
+        object), success messages left out: a BMC may accept a write with 200 and say there
+        what it did not do."""
+        infos: List[Any] = []
+        for holder in (self.body, self.body.get("error")):
+            found = holder.get("@Message.ExtendedInfo") if isinstance(holder, dict) else None
+            infos += found if isinstance(found, list) else []
+        out = []
+        for info in infos:
+            message_id = str(info.get("MessageId") or "") if isinstance(info, dict) else ""
+            if not message_id or message_id.endswith("Success"):
+                continue
+            related = [str(p) for p in info.get("RelatedProperties") or []
+                       if isinstance(p, str)][:5]
+            where = f" ({', '.join(related)})" if related else ""
+            out.append(f"{message_id[:80]}{where}: {str(info.get('Message') or '')[:200]}")
+        return out
+
     def error_message(self) -> str:
         """The BMC's own explanation of an error response, if it gave one."""
         err = self.body.get("error") if self.body else None

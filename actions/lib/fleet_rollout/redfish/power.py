@@ -503,6 +503,11 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
                            sorted(wrong.items()))
         silently = not problems and settings_time_before and settings_time == settings_time_before
         hint = " (settings Time unchanged: the BMC never applied them)" if silently else ""
+        took = sorted(k for k, v in targets.items() if values.get(k) == v)
+        if took and not problems:
+            hint += (f" (half applied: {', '.join(took)} took the new value; the BMC reported "
+                     "no error, so the BIOS ignored the rest: a value this platform does not "
+                     "support?)")
         problems.append(f"settings not in effect after reset: {detail}{hint}")
         if ctx.personality.profile_lock:
             profile, unlocked = ctx.personality.profile_lock
