@@ -289,3 +289,42 @@ def test_an_injected_canary_regression_trigger_halts_nothing(sim, cfg, tmp_path)
     state.update_batch(0, lambda b: b.update(verdict={"verdict": "FAIL", "explanation": "x"}))
     out = service.abort(cfg, store, "adv-trigger", "canary_regression", 0, "rule")
     assert out["reason"] == "canary regression in batch 1: x" and state.halted()
+
+
+@pytest.mark.parametrize("fault, step", [("value_ignored", "wait"),
+                                         ("invalid_accepted", "stage")])
+def test_a_bios_value_not_applied_fails_the_host_and_the_restore_brings_it_back(
+        sim, cfg, tmp_path, fault, step):
+    """Issue 16's Ironic/Metal3 reports through the rollout's own steps: a value the BIOS
+    ignored (found by the verify after the reboot) or refused inside a 200 answer (found by
+    stage, before any reboot). The host is recorded failed with the setting named, nothing is
+    reported applied, and the restore step brings back the snapshot's values, nothing pending,
+    the host undrained."""
+    store = FileStore(str(tmp_path / "kv"))
+    rollout_id = f"adv-{fault.replace('_', '')}"
+    _plan(cfg, store, rollout_id)
+    _approve(store, cfg, rollout_id)
+    host = _canary(store, rollout_id)
+    sim.fault(host, **{fault: True})
+    try:
+        steps = ("precheck", "snapshot", "drain", "stage", "reboot", "wait")
+        for done in steps[:steps.index(step)]:
+            _run(cfg, store, rollout_id, host, done)
+        with pytest.raises(Exception) as err:
+            _run(cfg, store, rollout_id, host, step)
+        state = RolloutState(store, rollout_id)
+        record = state.host(host)
+        assert record["status"] == "failed" and record["error"]["step"] == step
+        assert record["error"]["message"] == str(err.value) and host in str(err.value)
+        snap = record["bios_snapshot"]["attributes"]
+        changed = [k for k in snap if k in str(err.value)]
+        assert changed, str(err.value)  # the setting is named
+        assert "not in effect" in str(err.value) or "does not show them pending" in str(err.value)
+        out = service.host_restore(cfg, store, rollout_id, host, "ex-restore", "alice")
+        assert out["status"] == "restored"
+        now = sim.bmc(host)
+        assert all(now["current"].get(k) == v for k, v in snap.items()), now["current"]
+        assert not now["pending"]
+        assert not os.path.exists(os.path.join(sim.sysroot(host), "run", "fleet-maintenance"))
+    finally:
+        sim.fault(host, **{fault: False})
