@@ -74,16 +74,25 @@ def _fixed_then_repeat_is_a_no_op(fleet, index: int, snap, desired, targets, **f
     restore_bios(endpoint(fleet, index), snap, T)
 
 
-@pytest.mark.parametrize("key", VENDORS)
-def test_a_value_the_bios_ignores_is_named_and_the_host_restored(fleet, key: str):
+def _apply_fails(fleet, key: str, fault: str, hit_attribute: bool = True):
+    """Snapshot, set `fault` (on the interleave attribute, or true), apply the change: it must
+    fail naming the host. Returns index, desired, the attribute hit, targets, snapshot, the
+    error text and the resets before the apply."""
     index = VENDORS.index(key)
-    desired, ignored, targets = _change(key)
+    desired, attribute, targets = _change(key)
     snap = take_snapshot(endpoint(fleet, index))
-    set_faults(fleet, index, value_ignored=ignored)
+    set_faults(fleet, index, **{fault: attribute if hit_attribute else True})
+    resets = list(state(fleet, index)["resets"])
     with pytest.raises(RedfishError) as err:
         apply_bios(endpoint(fleet, index), desired, T)
     text = str(err.value)
     assert fleet.bmcs[index].name in text
+    return index, desired, attribute, targets, snap, text, resets
+
+
+@pytest.mark.parametrize("key", VENDORS)
+def test_a_value_the_bios_ignores_is_named_and_the_host_restored(fleet, key: str):
+    index, desired, ignored, targets, snap, text, _ = _apply_fails(fleet, key, "value_ignored")
     assert (f"{ignored} is {snap['attributes'][ignored]!r}, wanted {targets[ignored]!r}"
             in text), text
     doc = state(fleet, index)
@@ -98,15 +107,8 @@ def test_a_value_the_bios_ignores_is_named_and_the_host_restored(fleet, key: str
 
 @pytest.mark.parametrize("key", VENDORS)
 def test_a_value_refused_in_a_200_answer_is_named_before_any_reset(fleet, key: str):
-    index = VENDORS.index(key)
-    desired, refused, targets = _change(key)
-    snap = take_snapshot(endpoint(fleet, index))
-    set_faults(fleet, index, invalid_accepted=refused)
-    resets = list(state(fleet, index)["resets"])
-    with pytest.raises(RedfishError) as err:
-        apply_bios(endpoint(fleet, index), desired, T)
-    text = str(err.value)
-    assert fleet.bmcs[index].name in text
+    index, desired, refused, targets, snap, text, resets = _apply_fails(
+        fleet, key, "invalid_accepted")
     assert f"does not show them pending: {refused}={targets[refused]}" in text, text
     assert (f"its answer said: Base.1.8.PropertyValueNotInList (/Attributes/{refused}): "
             f"The value {targets[refused]} for the property {refused} is not supported") in text
@@ -123,14 +125,8 @@ def test_a_value_refused_in_a_200_answer_is_named_before_any_reset(fleet, key: s
 def test_an_aborted_config_job_is_reported_and_its_pending_values_cancelled(fleet, key: str):
     """The hazard: the values an aborted job left pending would apply with the next job anyone
     creates, weeks later. The restore cancels them; a repeat after the fix applies the change."""
-    index = VENDORS.index(key)
-    desired, _, targets = _change(key)
-    snap = take_snapshot(endpoint(fleet, index))
-    set_faults(fleet, index, job_aborted=True)
-    with pytest.raises(RedfishError) as err:
-        apply_bios(endpoint(fleet, index), desired, T)
-    text = str(err.value)
-    assert fleet.bmcs[index].name in text
+    index, desired, _, targets, snap, text, _ = _apply_fails(fleet, key, "job_aborted",
+                                                             hit_attribute=False)
     listing = ", ".join(f"{k}={v}" for k, v in sorted(targets.items()))
     if key == "dell-idrac8":  # a config job of ours
         assert "is Failed: Job aborted" in text, text
