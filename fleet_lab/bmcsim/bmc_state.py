@@ -217,12 +217,11 @@ class Bmc:
                 raise SimError(400, "Base.1.8.PropertyValueNotInList",
                                f"The value {value} for the property {name} is not in the list of "
                                "acceptable values.", [f"/Attributes/{name}"])
-        dropped = None
         invalid = self.faults.invalid_accepted
-        for name, value in list(attributes.items()):
-            if invalid and picks(invalid, name) and self.current.get(name) != value:
-                dropped, invalid = {"name": name, "value": str(value)}, None
-                attributes = {k: v for k, v in attributes.items() if k != name}
+        hit = next((k for k, v in attributes.items()
+                    if invalid and picks(invalid, k) and self.current.get(k) != v), None)
+        dropped = None if hit is None else {"name": hit, "value": str(attributes[hit])}
+        attributes = {k: v for k, v in attributes.items() if k != hit}
         for name, value in attributes.items():
             if self.current.get(name) == value:
                 self.pending.pop(name, None)  # writing the current value cancels a pending one

@@ -183,13 +183,9 @@ class Response:
         """What a successful answer says in @Message.ExtendedInfo (at the top or in an error
         object), success messages left out: a BMC may accept a write with 200 and say there
         what it did not do."""
-        infos: List[Any] = []
-        for holder in (self.body, self.body.get("error")):
-            found = holder.get("@Message.ExtendedInfo") if isinstance(holder, dict) else None
-            infos += found if isinstance(found, list) else []
         out = []
-        for info in infos:
-            message_id = str(info.get("MessageId") or "") if isinstance(info, dict) else ""
+        for info in _extended_info(self.body) + _extended_info(self.body.get("error")):
+            message_id = str(info.get("MessageId") or "")
             if not message_id or message_id.endswith("Success"):
                 continue
             related = [str(p) for p in info.get("RelatedProperties") or []
@@ -202,13 +198,17 @@ class Response:
         """The BMC's own explanation of an error response, if it gave one."""
         err = self.body.get("error") if self.body else None
         if isinstance(err, dict):
-            infos = err.get("@Message.ExtendedInfo")
-            infos = infos if isinstance(infos, list) else []
             texts = [str(i.get("Message") or i.get("MessageId") or "")[:200]
-                     for i in infos if isinstance(i, dict)]
+                     for i in _extended_info(err)]
             return ("; ".join(t for t in texts if t)
                     or str(err.get("message") or err.get("code") or "")[:200])
         return self.text[:200] if self.text else ""
+
+
+def _extended_info(holder: Any) -> List[Dict[str, Any]]:
+    """The message objects of `holder`'s @Message.ExtendedInfo (none unless it is a list)."""
+    found = holder.get("@Message.ExtendedInfo") if isinstance(holder, dict) else None
+    return [i for i in found if isinstance(i, dict)] if isinstance(found, list) else []
 
 
 def decode_json(raw: str) -> Any:
