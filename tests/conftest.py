@@ -55,13 +55,17 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
         server.stop()
 
 
-# Tests that boot QEMU guests share one xdist worker (`make test` runs workers in parallel,
-# --dist loadgroup): two of them at once would put a dozen TCG guests on two cores, and the VM
-# demo, CPU-bound, took twice as long (1,516 s instead of 724-985 s) with the VM modules beside it.
+# The modules that boot QEMU guests share one xdist worker (`make test` runs workers in parallel,
+# --dist loadgroup): their guests are booted once per module (module-scoped fixtures), not once
+# per worker that draws one of their tests, and at most one of them runs beside the VM demo
+# (CPU-bound TCG guests on two cores). The VM demo is not in their group: behind them on one
+# worker it would make the suite's critical path longer than the suite.
 VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
-VM_DEMO = "test_make_demo_end_to_end[vm]"
 
 
+# tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's
+# group, so the marks must be on the items before it runs; added after, they are ignored
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list) -> None:
     # Run order by module name, whatever its directory (tests/pack, runtime, lab, e2e): the
     # end-to-end modules then mix with the fast ones across the xdist workers instead of all
@@ -73,5 +77,5 @@ def pytest_collection_modifyitems(items: list) -> None:
     items.sort(key=lambda item: os.path.basename(str(item.fspath)))
     for item in items:
         name = os.path.basename(str(item.fspath))
-        if name in VM_MODULES or item.name == VM_DEMO:
+        if name in VM_MODULES:
             item.add_marker(pytest.mark.xdist_group("vm"))
