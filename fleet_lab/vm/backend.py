@@ -131,6 +131,16 @@ def cleanup_state_dir(state_dir: Path) -> List[str]:
     return stopped
 
 
+# The guest's /init prints this on the console once sshd runs (fleet_lab/vm/guest/init).
+SSHD_STARTED = "sshd started"
+POWER_ON_MARK = "=== fleet-lab power-on"
+# How long an up-probe waits for sshd's banner once the console says sshd runs. sshd re-execs
+# itself for every connection, which takes seconds in a starved TCG guest: a probe that gave up
+# after 2 s and came back 0.5 s later spawned sshd children faster than the guest could finish
+# them, and in a CI run six guests whose consoles said "services running" never answered one.
+BANNER_PATIENCE = 30.0
+
+
 def ssh_banner(port: int, timeout: float = 2.0) -> bool:
     """True if 127.0.0.1:port answers with an SSH banner (QEMU's forwarder accepts connections
     even while the guest has nothing listening, so a TCP connect alone proves nothing)."""
@@ -294,7 +304,7 @@ class VmBackend:
                     "cmdline": cmdline, "ports": ports.as_dict()}
             (host_dir / "boot.json").write_text(json.dumps(boot, indent=2))
             with open(console, "a") as out:
-                out.write(f"\n=== fleet-lab power-on {time.strftime('%Y-%m-%d %H:%M:%S')} "
+                out.write(f"\n{POWER_ON_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} "
                           f"snoop={config.snoop_mode} interleave={config.node_interleaving} "
                           f"nodes={len(nodes)} accel={self.accel}\n")
                 if repaired:
@@ -316,13 +326,26 @@ class VmBackend:
             self._stop(host)
 
     def is_up(self, host: str) -> bool:
-        """True once the guest's sshd answers on the host's SSH port."""
+        """True once the guest's sshd answers on the host's SSH port. No connection is made
+        before the console of this power-on says sshd runs: until then QEMU's forwarder would
+        accept and hold it, and once it runs the probe waits for its banner (BANNER_PATIENCE)
+        instead of leaving a half-started sshd child behind."""
         with self._lock:
             proc = self._procs.get(host)
             if proc is None or proc.poll() is not None:
                 return False
             port = self.ports(host).ssh
-        return ssh_banner(port)
+        if SSHD_STARTED not in self._last_boot_console(host):
+            return False
+        return ssh_banner(port, BANNER_PATIENCE)
+
+    def _last_boot_console(self, host: str) -> str:
+        """The console output of the last power-on (after its separator line)."""
+        try:
+            text = (self.host_dir(host) / "console.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[text.rfind(POWER_ON_MARK):]
 
     # -- more than the protocol ---------------------------------------------------------------
 
@@ -364,7 +387,7 @@ class VmBackend:
             if not path.exists():
                 continue
             text = path.read_text(errors="replace")
-            last_boot = text[text.rfind("=== fleet-lab power-on"):].splitlines()
+            last_boot = text[text.rfind(POWER_ON_MARK):].splitlines()
             panic = [line for line in last_boot if "Kernel panic" in line]
             tail = last_boot[-lines:]
             parts.append(f"--- {path}\n" + "\n".join(panic[:1] + tail))

@@ -5,12 +5,18 @@ debugfs on a small image file.
 """
 from __future__ import annotations
 
+import socket
+import subprocess
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm import persist
+from fleet_lab.vm.backend import POWER_ON_MARK, SSHD_STARTED, VmBackend
 from fleet_lab.vm.drop_model import expected_drop_fraction, receive_rate
 from fleet_lab.vm.qemu import Ports, kernel_cmdline, numa_args, qemu_argv
 from fleet_rollout.errors import ConfigError, HostError
@@ -57,7 +63,8 @@ def test_kernel_cmdline_puts_bios_settings_last_and_drops_forged_ones() -> None:
     config = boot_config("web-01", "early", "disabled", extra={"LabReceiveSlowdown": "Enabled"})
     line = kernel_cmdline(config, ["quiet", "hugepages=8", "fleet.rate=99999"])
     words = line.split()
-    assert words[:4] == ["console=ttyS0", "quiet", "panic=-1", "no_timer_check"]
+    assert words[:5] == ["console=ttyS0", "quiet", "panic=-1", "no_timer_check",
+                         "cryptomgr.notests"]
     assert "hugepages=8" in words and "fleet.rate=99999" not in words
     assert words[-5:] == ["fleet.host=web-01", "fleet.snoop=early", "fleet.interleave=disabled",
                           "fleet.rate=750", "fleet.slowdown=1"]
@@ -108,3 +115,53 @@ def test_persistent_disk_round_trip(tmp_path: Path) -> None:
     grub = persist.read_file(disk, "/etc/default/grub")
     assert grub is not None and b'GRUB_CMDLINE_LINUX=""' in grub
     assert persist.read_file(disk, "/etc/fleet/maintenance") is None
+
+
+class _SlowSshd:
+    """A loopback listener that answers every connection with an SSH banner after `delay`
+    seconds, as a starved guest's sshd does (it re-execs itself per connection); it counts the
+    connections it was given."""
+
+    def __init__(self, port: int, delay: float) -> None:
+        self.sock = socket.create_server(("127.0.0.1", port))
+        self.delay = delay
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            time.sleep(self.delay)
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_up_probe_waits_for_the_console_then_for_a_slow_banner(tmp_path: Path) -> None:
+    """is_up makes no connection before this power-on's console says sshd runs, then waits for
+    a banner slower than the old 2 s probe gave it. QEMU cannot boot here: a `sleep` process
+    stands in for it, and a loopback listener for the guest's forwarded sshd."""
+    backend = VmBackend(tmp_path, image=SimpleNamespace(key=tmp_path / "key"), accel="tcg")
+    backend._procs["vm-a"] = subprocess.Popen(["sleep", "60"])
+    sshd = _SlowSshd(backend.ports("vm-a").ssh, delay=3.0)
+    console = backend.host_dir("vm-a") / "console.log"
+    try:
+        console.write_text(f"\n{POWER_ON_MARK} 1\nfleet-lab: [3.1] init\n")
+        assert backend.is_up("vm-a") is False
+        console.write_text(f"\n{POWER_ON_MARK} 1\nfleet-lab: [46.5] {SSHD_STARTED}, starting"
+                           f" services\n\n{POWER_ON_MARK} 2\nfleet-lab: [2.0] init\n")
+        assert backend.is_up("vm-a") is False  # the previous boot's sshd does not count
+        assert sshd.accepted == 0
+        with console.open("a") as out:
+            out.write(f"fleet-lab: [40.2] host=vm-a {SSHD_STARTED}, starting services\n")
+        assert backend.is_up("vm-a") is True
+        assert sshd.accepted == 1
+    finally:
+        sshd.close()
+        backend.close()
