@@ -257,7 +257,7 @@ def test_fixture_verdicts_and_json_report() -> None:
         assert verdict.verdict == want, name
         report = json.loads(json.dumps(verdict.to_dict(), allow_nan=False))
         assert report["verdict"] == want and report["explanation"] == verdict.explanation
-        assert report["policy"]["alpha"] == 0.025
+        assert report["policy"]["alpha"] == 0.03
         assert len(report["hosts"]) == len(verdict.hosts)
         assert verdict.rollout == "snoop-home-2024-05" and verdict.batch == 2
         text = render_text(verdict, all_hosts=True)

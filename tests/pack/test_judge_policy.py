@@ -15,7 +15,7 @@ FIXTURES = locations.FIXTURES / "judge"
 def test_defaults() -> None:
     policy = load_policy(None)
     assert policy == Policy() == policy_from_dict(None) == policy_from_dict({})
-    assert (policy.alpha, policy.ci_level, policy.min_canary_hosts) == (0.025, 0.95, 3)
+    assert (policy.alpha, policy.ci_level, policy.min_canary_hosts) == (0.03, 0.94, 3)
     assert policy.to_dict()["metric"]["packets"] == ["netdev:rx_packets"]
 
 
@@ -40,7 +40,7 @@ def test_strict_policy_file() -> None:
         ("- alpha\n", r"p.yaml: must be a mapping of policy keys"),
         ("metric:\n  drops: [nic:x]\n", r"p.yaml: metric.drops\[0\]: unknown counter source"),
         ("min_canary_hosts: 2\nmin_control_hosts: 3\n",
-         r"can never reach alpha 0.025 \(the smallest possible p-value is 0.1\)"),
+         r"can never reach alpha 0.03 \(the smallest possible p-value is 0.1\)"),
         ("alpha: [0.05\n", r"p.yaml: not valid YAML"),
     ],
 )

@@ -8,7 +8,8 @@ permutation test, an intended change of verdicts, and again when a regression th
 shows became the first reason of a FAIL and a breached ceiling the second, and when tau^2
 and phi became Huber fits (4 of 200 verdicts changed), and when the test learned to count
 bursts (a new field, burst_size; no verdict changed: these inputs have no per-step drops, see
-test_judge_bursts.py). Floats are compared exactly.
+test_judge_bursts.py), and when the residuals' clip moved from 2.5 to 3 sd and the default
+alpha from 0.025 to 0.03 (ci_level 0.94; no verdict changed). Floats are compared exactly.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 A policy file is YAML; every key is optional::
 
-    alpha: 0.025              # one-sided level of the permutation test for FAIL
-    ci_level: 0.95            # two-sided level of the ratio's interval (matches alpha)
+    alpha: 0.03               # one-sided level of the permutation test for FAIL
+    ci_level: 0.94            # two-sided level of the ratio's interval (matches alpha)
     min_regression_ratio: 1.1 # a significant rise smaller than this (weighted ratio) still passes
     min_canary_hosts: 3       # usable canary hosts needed, else INCONCLUSIVE
     min_control_hosts: 5      # usable control hosts needed, else INCONCLUSIVE
@@ -36,8 +36,8 @@ from fleet_rollout.errors import ConfigError
 
 @dataclass(frozen=True)
 class Policy:
-    alpha: float = 0.025
-    ci_level: float = 0.95
+    alpha: float = 0.03
+    ci_level: float = 0.94
     min_regression_ratio: float = 1.1
     min_canary_hosts: int = 3
     min_control_hosts: int = 5
