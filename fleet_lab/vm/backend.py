@@ -141,6 +141,11 @@ POWER_ON_MARK = "=== fleet-lab power-on"
 BANNER_PATIENCE = 30.0
 
 
+def last_boot(text: str) -> str:
+    """The part of a console or QEMU log from the last power-on's separator line on."""
+    return text[text.rfind(POWER_ON_MARK):]
+
+
 def ssh_banner(port: int, timeout: float = 2.0) -> bool:
     """True if 127.0.0.1:port answers with an SSH banner (QEMU's forwarder accepts connections
     even while the guest has nothing listening, so a TCP connect alone proves nothing)."""
@@ -342,10 +347,9 @@ class VmBackend:
     def _last_boot_console(self, host: str) -> str:
         """The console output of the last power-on (after its separator line)."""
         try:
-            text = (self.host_dir(host) / "console.log").read_text(errors="replace")
+            return last_boot((self.host_dir(host) / "console.log").read_text(errors="replace"))
         except OSError:
             return ""
-        return text[text.rfind(POWER_ON_MARK):]
 
     # -- more than the protocol ---------------------------------------------------------------
 
@@ -387,9 +391,9 @@ class VmBackend:
             if not path.exists():
                 continue
             text = path.read_text(errors="replace")
-            last_boot = text[text.rfind(POWER_ON_MARK):].splitlines()
-            panic = [line for line in last_boot if "Kernel panic" in line]
-            tail = last_boot[-lines:]
+            boot_lines = last_boot(text).splitlines()
+            panic = [line for line in boot_lines if "Kernel panic" in line]
+            tail = boot_lines[-lines:]
             parts.append(f"--- {path}\n" + "\n".join(panic[:1] + tail))
         return "\n".join(parts)
 
