@@ -231,6 +231,7 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             context = _largest_context(env["FLEET_ROLLOUT_HOME"])
             largest_value = _largest_value(env["FLEET_ROLLOUT_HOME"])
             estimate = _estimate_check(plan, hosts, bench, total)
+            phases = batch_phases(env["FLEET_ROLLOUT_HOME"])
         finally:
             cpu.close()
             if host_side:
@@ -252,7 +253,8 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             "host_side_cpu_per_host": round(host_cpu / changed, 2)
             if host_cpu is not None and changed else None,
             "cpu_method": cpu.method, "largest_context_bytes": context,
-            "largest_datastore_value_bytes": largest_value, "estimate": estimate}
+            "largest_datastore_value_bytes": largest_value, "estimate": estimate,
+            "phases": phases}
 
 
 SHELL_WRAPPER = """#!/bin/sh
@@ -484,6 +486,41 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
             "model_vs_measured": round(model / total, 2) if total else None}
 
 
+PHASES = (("lead", ("info", "announce", "approval", "auto_approved", "record_approval")),
+          ("pre", ("counters_pre_start", "counters_pre_step", "counters_pre_end")),
+          ("change", ("change_hosts",)),
+          ("post", ("counters_post_start", "counters_post_step", "counters_post_end")),
+          ("judge", ("judge", "post_verdict")))
+
+
+def batch_phases(home: str) -> List[Dict[str, Any]]:
+    """Where each batch's time went: per phase of rollout_batch (lead: info and approval; pre
+    and post: the counter windows, their collections' own time apart; change: the hosts; judge),
+    and the gap before the batch (the parent's step from the last batch to this one)."""
+    db = sqlite3.connect(os.path.join(home, "runtime.db"))
+    batches = db.execute("SELECT id, start_ts, end_ts FROM executions WHERE action = "
+                         "'fleet_rollout.rollout_batch' ORDER BY start_ts").fetchall()
+    out: List[Dict[str, Any]] = []
+    previous_end = None
+    for ex_id, start, end in batches:
+        children = db.execute("SELECT task_id, action, start_ts, end_ts FROM executions WHERE "
+                              "parent_id = ? AND start_ts IS NOT NULL", (ex_id,)).fetchall()
+        row: Dict[str, Any] = {"seconds": round((end or start) - start, 1),
+                               "gap_before": round(start - previous_end, 1)
+                               if previous_end else None}
+        for phase, tasks in PHASES:
+            spans = [(s, e or s) for task, _a, s, e in children if task in tasks]
+            row[phase] = round(max(e for _s, e in spans) - min(s for s, _e in spans), 1) \
+                if spans else 0.0
+        collections = [(e or s) - s for _t, action, s, e in children
+                       if action == "fleet_rollout.collect_counters"]
+        row["collections"] = len(collections)
+        row["collecting"] = round(sum(collections), 1)
+        out.append(row)
+        previous_end = end
+    return out
+
+
 def _largest_value(home: str) -> Dict[str, Any]:
     """The largest datastore value (bytes) and its key."""
     db = sqlite3.connect(os.path.join(home, "runtime.db"))
@@ -524,7 +561,12 @@ def describe(r: Dict[str, Any]) -> str:
         f"estimate's batch model with the measured median host change "
         f"({e.get('measured_host_median')} s) {e.get('model_with_measured_host_seconds')} s = "
         f"{e.get('model_vs_measured')} x measured",
-        f"  (lab up {r['lab_up_seconds']} s, not counted)"])
+        f"  (lab up {r['lab_up_seconds']} s, not counted)",
+        "  per batch (s): " + "; ".join(
+            f"{i + 1}: {p['seconds']} = lead {p['lead']} + pre {p['pre']} + change "
+            f"{p['change']} + post {p['post']} + judge {p['judge']} ({p['collections']} "
+            f"collections, {p['collecting']} s of them; gap before {p['gap_before']})"
+            for i, p in enumerate(r.get("phases") or []))])
 
 
 def main() -> int:

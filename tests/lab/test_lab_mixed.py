@@ -212,7 +212,8 @@ def test_inventory_gives_each_server_its_own_connection(tmp_path: Path) -> None:
         v = hosts[name].vars
         assert v["ansible_connection"] == "local"
         assert v["fleet_sysroot"] == str(tmp_path / "hosts" / name)
-        assert v["ansible_python_interpreter"] == sys.executable  # not the guests' python
+        # not the guests' python, nor the venv's: a server's, without the pack
+        assert v["ansible_python_interpreter"] == lab.SIM_PYTHON != sys.executable
         assert "ansible_port" not in v and "fleet_udp_port" not in v
     for entry in hosts.values():
         assert not entry.errors

@@ -300,6 +300,12 @@ def window_steps(canary: Dict[str, Any]) -> Tuple[int, int]:
     return steps * pre_windows(canary), steps
 
 
+def step_seconds(canary: Dict[str, Any]) -> float:
+    """Seconds from one collection's start to the next inside a window: window_seconds /
+    window_steps (the pre window's steps have the same length)."""
+    return float(canary["window_seconds"]) / window_steps(canary)[1]
+
+
 def _check_canary(canary: Dict[str, Any], where: str) -> None:
     steps = int(canary["window_steps"])
     if steps > 1 and canary["window_seconds"] / steps < MIN_STEP_SECONDS:

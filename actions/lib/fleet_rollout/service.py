@@ -26,7 +26,7 @@ from fleet_rollout.plan import (
     precheck_hosts,
     render_plan,
 )
-from fleet_rollout.profile import load_profile, window_steps
+from fleet_rollout.profile import load_profile, step_seconds, window_steps
 from fleet_rollout.redfish.operations import check_desired
 from fleet_rollout.st2api import ActionApi
 from fleet_rollout.states import (
@@ -166,7 +166,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             # the window in `steps` steps, each collected (gate.py): the delay before each;
             # the pre window lasts canary.pre_windows windows: pre_steps steps of that length
             "pre_steps": pre_steps, "steps": post_steps,
-            "step": whole_seconds(canary["window_seconds"] / post_steps),
+            "step": whole_seconds(step_seconds(canary)),
             "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,
             "controls": len(controls_for_batch(plan, batch)),

@@ -63,7 +63,8 @@ PRELOAD = (
     "ansible.vars.hostvars", "ansible.template", "ansible.parsing.dataloader",
     "ansible.plugins.connection.ssh", "ansible.plugins.connection.local",
     "ansible.plugins.action.normal", "ansible.plugins.action.command",
-    "ansible.plugins.action.script", "ansible.plugins.strategy.free",
+    "ansible.plugins.action.script", "ansible.plugins.action.raw",
+    "ansible.plugins.lookup.file", "ansible.plugins.strategy.free",
     "ansible.plugins.strategy.linear", "ansible.plugins.shell.sh",
     "ansible.plugins.become.sudo", "ansible.plugins.callback.default",
     "ansible.plugins.callback.minimal", "ansible.plugins.inventory.yaml",
@@ -529,7 +530,8 @@ def _warm_plugins() -> None:
                            (loader.shell_loader, ("sh",)),
                            (loader.become_loader, ("sudo", "su")),
                            (loader.strategy_loader, ("free", "linear")),
-                           (loader.action_loader, ("normal", "command", "script")),
+                           (loader.action_loader, ("normal", "command", "script", "raw")),
+                           (loader.lookup_loader, ("file",)),
                            (loader.cache_loader, ("memory", "jsonfile")),
                            # Ansible's own only: a callback from elsewhere (ansible-runner's
                            # awx_display) reads its run's environment when imported
