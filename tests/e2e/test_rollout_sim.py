@@ -257,14 +257,19 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         # long: pre_step_1..3 and post_step_1), every host of the batch and its controls,
         # between the window's start and end
         for i, batch in enumerate(plan):
-            times = []
+            times, starts = [], []
             for label in ("pre_start", "pre_step_1", "pre_step_2", "pre_step_3", "pre_end",
                           "post_start", "post_step_1", "post_end"):
                 head = sim.kv(rollout_id, f"batch.{i}.counters.{label}")
                 part = sim.kv(rollout_id, f"batch.{i}.counters.{label}.0")
                 assert set(batch["hosts"]) <= set(part["snapshots"]), (i, label)
                 times.append(head["time"])
-            assert times == sorted(times) and times[1] - times[0] >= 4.5, times
+                starts.append(head["started"])
+            assert times == sorted(times), times
+            # collections start a step (10 s / 2) apart or more: each waits what is left of
+            # the step after the one before (whole seconds), not a whole step after its end
+            pre, post = starts[:5], starts[5:]
+            assert all(b - a >= 5 for w in (pre, post) for a, b in zip(w, w[1:])), starts
         verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
         # the last batch's waits were paced by the reboots of the batch before it

@@ -35,7 +35,7 @@ def test_a_collection_of_many_hosts_is_stored_in_bounded_parts_and_reads_back():
     gate.save_collection(ctx, 2, "pre_end", 1234.5, snapshots, errors)
     head = key("parts-1", "batch", "2", "counters", "pre_end")
     values = store.list(head)
-    assert json.loads(values[head]) == {"time": 1234.5, "parts": 3}
+    assert json.loads(values[head]) == {"time": 1234.5, "started": 1234.5, "parts": 3}
     parts = [json.loads(v) for k, v in values.items() if k != head]
     assert len(parts) == 3
     assert all(len(p["snapshots"]) + len(p["errors"]) <= gate.COUNTER_PART for p in parts)

@@ -15,7 +15,8 @@ Counter windows of canary and control hosts cover the same wall-clock times; the
 the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
 under the batch; a host whose collection failed is simply missing (the judge's data guards decide).
 
-    batch.<i>.counters.<label>      {"time", "parts": n}, written after its parts
+    batch.<i>.counters.<label>      {"time" (its end), "started", "parts": n}, written after
+                                    its parts
     batch.<i>.counters.<label>.<k>  {"snapshots", "errors"} of at most COUNTER_PART hosts (in
                                     name order): no value grows with the batch or the fleet
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
@@ -62,7 +63,7 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
-    save_collection(ctx, index, label, time.time(), snapshots, errors)
+    save_collection(ctx, index, label, time.time(), snapshots, errors, started)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "seconds": round(time.time() - started, 1),
             "next_delay": next_delay(step_seconds(ctx.profile["canary"]),
@@ -92,7 +93,8 @@ def step_labels(window: str, steps: int) -> List[str]:
 
 
 def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
-                    snapshots: Dict[str, Any], errors: Dict[str, str]) -> None:
+                    snapshots: Dict[str, Any], errors: Dict[str, str],
+                    started: Optional[float] = None) -> None:
     """One collection, in parts of COUNTER_PART hosts, the head (time, parts) last: a reader
     never sees a head whose parts are not all written."""
     head = key(ctx.rollout_id, "batch", str(index), "counters", label)
@@ -102,7 +104,8 @@ def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
         ctx.store.set_json(f"{head}.{number}", {
             "snapshots": {h: snapshots[h] for h in chunk if h in snapshots},
             "errors": {h: errors[h] for h in chunk if h in errors}})
-    ctx.store.set_json(head, {"time": at, "parts": len(parts)})
+    ctx.store.set_json(head, {"time": at, "started": at if started is None else started,
+                              "parts": len(parts)})
 
 
 def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
