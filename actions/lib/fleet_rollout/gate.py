@@ -64,10 +64,10 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     save_collection(ctx, index, label, time.time(), snapshots, errors, started)
+    elapsed = time.time() - started
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
-            "errors": errors, "seconds": round(time.time() - started, 1),
-            "next_delay": next_delay(step_seconds(ctx.profile["canary"]),
-                                     time.time() - started)}
+            "errors": errors, "seconds": round(elapsed, 1),
+            "next_delay": next_delay(step_seconds(ctx.profile["canary"]), elapsed)}
 
 
 def next_delay(step: float, elapsed: float) -> int:
