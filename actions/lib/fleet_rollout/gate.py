@@ -28,12 +28,7 @@ from typing import Any, Dict, List, Optional
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
-from fleet_rollout.profile import (
-    MAX_PRE_WINDOWS,
-    MAX_WINDOW_STEPS,
-    pre_windows,
-    window_steps,
-)
+from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, pre_windows, window_steps
 from fleet_rollout.states import DONE, INCONCLUSIVE, batch_label
 from fleet_rollout.store import key
 
@@ -57,9 +52,10 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
-    save_collection(ctx, index, label, time.time(), snapshots, errors, started)
+    ended = time.time()
+    save_collection(ctx, index, label, ended, snapshots, errors, started)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
-            "errors": errors, "seconds": round(time.time() - started, 1)}
+            "errors": errors, "seconds": round(ended - started, 1)}
 
 
 MAX_STEPS = {"pre": MAX_PRE_WINDOWS * MAX_WINDOW_STEPS, "post": MAX_WINDOW_STEPS}
