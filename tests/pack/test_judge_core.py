@@ -214,6 +214,38 @@ def test_guard_traffic_shift() -> None:
     assert "canary traffic changed 0.40x relative to control" in verdict.explanation
 
 
+def _timed(doc: dict, seconds: Dict[str, Dict[str, float]]) -> dict:
+    """Each host's windows last what `seconds` says (host -> window -> s, default 60), their
+    packets and drops scaled alike: the same traffic per second, windows of other lengths."""
+    for host, windows in doc["hosts"].items():
+        for name, window in windows.items():
+            length = seconds.get(host, {}).get(name, 60.0)
+            window["packets"] = int(window["packets"] * length / 60.0)
+            window["drops"] = int(window["drops"] * length / 60.0)
+            window["seconds"] = length
+    return doc
+
+
+def test_traffic_shift_is_per_second_when_the_windows_know_their_length() -> None:
+    # the lab's VM canaries: a collection reached them later than the controls, so their pre
+    # window lasted 55 s where the controls' lasted 72 s, at the same packets per second
+    doc = fleet(1.0, n_canary=5)
+    late = {h: {"pre": 40.0} for h in doc["canary"]}
+    verdict = run(_timed(doc, late))
+    guard = _guard(verdict, "traffic_shift")
+    assert guard.ok and guard.value == pytest.approx(1.0, rel=0.02), guard
+    # without the windows' lengths the same counts look like 1.5x more traffic after
+    for windows in doc["hosts"].values():
+        for window in windows.values():
+            del window["seconds"]
+    untimed = _guard(run(doc), "traffic_shift")
+    assert not untimed.ok and untimed.value == pytest.approx(1.5, rel=0.02)
+    # a real change of traffic per second is a shift whatever the windows' lengths
+    shifted = _timed(fleet(1.0, canary_traffic=0.4, n_canary=5), late)
+    guard = _guard(run(shifted), "traffic_shift")
+    assert not guard.ok and guard.value == pytest.approx(0.4, rel=0.02)
+
+
 def test_unusable_windows_from_snapshot_problems() -> None:
     doc = fleet(1.0)
     doc["hosts"]["c0"]["post"]["problem"] = "reboot inside the window (boot_id changed)"

@@ -11,8 +11,11 @@ The guards then ask whether what is left is enough to decide:
 * ``canary_traffic`` / ``control_traffic``: at most ``max_low_traffic_share`` of the listed hosts
   are below ``min_packets``;
 * ``traffic_shift``: the canaries' traffic changed like the controls' (ratio of the median
-  per-host post/pre packet ratios within ``max_traffic_shift`` either way); drop rates depend
-  on load, so a canary group that lost or gained traffic cannot be compared.
+  per-host post/pre traffic ratios within ``max_traffic_shift`` either way); drop rates depend
+  on load, so a canary group that lost or gained traffic cannot be compared. Traffic is packets
+  per second when both windows carry their own length (``seconds``, from the hosts' clocks),
+  so a window that lasted longer on some hosts than on others (a collection that reached them
+  later) is not a shift; reduced windows without it count packets per nominal window.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ class HostResult:
     rate_pre: Optional[float] = None
     rate_post: Optional[float] = None
     e: Optional[float] = None  # ln((d_post+.5)/p_post) - ln((d_pre+.5)/p_pre)
-    traffic_ratio: Optional[float] = None  # packets_post / packets_pre
+    traffic_ratio: Optional[float] = None  # post / pre packets per second (traffic_ratio())
     site: Optional[str] = None
     model: Optional[str] = None
     weight: Optional[float] = None  # its weight in the test (weighted.py), when used
@@ -118,8 +121,19 @@ def evaluate_host(item: HostWindows, policy: Policy, pre_windows: float = 1.0) -
     result.usable = True
     result.e = log_rate_change(result.drops_pre, result.packets_pre, result.drops_post,
                                result.packets_post, pre_windows)
-    result.traffic_ratio = result.packets_post * pre_windows / result.packets_pre
+    result.traffic_ratio = traffic_ratio(item, pre_windows)
     return result
+
+
+def traffic_ratio(item: HostWindows, pre_windows: float = 1.0) -> float:
+    """How one host's traffic changed, post window over pre window: packets per second when
+    both windows know their length, else packets per nominal window (the pre window
+    `pre_windows` post windows long). Only for a host whose windows both have packets."""
+    pre, post = item.pre, item.post
+    assert pre is not None and post is not None and pre.packets and post.packets is not None
+    if pre.seconds and post.seconds and pre.seconds > 0 and post.seconds > 0:
+        return (post.packets / post.seconds) / (pre.packets / pre.seconds)
+    return post.packets * pre_windows / pre.packets
 
 
 def _names(results: List[HostResult], limit: int = 4) -> str:
