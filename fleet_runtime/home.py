@@ -165,7 +165,7 @@ class RuntimeHome:
 
     @property
     def warm_preload(self) -> List[str]:
-        """More modules the warm worker zygotes import (e.g. ansible_runner)."""
+        """More modules the warm worker zygotes import (e.g. ansible)."""
         return [str(m) for m in self.settings.get("warm_preload") or []]
 
     @property

@@ -1,6 +1,6 @@
-"""Warm ansible-playbook (fleet_rollout.hostside.warm_ansible): the real playbooks through
-ansible-runner, each run forked from a server that imported Ansible once, against `sim` hosts
-(Ansible's local connection with a sysroot). Every server a test starts is under its tmp_path
+"""Warm ansible-playbook (fleet_rollout.hostside.warm_ansible): the real playbooks, each run
+forked from a server that imported Ansible once, against `sim` hosts (Ansible's local
+connection with a sysroot). Every server a test starts is under its tmp_path
 and is stopped by PID at the end."""
 from __future__ import annotations
 
@@ -15,57 +15,25 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-import yaml
-from process_support import command_lines, gone, wait_for
+from hostside_support import HOSTS, pids_with, sim_lab, sleeping_playbook
+from process_support import gone, wait_for
 
-from fleet_lab.hosts import boot_config
-from fleet_lab.simhost import SimBackend
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import warm_ansible
 from fleet_rollout.hostside.ansible_run import run_playbook
 from fleet_rollout.hostside.playbook_steps import HostSide
 
-HOSTS = ["sim-001", "sim-002"]
-
-
-def _pids_with(marker: str) -> List[int]:
-    """Processes whose command line holds `marker` (a value unique to the test)."""
-    return [pid for pid, argv in command_lines() if marker in argv and not gone(pid)]
-
 
 @pytest.fixture()
 def lab(tmp_path: Path, monkeypatch) -> Iterator[dict]:
     monkeypatch.setenv("FLEET_ROLLOUT_ANSIBLE_LOG", str(tmp_path / "runs.jsonl"))
-    backend = SimBackend(str(tmp_path / "hosts"))
-    for name in HOSTS:
-        backend.power_on(boot_config(name, "early", "disabled"))
-    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
-                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    warm_dir = str(tmp_path / "warm")
-    try:
-        yield {"backend": backend, "inventory": str(inventory), "warm_dir": warm_dir,
-               "cache": str(tmp_path / "cache"), "tmp": tmp_path}
-    finally:
-        for pid in warm_ansible.server_pids(warm_dir):
-            os.kill(pid, signal.SIGKILL)
+    yield from sim_lab(tmp_path)
 
 
 def _runs(lab: dict) -> List[dict]:
     path = lab["tmp"] / "runs.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _sleeping_playbook(lab: dict, marker: str) -> str:
-    """A playbook whose task hangs (sleep with a marker argument this test can find)."""
-    path = lab["tmp"] / "hang.yml"
-    path.write_text(yaml.safe_dump([{
-        "hosts": "all", "gather_facts": False,
-        "tasks": [{"name": "fleet_result: hang", "ansible.builtin.command":
-                   f"sleep {marker}"}]}]))
-    return str(path)
 
 
 def test_warm_runs_give_what_cold_runs_give_from_one_server(lab):
@@ -112,11 +80,11 @@ def test_a_timed_out_warm_run_ends_its_forked_child(lab):
     servers = warm_ansible.server_pids(lab["warm_dir"])
     assert len(servers) == 1
     marker = f"600.{os.getpid()}1"
-    playbook = _sleeping_playbook(lab, marker)
+    playbook = sleeping_playbook(lab, marker)
     seen = threading.Event()
 
     def watch() -> None:
-        if wait_for(lambda: bool(_pids_with(marker)), 30):
+        if wait_for(lambda: bool(pids_with(marker)), 30):
             seen.set()
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -128,30 +96,30 @@ def test_a_timed_out_warm_run_ends_its_forked_child(lab):
     assert time.monotonic() - started < 60
     watcher.join(30)
     assert seen.is_set(), "the hanging task never ran in a forked child"
-    assert wait_for(lambda: not _pids_with(marker), 20), "the hanging task outlived its run"
+    assert wait_for(lambda: not pids_with(marker), 20), "the hanging task outlived its run"
     assert warm_ansible.server_pids(lab["warm_dir"]) == servers  # the server goes on serving
     assert side.health(["sim-001"])["sim-001"].ok
 
 
 def test_a_killed_client_takes_its_run_with_it(lab):
-    """SIGKILL of the program ansible-runner started (the client): the server sees its socket
+    """SIGKILL of the program the pack started (the client): the server sees its socket
     close and ends the forked run's process group."""
     marker = f"600.{os.getpid()}2"
-    playbook = _sleeping_playbook(lab, marker)
+    playbook = sleeping_playbook(lab, marker)
     client = warm_ansible.client_path(
         lab["warm_dir"], os.path.join(os.path.dirname(sys.executable), "ansible-playbook"))
     proc = subprocess.Popen([client, "-i", lab["inventory"], "--limit", "sim-001", playbook],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=str(lab["tmp"]), start_new_session=True)
     try:
-        assert wait_for(lambda: bool(_pids_with(marker)), 60), "the task never started"
+        assert wait_for(lambda: bool(pids_with(marker)), 60), "the task never started"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        assert wait_for(lambda: not _pids_with(marker), warm_ansible.KILL_GRACE + 15)
+        assert wait_for(lambda: not pids_with(marker), warm_ansible.KILL_GRACE + 15)
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _pids_with(marker):
+        for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -1,5 +1,6 @@
-"""The host side: everything done on the server itself, through Ansible (ansible-runner).
+"""The host side: everything done on the server itself, through Ansible (ansible-playbook).
 
-ansible_run  run a playbook, structured per-host results
+ansible_run       run a playbook, structured per-host results
+playbook_process  one ansible-playbook process: argv, time limit, the callback's events
 operations   drain, undrain, health, kernel settings, probe, counters (one function each)
 """

@@ -1,6 +1,7 @@
-"""Run the pack's playbooks through ansible-runner and return structured per-host results.
+"""Run the pack's playbooks with ansible-playbook and return structured per-host results.
 
-No screen scraping: results come from ansible-runner's events. Each playbook has a task named
+No screen scraping: results come from the events of the pack's callback plugin
+(playbook_process). Each playbook has a task named
 `fleet_result: <what it does>` that prints the host's result as one JSON document (or sets a
 fact named fleet_result); drain and undrain through a configured command have `fleet_command:
 ...` instead. Errors name the task by what it does. One task per host
@@ -35,7 +36,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from fleet_rollout import hostvars, timeouts
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside import warm_ansible
+from fleet_rollout.hostside import playbook_process, warm_ansible
 from fleet_rollout.inventory import check_host_name
 from fleet_rollout.paths import PLAYBOOK_DIR
 
@@ -320,8 +321,6 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
     no host in two requests); per request its hosts' results, or the ConfigError that refuses
     it (a group name, a run that reached hosts outside the requested set). One request's
     refusal or failing host is not the others'."""
-    import ansible_runner  # imported here: the pack's other actions need not load it
-
     outcome: Dict[str, RequestOutcome] = {}
     per: Dict[str, Dict[str, HostResult]] = {}
     entries: Dict[str, hostvars.HostEntry] = {}
@@ -337,29 +336,35 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             entries[entry.name] = entry
     combined = {name: HostResult(name) for name in entries}
     status = "successful"  # nothing to run: every host is already an error
+    said = ""  # what ansible-playbook said on stderr, when the run did not succeed
     strangers: List[str] = []
     if entries:
         run_names = sorted(entries)
-        args = ["--private-key", spec.private_key] if spec.private_key else []
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
             run_inventory = hostvars.write_run_inventory(
                 os.path.join(data_dir, "fleet-run-inventory.yml"), list(entries.values()))
-            env = runner_env(spec.known_hosts)
-            warm = _warm_binary(spec.warm_dir)
-            if warm:  # the same ansible-playbook, forked from a warm server
+            extravars_file = os.path.join(data_dir, "extravars.json")
+            with open(extravars_file, "w") as handle:
+                json.dump(spec.extravars, handle)
+            env = dict(os.environ)
+            env.update(runner_env(spec.known_hosts))
+            env.update(playbook_process.callback_env(os.path.join(data_dir, "events.jsonl"),
+                                                     spec.verbose))
+            binary = _warm_binary(spec.warm_dir)
+            if binary:  # the same ansible-playbook, forked from a warm server
                 env["FLEET_ROLLOUT_WARM_CPU"] = os.path.join(data_dir, "warm-cpu")
-                args.append(spec.playbook)  # ansible-runner passes no playbook to a binary
-            runner = ansible_runner.run(
-                private_data_dir=data_dir, playbook=spec.playbook, inventory=run_inventory,
-                limit=",".join(run_names), extravars=spec.extravars,
-                forks=max(1, min(spec.forks, len(run_names))),
-                envvars=env, cmdline=" ".join(shlex.quote(a) for a in args) or None,
-                quiet=not spec.verbose, timeout=spec.timeout or run_limit(spec, len(run_names)),
-                suppress_env_files=True, **warm)
-            strangers = _collect(runner.events, combined)
-            status = runner.status
+            argv = playbook_process.command(
+                binary or os.path.join(_ansible_bin_dir(), "ansible-playbook"), spec.playbook,
+                run_inventory, run_names, extravars_file,
+                min(spec.forks, len(run_names)), spec.private_key)
+            ended = playbook_process.run(argv, env, data_dir,
+                                         spec.timeout or run_limit(spec, len(run_names)),
+                                         spec.verbose)
+            strangers = _collect(ended.events, combined)
+            status = ended.status
+            said = _said(ended.stderr) if ended.status != "successful" else ""
             warm_cpu = _warm_cpu(env.get("FLEET_ROLLOUT_WARM_CPU"))
         _log_run(spec, run_names, status, before, started, warm_cpu)
     for rid, results in per.items():
@@ -376,10 +381,11 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
                 entry = results[name] = replace(shared, tasks=list(shared.tasks))
             if entry.error is None and not entry.tasks:
                 entry.error = (f"no result: host not in inventory {spec.inventory}" if status ==
-                               "successful" else f"ansible run {status} before reaching this host")
+                               "successful" else f"ansible run {status} before reaching this "
+                               f"host{said}")
             elif entry.error is None and entry.result is None and status != "successful":
                 entry.error = (f"ansible run {status} before this host's result (after task "
-                               f"{entry.tasks[-1]!r})")
+                               f"{entry.tasks[-1]!r}){said}")
             entry.ok = entry.error is None and entry.result is not None
         outcome[rid] = results
     return outcome
@@ -397,16 +403,26 @@ def run_limit(spec: RunSpec, hosts: int) -> int:
     return int((timeouts.ANSIBLE + wait) * waves)
 
 
-def _warm_binary(warm_dir: Optional[str]) -> Dict[str, str]:
-    """ansible-runner's `binary` for a warm run; {} (a cold start) without a warm dir or when
-    its client cannot be written there."""
+def _warm_binary(warm_dir: Optional[str]) -> str:
+    """The warm client to start instead of ansible-playbook; "" (a cold start) without a warm
+    dir or when the client cannot be written there."""
     if not warm_dir:
-        return {}
+        return ""
     try:
         real = os.path.join(_ansible_bin_dir(), "ansible-playbook")
-        return {"binary": warm_ansible.client_path(warm_dir, real)}
+        return warm_ansible.client_path(warm_dir, real)
     except (OSError, ConfigError):
-        return {}
+        return ""
+
+
+def _said(stderr: str) -> str:
+    """': <what ansible-playbook said>' for the error of a host a failed run did not reach: its
+    first error line ("[ERROR]: ..."; "ERROR! ..." before ansible-core 2.19), else the last line
+    of its stderr; '' when it said nothing."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("[ERROR]", "ERROR!"))]
+    said = (errors or lines[-1:] or [""])[0]
+    return f": {said[:300]}" if said else ""
 
 
 def _warm_cpu(path: Optional[str]) -> float:

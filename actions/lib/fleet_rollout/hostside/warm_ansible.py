@@ -2,9 +2,9 @@
 
 Starting ansible-playbook costs the controller about a CPU-second before the first task
 (imports, config, plugins): at several runs per batch that was a third of a host change's
-controller CPU. Here ansible-runner still starts "ansible-playbook" as always (its callback
-plugin, events, timeout and cancel are unchanged), but the program it starts is a small client
-(`binary` of ansible-runner, written under the warm dir) that hands its argv, environment,
+controller CPU. Here the pack still starts "ansible-playbook" as always (playbook_process: the
+same arguments, callback plugin, events, timeout and cancel), but the program it starts is a
+small client (written under the warm dir) that hands its argv, environment,
 working directory and its stdin/stdout/stderr (SCM_RIGHTS) to a server over a Unix socket. The
 server has imported Ansible's CLI, executor and the plugins the pack's playbooks use; it forks
 one child per run, which takes the client's fds, environment and cwd and runs the real
@@ -24,7 +24,7 @@ A run with ANSIBLE_CONFIG set, or an ansible.cfg in its working directory, runs 
 the real ansible-playbook), as does any run whose server cannot be reached or started: warm is
 an optimisation, never a new way to fail.
 
-Cancel and timeouts: a signal to the client (ansible-runner's terminate) is passed to the
+Cancel and timeouts: a signal to the client (playbook_process's time limit) is passed to the
 child's process group; a client that dies (SIGKILL) closes its socket and the server ends the
 child's process group (SIGTERM, SIGKILL 10 s later). The server exits after IDLE seconds
 without runs. It is single-threaded (a fork from a threaded process could inherit held locks).
@@ -76,7 +76,7 @@ PRELOAD = (
 
 # ------------------------------------------------------------------------------ pack side
 def client_path(warm_dir: str, real: str) -> str:
-    """The program ansible-runner starts instead of ansible-playbook `real` (written once per
+    """The program the pack starts instead of ansible-playbook `real` (written once per
     Python and per copy of this file; 0700)."""
     os.makedirs(warm_dir, mode=0o700, exist_ok=True)
     os.chmod(warm_dir, 0o700)
@@ -533,8 +533,8 @@ def _warm_plugins() -> None:
                            (loader.action_loader, ("normal", "command", "script", "raw")),
                            (loader.lookup_loader, ("file",)),
                            (loader.cache_loader, ("memory", "jsonfile")),
-                           # Ansible's own only: a callback from elsewhere (ansible-runner's
-                           # awx_display) reads its run's environment when imported
+                           # Ansible's own only: the pack's fleet_events is loaded per run from
+                           # the run's ANSIBLE_CALLBACK_PLUGINS
                            (loader.callback_loader, ("default", "minimal", "oneline", "tree",
                                                      "junit"))):
         for name in names:

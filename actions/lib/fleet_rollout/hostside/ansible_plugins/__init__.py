@@ -1,0 +1,1 @@
+"""Ansible plugins of the pack (loaded by Ansible from their directories, not imported)."""

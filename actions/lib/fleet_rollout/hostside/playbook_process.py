@@ -1,0 +1,180 @@
+"""One ansible-playbook process: its command line, environment, time limit and the per-host
+results its callback plugin writes.
+
+The run's stdout callback is the pack's `fleet_events` plugin (ansible_plugins/callback): one
+JSON line per host result to a file in the run's private directory, read back when the process
+has ended. Nothing goes through a terminal: no pty to poll, no event per line of output to
+decode and store (ansible-runner's way, which cost the controller a quarter of its CPU in a
+rollout). ansible-playbook is the real one, or the warm client (warm_ansible) that forks it
+from a server; either way the same arguments and environment.
+
+Time limit and cancel: ansible-playbook ends its workers (each in a session of its own) and
+their commands when it gets SIGTERM, not when it is killed outright. So the run is a process
+group of its own, which the caller's end reaches as SIGTERM (PR_SET_PDEATHSIG): an action
+killed with its process group (the embedded runtime's cancel and timeout) takes its whole run
+with it. A run past its time gets SIGTERM on its whole process tree (a warm client passes it
+on to its child's group), SIGKILL 10 s later.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+CALLBACK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansible_plugins",
+                            "callback")
+CALLBACK_NAME = "fleet_events"
+EVENTS_ENV = "FLEET_ROLLOUT_EVENTS"
+KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a run past its time
+STDERR_TAIL = 2000  # characters of ansible-playbook's own stderr kept for errors
+
+
+@dataclass
+class PlaybookProcess:
+    """How one ansible-playbook run ended."""
+    status: str  # successful | failed | timeout
+    rc: Optional[int]
+    events: List[Dict[str, Any]] = field(default_factory=list)
+    stderr: str = ""  # the tail of what ansible-playbook itself said (errors, warnings)
+
+
+def callback_env(events_path: str, verbose: bool = False) -> Dict[str, str]:
+    """The variables that make `fleet_events` the run's stdout callback, writing to
+    `events_path` (and echoing a line per result when `verbose`)."""
+    env = {
+        "ANSIBLE_CALLBACK_PLUGINS": CALLBACK_DIR,
+        "ANSIBLE_STDOUT_CALLBACK": CALLBACK_NAME,
+        EVENTS_ENV: events_path,
+    }
+    if verbose:
+        env["FLEET_ROLLOUT_EVENTS_ECHO"] = "1"
+    return env
+
+
+def command(binary: str, playbook: str, inventory: str, limit: List[str], extravars_file: str,
+            forks: int, private_key: Optional[str] = None) -> List[str]:
+    """ansible-playbook's argv (limit: plain host names, already checked)."""
+    argv = [binary, "-i", inventory, "--limit", ",".join(limit), "-e", "@" + extravars_file,
+            "--forks", str(max(1, forks))]
+    if private_key:
+        argv += ["--private-key", private_key]
+    return argv + [playbook]
+
+
+def _own_group_ended_with_caller() -> None:
+    os.setpgrp()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the tree kill on timeout still holds
+        pass
+
+
+def run(argv: List[str], env: Dict[str, str], cwd: str, timeout: float,
+        verbose: bool = False) -> PlaybookProcess:
+    """Run ansible-playbook `argv` with `env` (its callback_env included) in `cwd`; wait at
+    most `timeout` seconds. The events are read from the file env[EVENTS_ENV] names."""
+    events_path = env[EVENTS_ENV]
+    stderr_path = os.path.join(cwd, "ansible-playbook.stderr")
+    with open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=None if verbose else subprocess.DEVNULL,
+                                stderr=stderr, preexec_fn=_own_group_ended_with_caller)
+        try:
+            rc: Optional[int] = proc.wait(timeout=timeout)
+            status = "successful" if rc == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            status, rc = "timeout", None
+            _end(proc)
+    return PlaybookProcess(status, rc, read_events(events_path), _tail(stderr_path))
+
+
+def _end(proc: Any) -> None:
+    """SIGTERM to the run's process tree, SIGKILL after KILL_GRACE to what is left of it
+    (the processes seen then, checked by start time: an orphan has another parent by then)."""
+    tree = {pid: _start_time(pid) for pid in [proc.pid] + descendants(proc.pid)}
+    _signal(tree, signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    tree.update({pid: _start_time(pid) for pid in descendants(proc.pid)})
+    _signal(tree, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal(tree: Dict[int, Optional[bytes]], sig: int) -> None:
+    for pid, started in tree.items():
+        if started is not None and _start_time(pid) == started:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _stat_fields(pid: int) -> List[bytes]:
+    """The fields of /proc/<pid>/stat after `pid (comm)` (comm may hold spaces); [] when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _start_time(pid: int) -> Optional[bytes]:
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else None  # starttime, field 22 of stat
+
+
+def descendants(pid: int) -> List[int]:
+    """The pids of `pid`'s children, their children and so on (from /proc; [] elsewhere)."""
+    parents: Dict[int, List[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if len(fields) > 1:
+                parents.setdefault(int(fields[1]), []).append(int(name))
+    found: List[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def read_events(path: str) -> List[Dict[str, Any]]:
+    """The events of a run (a line cut by a kill mid-write is left out)."""
+    events: List[Dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    events.append(event)
+    except OSError:
+        pass
+    return events
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - STDERR_TAIL))
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""

@@ -1,0 +1,53 @@
+"""Shared by the host-side tests that run real ansible-playbook against `sim` hosts (Ansible's
+local connection with a sysroot): a two-host lab under the test's tmp_path, a playbook whose
+task hangs with a marker argument, and the processes that carry a marker."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Iterator, List
+
+import yaml
+from process_support import command_lines, gone
+
+from fleet_lab.hosts import boot_config
+from fleet_lab.simhost import SimBackend
+from fleet_rollout.hostside import warm_ansible
+
+HOSTS = ["sim-001", "sim-002"]
+
+
+def pids_with(marker: str) -> List[int]:
+    """Processes whose command line holds `marker` (a value unique to the test)."""
+    return [pid for pid, argv in command_lines() if marker in argv and not gone(pid)]
+
+
+def sim_lab(tmp_path: Path) -> Iterator[dict]:
+    """Two sim hosts, their inventory, a warm dir, a hostvars cache and FLEET_ROLLOUT_ANSIBLE_LOG
+    is the caller's to set; every warm server started under the warm dir is killed at the end."""
+    backend = SimBackend(str(tmp_path / "hosts"))
+    for name in HOSTS:
+        backend.power_on(boot_config(name, "early", "disabled"))
+    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
+                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    warm_dir = str(tmp_path / "warm")
+    try:
+        yield {"backend": backend, "inventory": str(inventory), "warm_dir": warm_dir,
+               "cache": str(tmp_path / "cache"), "tmp": tmp_path}
+    finally:
+        for pid in warm_ansible.server_pids(warm_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def sleeping_playbook(lab: dict, marker: str) -> str:
+    """A playbook whose task hangs (sleep with a marker argument the test can find)."""
+    path = lab["tmp"] / "hang.yml"
+    path.write_text(yaml.safe_dump([{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "fleet_result: hang", "ansible.builtin.command":
+                   f"sleep {marker}"}]}]))
+    return str(path)
