@@ -22,7 +22,7 @@ FIXTURES = locations.FIXTURES / "probe"
 # vCPUs busy (load 4-13; see docs/probe.md).
 RUN_TO_RUN_CV_BOUND = 0.30  # a shared 2-vCPU VM; quiet machines show under 1%
 RUNS = 4
-MAX_ATTEMPTS = 10
+MAX_ATTEMPTS = 16  # a loaded CI run rejected 7 of 10 (budget overruns, CV above the limit)
 
 
 import probe_helpers as helpers  # noqa: E402
