@@ -111,3 +111,14 @@ def test_a_killed_caller_takes_its_run_with_it(lab):
             caller.kill()
         for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_users_callback_plugin_dirs_stay_searched(monkeypatch, tmp_path):
+    monkeypatch.delenv("ANSIBLE_CALLBACK_PLUGINS", raising=False)
+    env = playbook_process.callback_env(str(tmp_path / "events.jsonl"))
+    assert env["ANSIBLE_CALLBACK_PLUGINS"] == playbook_process.CALLBACK_DIR
+    assert env["ANSIBLE_STDOUT_CALLBACK"] == "fleet_events"
+    monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", "/opt/site/callbacks")
+    env = playbook_process.callback_env(str(tmp_path / "events.jsonl"))
+    assert env["ANSIBLE_CALLBACK_PLUGINS"] == \
+        playbook_process.CALLBACK_DIR + os.pathsep + "/opt/site/callbacks"

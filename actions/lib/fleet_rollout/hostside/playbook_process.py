@@ -44,8 +44,10 @@ class PlaybookProcess:
 def callback_env(events_path: str, verbose: bool = False) -> Dict[str, str]:
     """The variables that make `fleet_events` the run's stdout callback, writing to
     `events_path` (and echoing a line per result when `verbose`)."""
+    # the user's own callback plugin dirs (ANSIBLE_CALLBACK_PLUGINS) stay searched after ours
+    theirs = os.environ.get("ANSIBLE_CALLBACK_PLUGINS")
     env = {
-        "ANSIBLE_CALLBACK_PLUGINS": CALLBACK_DIR,
+        "ANSIBLE_CALLBACK_PLUGINS": CALLBACK_DIR + (os.pathsep + theirs if theirs else ""),
         "ANSIBLE_STDOUT_CALLBACK": CALLBACK_NAME,
         EVENTS_ENV: events_path,
     }
