@@ -51,3 +51,11 @@ def sleeping_playbook(lab: dict, marker: str) -> str:
         "tasks": [{"name": "fleet_result: hang", "ansible.builtin.command":
                    f"sleep {marker}"}]}]))
     return str(path)
+
+
+def end_with_marker(proc, marker: str) -> None:
+    """After a test: its process, if still alive, and whatever carries its marker, killed."""
+    if proc.poll() is None:
+        proc.kill()
+    for pid in pids_with(marker):
+        os.kill(pid, signal.SIGKILL)

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 import yaml
-from hostside_support import HOSTS, pids_with, sim_lab, sleeping_playbook
+from hostside_support import HOSTS, end_with_marker, pids_with, sim_lab, sleeping_playbook
 from process_support import wait_for
 
 from fleet_rollout.hostside import playbook_process
@@ -107,10 +107,7 @@ def test_a_killed_caller_takes_its_run_with_it(lab):
         caller.wait(10)
         assert wait_for(lambda: not pids_with(marker), 15), pids_with(marker)
     finally:
-        if caller.poll() is None:
-            caller.kill()
-        for pid in pids_with(marker):
-            os.kill(pid, signal.SIGKILL)
+        end_with_marker(caller, marker)
 
 
 def test_the_users_callback_plugin_dirs_stay_searched(monkeypatch, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-from hostside_support import HOSTS, pids_with, sim_lab, sleeping_playbook
+from hostside_support import HOSTS, end_with_marker, pids_with, sim_lab, sleeping_playbook
 from process_support import gone, wait_for
 
 from fleet_rollout.config import load_pack_config
@@ -117,10 +117,7 @@ def test_a_killed_client_takes_its_run_with_it(lab):
         proc.wait(10)
         assert wait_for(lambda: not pids_with(marker), warm_ansible.KILL_GRACE + 15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in pids_with(marker):
-            os.kill(pid, signal.SIGKILL)
+        end_with_marker(proc, marker)
 
 
 def test_runs_cold_where_no_server_can_be(lab, monkeypatch):
