@@ -202,20 +202,12 @@ class Daemon:
         counters move continuously, and a step of 2 s put up to 25% quantisation noise into a
         10 s counter window (canary and control hosts read at different moments of a step
         were judged as a traffic change)."""
-        last = [time.monotonic()]
-
-        def advance(settings: TrafficSettings) -> None:
-            # the time since the last update, read where the counters are written: on a loaded
-            # machine the executor runs late, and the counts must follow the writes' spacing
-            # (a window is two reads of them), not the event loop's wake-ups
-            now = time.monotonic()
-            self.counters.tick(now - last[0], settings)
-            last[0] = now
-
         while True:
             await asyncio.sleep(sim_tick(len(self.counters.hosts)))
             settings = TrafficSettings.load(self.p["traffic"])
-            await asyncio.get_running_loop().run_in_executor(None, advance, settings)
+            # each host's counters move by the time since its own last write, measured in the
+            # executor that writes them, not by the event loop's wake-ups
+            await asyncio.get_running_loop().run_in_executor(None, self.counters.tick, settings)
 
 
 def sim_tick(hosts: int) -> float:

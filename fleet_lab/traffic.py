@@ -121,6 +121,7 @@ class HostCounters:
     delivered: int = 0
     drops: int = 0
     softnet: List[int] = field(default_factory=list)
+    updated: float = 0.0  # time.monotonic() when the counters last moved
 
 
 class SimCounters:
@@ -134,7 +135,7 @@ class SimCounters:
 
     def booted(self, config: BootConfig) -> None:
         factor = 0.9 + (zlib.crc32(config.host.encode()) % 1000) / 1000 * 0.2  # 0.9-1.1
-        self.hosts[config.host] = HostCounters(config, factor)
+        self.hosts[config.host] = HostCounters(config, factor, updated=time.monotonic())
 
     def powered_off(self, host: str) -> None:
         self.hosts.pop(host, None)
@@ -142,11 +143,15 @@ class SimCounters:
     def drained(self, host: str) -> bool:
         return os.path.exists(os.path.join(self.root, host, "etc/fleet/maintenance"))
 
-    def tick(self, seconds: float, settings: TrafficSettings) -> None:
-        if not settings.enabled:
-            return
+    def tick(self, settings: TrafficSettings) -> None:
+        """Move every host's counters by the traffic of the time since that host's own last
+        update, read just before its files are written: on a loaded machine the writes of one
+        tick spread over a second or more, and a window (two reads of one host) must count the
+        traffic of the time between that host's writes."""
         for host, state in list(self.hosts.items()):
-            if self.drained(host):
+            now = time.monotonic()
+            seconds, state.updated = now - state.updated, now
+            if not settings.enabled or self.drained(host):
                 continue
             cfg = state.config
             offered = int(settings.pps * seconds * self.random.uniform(0.95, 1.05))

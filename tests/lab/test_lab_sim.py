@@ -150,6 +150,43 @@ def test_counters_move_in_small_steps_so_a_window_counts_its_own_traffic(sim_lab
     assert max(rates) / min(rates) < 1.2, rates  # each step is +-5% of the offered rate
 
 
+def test_each_sim_host_counts_the_traffic_of_the_time_since_its_own_write(tmp_path, monkeypatch):
+    """One tick writes host after host; on a loaded machine the last write comes a second or
+    more after the first. Each host's counters move by the time since its own last write, read
+    just before it is written (a CI run once counted 2,916 packets/s in one 3 s window of a host
+    against 3,595 in the next, its writes timed by the tick's start)."""
+    from fleet_lab.hosts import boot_config
+    from fleet_lab.traffic import SimCounters, TrafficSettings
+
+    clock = [1000.0]
+    monkeypatch.setattr("fleet_lab.traffic.time.monotonic", lambda: clock[0])
+    counters = SimCounters(str(tmp_path))
+    for host in ("a", "b"):
+        counters.booted(boot_config(host, "home", "disabled"))
+    real_write = counters._write
+
+    def slow_write(host, state):  # each write takes 1.5 s of the clock
+        real_write(host, state)
+        clock[0] += 1.5
+
+    monkeypatch.setattr(counters, "_write", slow_write)
+    clock[0] += 2.0
+    counters.tick(TrafficSettings(pps=1000))  # a: 2.0 s since boot, b: 3.5 s
+    first = {h: s.rx_packets for h, s in counters.hosts.items()}
+    assert 1900 <= first["a"] <= 2100 and 3325 <= first["b"] <= 3675, first
+    counters.tick(TrafficSettings(pps=1000))  # both: 3.0 s since their own last write
+    moved = {h: s.rx_packets - first[h] for h, s in counters.hosts.items()}
+    assert all(2850 <= n <= 3150 for n in moved.values()), moved
+    rx = tmp_path / "b" / "sys/class/net/eth0/statistics/rx_packets"
+    assert int(rx.read_text()) == counters.hosts["b"].rx_packets
+    clock[0] += 5.0
+    counters.tick(TrafficSettings(enabled=False))  # stopped traffic: those 5 s count nothing
+    clock[0] += 3.0
+    counters.tick(TrafficSettings(pps=1000))  # a: 3.0 s, b: 4.5 s (after a's write)
+    last = {h: s.rx_packets - first[h] - moved[h] for h, s in counters.hosts.items()}
+    assert 2850 <= last["a"] <= 3150 and 4275 <= last["b"] <= 4725, last
+
+
 def test_status_json(sim_lab):
     state, _ = sim_lab
     out = _cli("lab", "status", "--state-dir", state, "--json")
