@@ -72,3 +72,32 @@ def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
     _plan, store = stored_plan("forks-1", 4)
     assert service.context(dict(base, ansible_forks=64), store, "forks-1").hostside.forks == 64
 
+
+def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch: Any):
+    """A collection tells the workflow how long to wait before the window's next one: what is
+    left of the step after its own time, in whole seconds (an orquesta delay), never less than
+    the step from start to start. Before, the workflow waited a whole step after each
+    collection, so a window lasted the profile's length plus every collection's time.
+    The hosts' counters are a stand-in here (the collection's clock is what is measured)."""
+    from fleet_rollout import gate
+    from fleet_rollout.hostside.ansible_run import HostResult
+
+    assert [gate.next_delay(5.0, e) for e in (0.0, 1.2, 4.9, 5.0, 9.0)] == [5, 4, 1, 0, 0]
+    assert gate.next_delay(10 / 3, 1.2) == 3 and type(gate.next_delay(10 / 3, 1.2)) is int
+
+    plan, store = stored_plan("pace-1", 20, window_seconds=10, window_steps=2)
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state")}
+    ctx = service.context(config, store, "pace-1")
+    clock = [1000.0]
+    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
+
+    def counters(hosts: Any, took: float) -> Dict[str, HostResult]:
+        clock[0] += took
+        return {h: HostResult(h, ok=True, result={"host": h}) for h in hosts}
+
+    for took, wait in ((1.2, 4), (3.0, 2), (4.5, 1), (5.0, 0), (12.0, 0)):
+        monkeypatch.setattr(ctx.hostside, "counters", lambda hosts, t=took: counters(hosts, t))
+        out = gate.collect(ctx, 0, "pre_step_1")
+        assert out["next_delay"] == wait and type(out["next_delay"]) is int, (took, out)
+        assert out["seconds"] == took and out["collected"] == out["hosts"] > 0

@@ -22,13 +22,20 @@ under the batch; a host whose collection failed is simply missing (the judge's d
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any, Dict, List, Optional
 
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
-from fleet_rollout.profile import MAX_PRE_WINDOWS, MAX_WINDOW_STEPS, pre_windows, window_steps
+from fleet_rollout.profile import (
+    MAX_PRE_WINDOWS,
+    MAX_WINDOW_STEPS,
+    pre_windows,
+    step_seconds,
+    window_steps,
+)
 from fleet_rollout.states import DONE, INCONCLUSIVE, batch_label
 from fleet_rollout.store import key
 
@@ -45,7 +52,11 @@ def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
 
 
 def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
-    """Snapshot the counters of this batch's hosts and its controls; stored under the batch."""
+    """Snapshot the counters of this batch's hosts and its controls; stored under the batch.
+    `next_delay`: the whole seconds the workflow waits before the next collection of the
+    window, so that collections start a step apart (canary.window_seconds / window_steps) and
+    a window lasts what the profile says, not that plus every collection's own time; 0 when
+    this collection took a step or longer."""
     started = time.time()
     check_label(label)
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
@@ -55,7 +66,14 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     ended = time.time()
     save_collection(ctx, index, label, ended, snapshots, errors, started)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
-            "errors": errors, "seconds": round(ended - started, 1)}
+            "errors": errors, "seconds": round(ended - started, 1),
+            "next_delay": next_delay(step_seconds(ctx.profile["canary"]), ended - started)}
+
+
+def next_delay(step: float, elapsed: float) -> int:
+    """Whole seconds to wait after a collection that took `elapsed` seconds so that the next
+    one starts at least `step` seconds after it started (orquesta's task delay is an integer)."""
+    return max(0, int(math.ceil(step - elapsed)))
 
 
 MAX_STEPS = {"pre": MAX_PRE_WINDOWS * MAX_WINDOW_STEPS, "post": MAX_WINDOW_STEPS}
