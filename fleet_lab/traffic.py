@@ -58,6 +58,18 @@ def health_ok(port: int, timeout: float = 1.0) -> Optional[bool]:
         return None
 
 
+def send_tick(pps: int) -> float:
+    """Seconds between the sender's bursts to each server: about 35 datagrams a burst, between
+    20 ms and 100 ms. Every burst wakes a TCG guest's network stack and receiver: bursts every
+    20 ms at the VM demo's 350 packets/s took 12.8% of a host core per guest, every 100 ms
+    5.5% (with the receiver's matching tick; docs/lab.md). A burst stays well inside the
+    guests' 64 kB socket buffer (about 85 datagrams), so drops still follow only the rate."""
+    return min(0.1, max(0.02, 35.0 / max(1, pps)))
+
+
+FALL_AFTER = 3  # health checks without an answer before a server is out of service
+
+
 class UdpSender:
     """Sends `pps` packets per second to each target (host -> (udp_port, health_port))."""
 
@@ -68,25 +80,32 @@ class UdpSender:
         self.sent: Dict[str, int] = {h: 0 for h in targets}
 
     async def _health_loop(self) -> None:
+        """Like a load balancer's health checks: a server that answers 503 (drained) is out of
+        service at once; one that does not answer is taken out only after FALL_AFTER misses in a
+        row (a rebooting server). A single slow answer from a TCG guest on a loaded machine
+        once stopped its traffic for seconds in the middle of a counter window, and the judge
+        saw a traffic shift where the only change was the lab's own."""
         loop = asyncio.get_running_loop()
+        misses: Dict[str, int] = {h: 0 for h in self.targets}
         while True:
             for host, ports in self.targets.items():
                 ok = await loop.run_in_executor(None, health_ok, ports["health"])
-                self.in_service[host] = bool(ok)
+                misses[host] = misses[host] + 1 if ok is None else 0
+                if ok is not None or misses[host] >= FALL_AFTER:
+                    self.in_service[host] = bool(ok)
             await asyncio.sleep(2.0)
 
     async def run(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setblocking(False)
         health = asyncio.get_running_loop().create_task(self._health_loop())
-        tick = 0.02
         credit: Dict[str, float] = {h: 0.0 for h in self.targets}
         settings = TrafficSettings.load(self.settings_path)
         last_settings = time.monotonic()
         last = time.monotonic()
         try:
             while True:
-                await asyncio.sleep(tick)
+                await asyncio.sleep(send_tick(settings.pps))
                 now = time.monotonic()
                 elapsed, last = now - last, now
                 if now - last_settings > 1.0:

@@ -187,6 +187,63 @@ def test_each_sim_host_counts_the_traffic_of_the_time_since_its_own_write(tmp_pa
     assert 2850 <= last["a"] <= 3150 and 4275 <= last["b"] <= 4725, last
 
 
+def test_the_sender_bursts_fit_the_guests_socket_buffer_at_few_wakeups():
+    """The lab's sender bursts to each server every 20-100 ms (each burst wakes a TCG guest:
+    every 20 ms took 12.8% of a host core per demo guest, every 100 ms 5.5%); a burst stays far
+    below the ~85 datagrams a guest's socket buffer holds, so drops follow only the rate. The
+    guest's receiver reads as rarely: about 40 datagrams a tick, at most every 100 ms."""
+    import ast
+    from pathlib import Path
+
+    from fleet_lab.traffic import send_tick
+
+    assert send_tick(350) == 0.1 and send_tick(3500) == 0.02 and send_tick(0) == 0.1
+    for pps in (50, 175, 350, 700, 1000, 1750):
+        assert 0.02 <= send_tick(pps) <= 0.1 and pps * send_tick(pps) <= 35.0 + 1e-9, pps
+    recv = Path(__file__).resolve().parents[2] / "fleet_lab/vm/guest/fleet-udprecv.py"
+    tree = ast.parse(recv.read_text())
+    ticks = next(n for n in tree.body if isinstance(n, ast.Assign)
+                 and isinstance(n.targets[0], ast.Tuple)
+                 and [t.id for t in n.targets[0].elts] == ["MAX_TICK", "MIN_TICK",
+                                                           "DATAGRAMS_PER_TICK"])
+    max_tick, _min_tick, per_tick = ast.literal_eval(ticks.value)
+    assert max_tick == 0.1 and per_tick == 40.0  # the demo's rates (300-400): one read a 0.1 s
+
+
+def test_the_sender_keeps_a_server_in_service_through_a_slow_health_answer(monkeypatch):
+    """503 (drained) stops a server's traffic at once; no answer stops it only after 3 misses in
+    a row (a reboot). In a VM demo run one slow answer from a loaded TCG guest paused its traffic
+    for seconds of a counter window: the judge saw 101 packets/s against 350 and a traffic
+    shift. The health answers here are scripted (the loop is what is tested)."""
+    import asyncio
+
+    from fleet_lab import traffic
+
+    script = {"a": [True, None, True, None, None, None, True, False],
+              "b": [True, None, None, None, False, True, True, True]}
+    passes = len(script["a"])
+    calls = {h: iter(answers) for h, answers in script.items()}
+    monkeypatch.setattr(traffic, "health_ok", lambda port: next(calls[port]))
+    sender = traffic.UdpSender({"a": {"udp": 0, "health": "a"}, "b": {"udp": 0, "health": "b"}},
+                               "/nonexistent")
+    seen = []
+    real_sleep = asyncio.sleep
+
+    async def one_pass(_seconds):
+        seen.append(dict(sender.in_service))
+        if len(seen) == passes:
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr(traffic.asyncio, "sleep", one_pass)
+    try:
+        asyncio.run(sender._health_loop())
+    except asyncio.CancelledError:
+        pass
+    assert [p["a"] for p in seen] == [True, True, True, True, True, False, True, False], seen
+    assert [p["b"] for p in seen] == [True, True, True, False, False, True, True, True], seen
+
+
 def test_status_json(sim_lab):
     state, _ = sim_lab
     out = _cli("lab", "status", "--state-dir", state, "--json")
