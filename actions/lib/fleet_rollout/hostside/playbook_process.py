@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -29,6 +30,7 @@ CALLBACK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansible
 CALLBACK_NAME = "fleet_events"
 EVENTS_ENV = "FLEET_ROLLOUT_EVENTS"
 KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a run past its time
+POLL = 0.1  # seconds between looks at a run's process tree while it ends
 STDERR_TAIL = 2000  # characters of ansible-playbook's own stderr kept for errors
 
 
@@ -96,17 +98,27 @@ def run(argv: List[str], env: Dict[str, str], cwd: str, timeout: float,
 
 
 def _end(proc: Any) -> None:
-    """SIGTERM to the run's process tree, SIGKILL after KILL_GRACE to what is left of it
-    (the processes seen then, checked by start time: an orphan has another parent by then)."""
+    """SIGTERM to the run's process tree, SIGKILL after KILL_GRACE to what is left of it. The
+    tree is looked at again every POLL seconds of the grace and once after it: a worker forked,
+    or a task's command started, after the first look (a loaded machine: a run timed out while
+    ansible-playbook was still starting its worker) is reached too. Processes are checked by
+    start time: an orphan has another parent by then, and a reused pid is left alone."""
     tree = {pid: _start_time(pid) for pid in [proc.pid] + descendants(proc.pid)}
     _signal(tree, signal.SIGTERM)
-    try:
-        proc.wait(timeout=KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        pass
-    tree.update({pid: _start_time(pid) for pid in descendants(proc.pid)})
+    deadline = time.monotonic() + KILL_GRACE
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL)
+        _grow(tree)
+    _grow(tree)
     _signal(tree, signal.SIGKILL)
     proc.wait()
+
+
+def _grow(tree: Dict[int, Optional[bytes]]) -> None:
+    """Add the living descendants of every process seen so far."""
+    for pid in descendants(*tree):
+        if pid not in tree:
+            tree[pid] = _start_time(pid)
 
 
 def _signal(tree: Dict[int, Optional[bytes]], sig: int) -> None:
@@ -133,8 +145,8 @@ def _start_time(pid: int) -> Optional[bytes]:
     return fields[19] if len(fields) > 19 else None  # starttime, field 22 of stat
 
 
-def descendants(pid: int) -> List[int]:
-    """The pids of `pid`'s children, their children and so on (from /proc; [] elsewhere)."""
+def descendants(*pids: int) -> List[int]:
+    """The pids of the children of `pids`, their children and so on (from /proc; [] elsewhere)."""
     parents: Dict[int, List[int]] = {}
     try:
         names = os.listdir("/proc")
@@ -146,11 +158,14 @@ def descendants(pid: int) -> List[int]:
             if len(fields) > 1:
                 parents.setdefault(int(fields[1]), []).append(int(name))
     found: List[int] = []
-    todo = [pid]
+    todo = list(pids)
+    seen = set(pids)
     while todo:
         for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                todo.append(child)
     return found
 
 
