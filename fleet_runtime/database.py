@@ -198,6 +198,23 @@ def make_db_private(path: str) -> None:
             continue
 
 
+def _wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Switch `conn`'s database to WAL. SQLite can answer this pragma "database is locked" at
+    once, without its busy handler (another process recovering the WAL of one that was killed:
+    a kill-and-resume test met it), so it is retried here for up to `patience` seconds."""
+    deadline = time.monotonic() + patience
+    pause = 0.02
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(0.5, pause * 2)
+
+
 def thread_connection(local: threading.local, path: str) -> sqlite3.Connection:
     """The calling thread's SQLite connection to `path` (WAL, autocommit), opened on first use."""
     conn = getattr(local, "conn", None)
@@ -205,7 +222,7 @@ def thread_connection(local: threading.local, path: str) -> sqlite3.Connection:
         make_db_private(path)
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
+        _wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
         local.conn = conn
