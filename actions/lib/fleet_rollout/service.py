@@ -163,7 +163,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
             # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
             "window": whole_seconds(canary["window_seconds"]),
-            # the window in `steps` steps, each collected (gate.py): the delay before each;
+            # the window in `steps` steps, each collected (gate.py); `step`: their length (the
+            # workflow waits each collection's next_delay, what is left of a step after it);
             # the pre window lasts canary.pre_windows windows: pre_steps steps of that length
             "pre_steps": pre_steps, "steps": post_steps,
             "step": whole_seconds(step_seconds(canary)),
