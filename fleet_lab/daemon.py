@@ -64,6 +64,11 @@ def free_port_range(count: int) -> int:
     raise RuntimeError("no free range of ports on 127.0.0.1")
 
 
+def vm_options(config: LabConfig) -> Dict[str, Any]:
+    """What the lab's configuration asks of its VM backend beyond the defaults."""
+    return {"rcvbuf": config.guest_rcvbuf} if config.guest_rcvbuf else {}
+
+
 class Daemon:
     def __init__(self, state_dir: str) -> None:
         self.state_dir = os.path.abspath(state_dir)
@@ -89,7 +94,8 @@ class Daemon:
             from fleet_lab.vm.backend import VmBackend
 
             self.progress("preparing the VM image (cached after the first build)")
-            backends["vm"] = VmBackend(Path(self.state_dir), progress=self.progress)
+            backends["vm"] = VmBackend(Path(self.state_dir), progress=self.progress,
+                                       **vm_options(config))
         if "sim" in kinds:
             self.counters = SimCounters(self.p["hosts"])
             backends["sim"] = SimLabBackend(self.p["hosts"], self.counters)

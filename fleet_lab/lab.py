@@ -38,6 +38,7 @@ MODELS = {"dell-idrac8": "PowerEdge R630", "dell-idrac9": "PowerEdge R640",
 
 
 BACKENDS = ("sim", "vm")
+GUEST_RCVBUF_MAX = 212992  # a guest's net.core.rmem_max: what SO_RCVBUF can ask for there
 
 
 @dataclass
@@ -61,6 +62,11 @@ class LabConfig:
     # backend "vm" only: this many more servers on the sim backend, beside the VMs; they come
     # after them (lab-007.. after 6 VMs) and take the same site and rack scheme
     sim_hosts: int = 0
+    # backend "vm" only: the guest UDP receiver's SO_RCVBUF in bytes (the guest kernel doubles
+    # it and caps the request at its net.core.rmem_max, 212992); 0: the receiver's own 32768.
+    # A larger buffer lets a guest that a busy host stalls for a second keep what arrived
+    # meanwhile, so its drops come from its receive rate, not from the host's load
+    guest_rcvbuf: int = 0
 
     def validate(self) -> None:
         """ValueError naming the field when this lab cannot be started."""
@@ -70,6 +76,9 @@ class LabConfig:
             raise ValueError("hosts must be at least 1")
         if self.sim_hosts < 0:
             raise ValueError("sim_hosts must be 0 or more")
+        if not 0 <= self.guest_rcvbuf <= GUEST_RCVBUF_MAX:
+            raise ValueError(f"guest_rcvbuf {self.guest_rcvbuf}: 0 (the receiver's default) to "
+                             f"{GUEST_RCVBUF_MAX} bytes")
         if self.sim_hosts and self.backend != "vm":
             raise ValueError("sim_hosts adds sim servers beside the VMs of a vm lab; a sim lab "
                              f"is all sim servers already: ask for {self.hosts + self.sim_hosts} "

@@ -30,6 +30,21 @@ from fleet_lab.vm.qemu import Ports
 # -- LabConfig ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("rcvbuf", [-1, lab.GUEST_RCVBUF_MAX + 1])
+def test_a_guest_receive_buffer_out_of_range_is_refused_by_name(rcvbuf: int) -> None:
+    config = lab.LabConfig(hosts=2, backend="vm", guest_rcvbuf=rcvbuf)
+    with pytest.raises(ValueError, match=rf"guest_rcvbuf {rcvbuf}: 0 .* to 212992 bytes"):
+        config.validate()
+
+
+def test_the_guest_receive_buffer_defaults_to_the_receivers_own() -> None:
+    from fleet_lab.daemon import vm_options
+
+    assert lab.LabConfig(hosts=1, backend="vm").guest_rcvbuf == 0
+    assert vm_options(lab.LabConfig(hosts=1, backend="vm")) == {}
+    assert vm_options(lab.LabConfig(hosts=1, backend="vm", guest_rcvbuf=4096)) == {"rcvbuf": 4096}
+
+
 def test_sim_hosts_come_after_the_vms_with_the_same_name_site_and_rack_scheme() -> None:
     config = lab.LabConfig(hosts=6, backend="vm", sim_hosts=10, sites=2, hosts_per_rack=1)
     config.validate()
@@ -296,8 +311,10 @@ class FakeVmBackend:
 
     made: List[FakeVmBackend] = []
 
-    def __init__(self, state_dir: Path, progress: Optional[Any] = None) -> None:
+    def __init__(self, state_dir: Path, progress: Optional[Any] = None,
+                 rcvbuf: Optional[int] = None) -> None:
         self.state_dir = Path(state_dir)
+        self.rcvbuf = rcvbuf
         self.key_path = self.state_dir / "lab_key"
         self.known_hosts_path = self.state_dir / "known_hosts"
         self.booted: List[BootConfig] = []
@@ -345,7 +362,8 @@ def test_the_daemon_runs_vms_and_sim_servers_at_once(tmp_path: Path,
     FakeVmBackend.made = []
     state = tmp_path / "lab"
     config = lab.LabConfig(hosts=2, backend="vm", sim_hosts=3, vendors=["dell-idrac8"],
-                           sites=2, hosts_per_rack=1, reboot_seconds=0.5, password="pw")
+                           sites=2, hosts_per_rack=1, reboot_seconds=0.5, password="pw",
+                           guest_rcvbuf=150000)
     lab.save_config(str(state), config)
     daemon = lab_daemon.Daemon(str(state))
     seen: Dict[str, Any] = {}
@@ -385,6 +403,7 @@ def test_the_daemon_runs_vms_and_sim_servers_at_once(tmp_path: Path,
     # each backend booted its own servers, with the BIOS defaults of the same BMC personality
     vm = FakeVmBackend.made[0]
     assert sorted(c.host for c in vm.booted) == ["lab-001", "lab-002"]
+    assert vm.rcvbuf == 150000  # the guests' receive buffer, as the lab's config asks
     assert {(c.snoop_mode, c.node_interleaving) for c in vm.booted} == {("early", "disabled")}
     assert sorted(os.listdir(state / "hosts")) == ["lab-003", "lab-004", "lab-005"]
     assert vm.closed  # stopping the lab stopped the VMs

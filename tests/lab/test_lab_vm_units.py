@@ -70,6 +70,10 @@ def test_kernel_cmdline_puts_bios_settings_last_and_drops_forged_ones() -> None:
                           "fleet.rate=750", "fleet.slowdown=1"]
     with pytest.raises(HostError, match="web-01: kernel command line"):
         kernel_cmdline(config, ["x" * 3000])
+    # the receiver's buffer: only when the lab asks for one, and a forged one is dropped
+    assert "fleet.rcvbuf" not in kernel_cmdline(config, ["fleet.rcvbuf=1"])
+    assert kernel_cmdline(config, ["fleet.rcvbuf=1"], rcvbuf=212992).split()[-1] == \
+        "fleet.rcvbuf=212992"
 
 
 def _numa(args: list) -> list:
