@@ -206,3 +206,31 @@ def test_pack_config_ansible_warm_gives_every_host_step_its_warm_dir(tmp_path):
     assert side.warm_dir == str(tmp_path / "state" / "ansible" / "warm")
     assert service.context(dict(base, ansible_warm=False), store, "warm-1").hostside.warm_dir \
         is None
+
+
+def test_a_server_is_findable_before_it_accepts_a_client(tmp_path: Path) -> None:
+    """The pid file exists before the socket listens: a client that connects may look the
+    server up at once (a CI run once found no pid file between the two). In-process: no server
+    process is started, only its listen() is called."""
+    warm_dir = tmp_path / "warm"
+    warm_dir.mkdir(mode=0o700)
+    here = os.getcwd()
+    server = warm_ansible.Server(str(warm_dir), "k" * 20)
+    seen: List[bool] = []
+    real = server.listener
+
+    class Listener:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        def listen(self, backlog: int) -> None:
+            seen.append((warm_dir / f"{'k' * 20}.pid").read_text() == str(os.getpid()))
+            real.listen(backlog)
+
+    server.listener = Listener()
+    try:
+        server.listen()
+    finally:
+        os.chdir(here)
+        real.close()
+    assert seen == [True]

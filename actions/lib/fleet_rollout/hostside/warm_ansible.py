@@ -353,10 +353,13 @@ class Server:
             self.listener.bind(path)
         finally:
             os.umask(old)
-        self.listener.listen(128)
+        # the pid file before listen(): a client connects as soon as the server listens, and
+        # whoever then looks for the server (server_pids) must find it. A CI run found none
+        # between the two
         with open(f"{self.key}.pid.tmp", "w") as handle:
             handle.write(str(os.getpid()))
         os.rename(f"{self.key}.pid.tmp", f"{self.key}.pid")
+        self.listener.listen(128)
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._stop())
