@@ -234,3 +234,30 @@ def test_a_server_is_findable_before_it_accepts_a_client(tmp_path: Path) -> None
         os.chdir(here)
         real.close()
     assert seen == [True]
+
+
+def test_the_server_preload_leaves_runs_no_plugin_documentation_to_parse() -> None:
+    """What every run's executor loads (all connection, shell and become plugins, whose config
+    definitions come from their documentation) is known after the server's preload, so a run
+    forked from it parses none of it again. A plain interpreter (no server is started)."""
+    # ansible-core's own plugins beyond the ssh, local, sh and sudo the playbooks use
+    wanted = {"connection": ["paramiko_ssh", "winrm", "psrp"], "shell": ["powershell", "cmd"],
+              "become": ["su", "runas"]}
+    code = (
+        "import json, sys\n"
+        "from fleet_rollout.hostside import warm_ansible\n"
+        "from ansible import constants as C\n"
+        "warm_ansible._warm_plugins()\n"
+        "wanted = json.loads(sys.argv[1])\n"
+        "print(json.dumps([[k, n] for k, ns in wanted.items() for n in ns"
+        " if not C.config.has_configuration_definition(k, n)]))\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(wanted)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [], out.stdout
+
+
+def test_a_runs_inventory_is_read_by_the_yaml_plugin_only() -> None:
+    from fleet_rollout.hostside.ansible_run import runner_env
+
+    assert runner_env(None)["ANSIBLE_INVENTORY_ENABLED"] == "yaml"
