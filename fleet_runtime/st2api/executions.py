@@ -196,8 +196,8 @@ class Executions:
         if op is None:
             raise HttpError(400, f'Failed updating execution. Status "{status}" cannot be'
                                  " requested (pausing, resuming, canceling)")
-        self.svc.call(op, {"id": record["id"], "requester": req.user})
-        return self._view(req, self._record(record["id"]))
+        answer = self.svc.call(op, {"id": record["id"], "requester": req.user})
+        return self._answered(req, record, answer)
 
     def cancel(self, req: Request, ex_id: str) -> Any:
         record = self._record(ex_id)
@@ -205,6 +205,18 @@ class Executions:
             return self._view(req, record)
         if record["status"] not in CANCELABLE:
             return {"faultstring": f"Action cannot be canceled. State = {record['status']}."}
-        self.svc.call("cancel", {"id": record["id"], "requester": req.user})
-        return self._view(req, self._record(record["id"]))
+        answer = self.svc.call("cancel", {"id": record["id"], "requester": req.user})
+        return self._answered(req, record, answer)
+
+    def _answered(self, req: Request, before: Dict[str, Any], answer: Any) -> Dict[str, Any]:
+        """The execution after a pause, resume or cancel request, as st2 answers it: st2's
+        request_pause (resume, cancel) writes pausing (resuming, canceling) before the API
+        answers. The engine applies the request in its own loop, so the record read here may
+        not show it yet (a loaded CI run answered `running` to `st2 execution pause`): then the
+        status is the one the engine answered the request with."""
+        record = self._record(before["id"])
+        if record["status"] == before["status"] and isinstance(answer, dict) and \
+                answer.get("status"):
+            record = dict(record, status=answer["status"])
+        return self._view(req, record)
 
