@@ -19,10 +19,11 @@ child's status.
 Equivalence with a cold start: Ansible reads parts of its configuration when it is imported,
 so a server serves one key only: the sha256 of every ANSIBLE_* variable (but the per-run fact
 cache path), HOME, the locale, PYTHONPATH entries that hold Ansible, the Python, the
-ansible-playbook entry point, this file, and the user's and the system's ansible.cfg (stat).
-A run with ANSIBLE_CONFIG set, or an ansible.cfg in its working directory, runs cold (exec of
-the real ansible-playbook), as does any run whose server cannot be reached or started: warm is
-an optimisation, never a new way to fail.
+ansible-playbook entry point, this file and warm_templates.py, and the user's and the
+system's ansible.cfg (stat). Each run compiles its tasks' templates once, before the workers
+fork (warm_templates). A run with ANSIBLE_CONFIG set, or an ansible.cfg in its working
+directory, runs cold (exec of the real ansible-playbook), as does any run whose server cannot
+be reached or started: warm is an optimisation, never a new way to fail.
 
 Cancel and timeouts: a signal to the client (playbook_process's time limit) is passed to the
 child's process group; a client that dies (SIGKILL) closes its socket and the server ends the
@@ -54,6 +55,8 @@ MAX_REQUEST = 4 * 1024 * 1024  # bytes of one request (argv + environment)
 CLIENT_NAME = "ansible-playbook-warm"
 PER_RUN_ENV = ("ANSIBLE_CACHE_PLUGIN_CONNECTION",)  # per run, read when used: not in the key
 CONFIG_FILES = ("~/.ansible.cfg", "/etc/ansible/ansible.cfg")
+# the server's compiled-template cache (imported by the server, not by the client)
+TEMPLATES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_templates.py")
 PRELOAD = (
     "ansible.cli.playbook", "ansible.executor.playbook_executor",
     "ansible.executor.task_queue_manager", "ansible.executor.task_executor",
@@ -129,8 +132,8 @@ def server_key(environ: dict, real: str) -> str:
     PYTHONPATH counts only where it could change what is imported as Ansible (an entry that
     holds an ansible or ansible_runner package): actions and the runs they share differ there."""
     parts = [sys.executable, os.path.abspath(__file__), real]
-    for path in [real, os.path.abspath(__file__)] + [os.path.expanduser(p)
-                                                     for p in CONFIG_FILES]:
+    for path in [real, os.path.abspath(__file__), TEMPLATES_FILE] + [
+            os.path.expanduser(p) for p in CONFIG_FILES]:
         try:
             st = os.stat(path)
             parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
@@ -343,6 +346,11 @@ class Server:
             _warm_plugins()
         except Exception as err:  # a cold child still works
             sys.stdout.write(f"preload plugins: {err}\n")
+        try:
+            if not _templates().install():
+                sys.stdout.write("preload templates: not this ansible-core's Jinja layout\n")
+        except Exception as err:  # runs compile every template in every worker, as cold
+            sys.stdout.write(f"preload templates: {err}\n")
         sys.stdout.flush()
 
     def listen(self) -> None:
@@ -534,7 +542,9 @@ def _warm_plugins() -> None:
                            (loader.become_loader, ("sudo", "su")),
                            (loader.strategy_loader, ("free", "linear")),
                            (loader.action_loader, ("normal", "command", "script", "raw")),
-                           (loader.lookup_loader, ("file",)),
+                           # by the name the playbooks use too: the full name's option
+                           # definitions (parsed from its documentation) were each worker's
+                           (loader.lookup_loader, ("file", "ansible.builtin.file")),
                            (loader.cache_loader, ("memory", "jsonfile")),
                            # Ansible's own only: the pack's fleet_events is loaded per run from
                            # the run's ANSIBLE_CALLBACK_PLUGINS
@@ -555,9 +565,18 @@ def _warm_plugins() -> None:
         jinja.get(name)
 
 
+def _templates():  # the module warm_templates
+    try:
+        from . import warm_templates  # imported as part of the pack's library
+    except ImportError:
+        import warm_templates  # the server script: its own directory is on sys.path
+    return warm_templates
+
+
 def _run_playbook(argv: list) -> int:
     from ansible.cli.playbook import PlaybookCLI
 
+    _templates().begin_run()
     try:
         PlaybookCLI.cli_executor(argv)
     except SystemExit as done:
