@@ -261,3 +261,36 @@ def test_a_runs_inventory_is_read_by_the_yaml_plugin_only() -> None:
     from fleet_rollout.hostside.ansible_run import runner_env
 
     assert runner_env(None)["ANSIBLE_INVENTORY_ENABLED"] == "yaml"
+
+
+def test_a_fresh_load_is_not_copied_and_a_cached_one_still_is(tmp_path: Path) -> None:
+    """The run's inventory is parsed for its caller alone (cache='none'): after the server's
+    preload it is returned as parsed, not deep-copied; a cached file is still copied, so that
+    no caller changes the cache. A plain interpreter (no server is started)."""
+    path = tmp_path / "inventory.yml"
+    path.write_text("all:\n  hosts:\n    lab-001:\n      fleet_kernel_settings: {a: [1, 2]}\n")
+    code = (
+        "import json, sys\n"
+        "from ansible.parsing import dataloader\n"
+        "from fleet_rollout.hostside import warm_ansible\n"
+        "warm_ansible._uncopied_fresh_loads()\n"
+        "warm_ansible._uncopied_fresh_loads()  # once only\n"
+        "copies = []\n"
+        "real = dataloader.copy.deepcopy\n"
+        "dataloader.copy.deepcopy = lambda value: copies.append(1) or real(value)\n"
+        "loader = dataloader.DataLoader()\n"
+        "seen = {}\n"
+        "for cache in ('none', 'all'):\n"
+        "    first = loader.load_from_file(sys.argv[1], cache=cache)\n"
+        "    first['all']['hosts']['lab-001']['fleet_kernel_settings']['a'].append(3)\n"
+        "    second = loader.load_from_file(sys.argv[1], cache=cache)\n"
+        "    seen[cache] = [len(copies), second['all']['hosts']['lab-001']"
+        "['fleet_kernel_settings']['a']]\n"
+        "    copies.clear()\n"
+        "print(json.dumps(seen))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout)
+    assert seen["none"] == [0, [1, 2]]  # parsed twice, never copied, nothing shared
+    assert seen["all"] == [2, [1, 2]]  # from the cache, copied: the change stays the caller's
