@@ -10,6 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers: most tests wait on subprocesses, VMs and sockets, so 4 workers share the
 # 2 cores well; tests/conftest.py keeps the VM tests on one worker (--dist loadgroup)
 PYTEST_WORKERS ?= 4
+UV_VERSION := 0.13.9
 
 .PHONY: install test lint probe demo bench bench-redfish bench-runtime bench-probe bench-judge \
         bench-lab bench-rollout bench-st2api bench-host-step bench-host-change bench-warm bench-fleet clean
@@ -17,15 +18,18 @@ PYTEST_WORKERS ?= 4
 $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.txt
 	./scripts/install-system-packages.sh system-packages.txt
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+	# uv installs the requirements (scripts/pip-install.sh; pip if uv cannot be had or fails)
+	test -x $(VENV)/bin/uv || $(VPY) -m pip install -q --disable-pip-version-check \
+		"uv==$(UV_VERSION)" || echo "no uv: pip installs the requirements"
+	./scripts/pip-install.sh $(VPY) -r requirements-dev.txt -e .
 	# fleet_rollout is a package of pyproject.toml now: drop the .pth an older install wrote
 	rm -f "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
 	touch $@
 
 # The st2 CLI (st2client) pins its own dependencies: a virtualenv of its own.
-$(ST2CLI_STAMP): requirements-st2client.txt
+$(ST2CLI_STAMP): requirements-st2client.txt $(STAMP)
 	test -x $(ST2CLI_VENV)/bin/python || $(PYTHON) -m venv $(ST2CLI_VENV)
-	$(ST2CLI_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-st2client.txt
+	./scripts/pip-install.sh $(ST2CLI_VENV)/bin/python -r requirements-st2client.txt
 	touch $@
 
 # errbot + err-stackstorm for the lab's ChatOps (fleet_lab/chatops), also a virtualenv of its own.

@@ -33,6 +33,7 @@ from fleet_runtime.paths import REPO_ROOT
 REPO = REPO_ROOT
 REQUIREMENTS = REPO / "requirements-chatops.txt"
 DEFAULT_VENV = REPO / ".cache" / "chatops-venv"
+PIP_INSTALL = REPO / "scripts" / "pip-install.sh"  # uv when `make install` has it, else pip
 DEFAULT_NICK = "fleetbot"
 DEFAULT_ADMINS = ("sre!*@*",)
 PLUGIN_DIR_NAME = "err-stackstorm"  # the wheel installs site-packages/err-stackstorm/st2.plug
@@ -75,7 +76,7 @@ def _stamp(requirements: Path, python: str) -> str:
 def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Path] = None,
                 python: Optional[str] = None) -> Path:
     """Create or update the chat-ops virtualenv from the pinned requirements (idempotent:
-    nothing to do when the stamp matches). Works from a fresh clone; uses PyPI through pip."""
+    nothing to do when the stamp matches). Works from a fresh clone; uses PyPI through uv or pip."""
     venv = Path(venv or DEFAULT_VENV).resolve()
     requirements = Path(requirements or REQUIREMENTS).resolve()
     python = python or _base_python()
@@ -91,11 +92,10 @@ def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Path] = None
             subprocess.run([python, "-m", "venv", str(venv)], check=True,
                            stdin=subprocess.DEVNULL)
         out = subprocess.run(
-            [str(_venv_python(venv)), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-             "-r", str(requirements)],
+            [str(PIP_INSTALL), str(_venv_python(venv)), "-r", str(requirements)],
             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
-            raise RuntimeError(f"pip install -r {requirements} failed:\n{out.stdout}{out.stderr}")
+            raise RuntimeError(f"{PIP_INSTALL.name} -r {requirements} failed:\n{out.stdout}{out.stderr}")
         stamp_file.write_text(want + "\n", encoding="ascii")
     return venv
 
