@@ -95,7 +95,8 @@ def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Path] = None
             [str(PIP_INSTALL), str(_venv_python(venv)), "-r", str(requirements)],
             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
-            raise RuntimeError(f"{PIP_INSTALL.name} -r {requirements} failed:\n{out.stdout}{out.stderr}")
+            raise RuntimeError(f"{PIP_INSTALL.name} -r {requirements} failed:\n"
+                               f"{out.stdout}{out.stderr}")
         stamp_file.write_text(want + "\n", encoding="ascii")
     return venv
 
