@@ -113,11 +113,18 @@ def test_counters_move_under_traffic_and_drain_stops_it(sim_lab):
 
 
 def _rx_packets_written(state, host):
-    """rx_packets and when the lab daemon wrote it: the file's mtime, from the same open file
-    (the daemon replaces the file whole, so the two always belong together)."""
+    """rx_packets and when the lab daemon wrote it (the file's mtime). The daemon writes the
+    file in place, and a write updates the mtime a moment before the text: the value is read
+    on both sides of the mtime, a millisecond apart, and read again if a write came between."""
     path = os.path.join(state, "hosts", host, "sys/class/net/eth0/statistics/rx_packets")
     with open(path) as handle:
-        return int(handle.read()), os.fstat(handle.fileno()).st_mtime
+        while True:
+            first = int(os.pread(handle.fileno(), 64, 0))
+            written = os.fstat(handle.fileno()).st_mtime
+            time.sleep(0.001)
+            if int(os.pread(handle.fileno(), 64, 0)) == first and \
+                    os.fstat(handle.fileno()).st_mtime == written:
+                return first, written
 
 
 def test_counters_move_in_small_steps_so_a_window_counts_its_own_traffic(sim_lab):
@@ -185,6 +192,43 @@ def test_each_sim_host_counts_the_traffic_of_the_time_since_its_own_write(tmp_pa
     counters.tick(TrafficSettings(pps=1000))  # a: 3.0 s, b: 4.5 s (after a's write)
     last = {h: s.rx_packets - first[h] - moved[h] for h, s in counters.hosts.items()}
     assert 2850 <= last["a"] <= 3150 and 4275 <= last["b"] <= 4725, last
+
+
+def test_sim_counter_files_are_written_in_place_and_read_by_the_collector(tmp_path):
+    """The daemon's counter files keep their length (numbers 20 wide), so each write goes over
+    the file in place (the same inode: no new file renamed over the old one, which ext4 wrote
+    back at once); the collector's parsers read the padded numbers as the kernel's."""
+    from fleet_lab.hosts import boot_config
+    from fleet_lab.traffic import SimCounters, TrafficSettings
+    from fleet_rollout.counters.collector import (
+        parse_counter_value,
+        parse_ethtool_stats,
+        parse_snmp,
+    )
+
+    counters = SimCounters(str(tmp_path))
+    counters.booted(boot_config("a", "early", "disabled"))
+    root = tmp_path / "a"
+    files = {"rx": root / "sys/class/net/eth0/statistics/rx_packets",
+             "snmp": root / "proc/net/snmp", "ethtool": root / "run/fleet-sim/ethtool-S/eth0"}
+    counters.tick(TrafficSettings(pps=100000))
+    time.sleep(0.05)
+    first = {name: (path.stat().st_ino, path.stat().st_size) for name, path in files.items()}
+    for _ in range(3):
+        time.sleep(0.05)
+        counters.tick(TrafficSettings(pps=100000))
+    state = counters.hosts["a"]
+    assert state.rx_packets > 0 and state.drops > 0
+    assert {name: (path.stat().st_ino, path.stat().st_size)
+            for name, path in files.items()} == first  # written over, not replaced
+    assert parse_counter_value(files["rx"].read_text()) == state.rx_packets
+    udp = parse_snmp(files["snmp"].read_text())["Udp"]
+    assert udp["InDatagrams"] == state.delivered and udp["RcvbufErrors"] == state.drops
+    assert parse_ethtool_stats(files["ethtool"].read_text())["rx_packets"] == state.rx_packets
+    counters.booted(boot_config("a", "home", "disabled"))  # a reboot: counters start again
+    counters.tick(TrafficSettings(pps=10))
+    assert parse_counter_value(files["rx"].read_text()) == counters.hosts["a"].rx_packets
+    assert files["rx"].stat().st_size == first["rx"][1]
 
 
 def test_the_sender_bursts_fit_the_guests_socket_buffer_at_few_wakeups():
