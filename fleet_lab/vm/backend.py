@@ -30,6 +30,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from fleet_lab.hosts import BootConfig
 from fleet_lab.vm import persist
+from fleet_lab.vm.boot_gate import BootGate
 from fleet_lab.vm.image import Image, default_cache_dir, ensure_image
 from fleet_lab.vm.qemu import Ports, detect_accel, kernel_cmdline, layout, qemu_argv
 from fleet_rollout.errors import ConfigError, HostError
@@ -72,6 +73,7 @@ def _stop_pid(pid: int, timeout: float = STOP_TIMEOUT) -> None:
     """SIGTERM, then SIGKILL; reap it if it is our child (also when adopted as a subreaper)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
         try:
+            os.kill(pid, signal.SIGCONT)  # one a boot gate left stopped acts on SIGTERM too
             os.kill(pid, sig)
         except ProcessLookupError:
             break
@@ -133,6 +135,7 @@ def cleanup_state_dir(state_dir: Path) -> List[str]:
 
 # The guest's /init prints this on the console once sshd runs (fleet_lab/vm/guest/init).
 SSHD_STARTED = "sshd started"
+SERVICES_RUNNING = "services running"  # fleet-supervise, once the guest's services run
 POWER_ON_MARK = "=== fleet-lab power-on"
 # How long an up-probe waits for sshd's banner once the console says sshd runs. sshd re-execs
 # itself for every connection, which takes seconds in a starved TCG guest: a probe that gave up
@@ -163,7 +166,8 @@ class VmBackend:
     def __init__(self, state_dir: Path, cache_dir: Optional[Path] = None,
                  image: Optional[Image] = None, accel: Optional[str] = None,
                  port_base: Optional[int] = None, rcvbuf: Optional[int] = None,
-                 progress: Optional[Callable[[str], None]] = None) -> None:
+                 progress: Optional[Callable[[str], None]] = None,
+                 boot_slots: Optional[int] = None) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.image = image or ensure_image(self.cache_dir, progress)
@@ -172,6 +176,8 @@ class VmBackend:
         self.rcvbuf = rcvbuf
         self._procs: Dict[str, subprocess.Popen] = {}
         self._lock = threading.RLock()
+        # guests booting at once (default: the CPU count); the others wait, stopped
+        self.boot_gate = BootGate(boot_slots, self._booted)
         (self.state_dir / "vms").mkdir(parents=True, exist_ok=True)
         atexit.register(self.close)
 
@@ -318,6 +324,7 @@ class VmBackend:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog,
                                         stderr=subprocess.STDOUT, close_fds=True)
             self._procs[host] = proc
+            self.boot_gate.admit(host, proc.pid)
             pidfile = {"pid": proc.pid, "start_ticks": _start_ticks(proc.pid),
                        "started": time.time()}
             tmp = host_dir / "qemu.pid.tmp"
@@ -343,6 +350,14 @@ class VmBackend:
         if SSHD_STARTED not in self._last_boot_console(host):
             return False
         return ssh_banner(port, BANNER_PATIENCE)
+
+    def _booted(self, host: str) -> bool:
+        """For the boot gate (no lock taken): this power-on's guest runs its services, or its
+        QEMU is gone."""
+        proc = self._procs.get(host)
+        if proc is None or proc.poll() is not None:
+            return True
+        return SERVICES_RUNNING in self._last_boot_console(host)
 
     def _last_boot_console(self, host: str) -> str:
         """The console output of the last power-on (after its separator line)."""
@@ -438,6 +453,7 @@ class VmBackend:
     def _stop(self, host: str) -> None:
         host_dir = self.state_dir / "vms" / host
         proc = self._procs.pop(host, None)
+        self.boot_gate.forget(host)  # continued if it waited: a stopped QEMU ignores SIGTERM
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:

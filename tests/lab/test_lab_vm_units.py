@@ -169,3 +169,70 @@ def test_up_probe_waits_for_the_console_then_for_a_slow_banner(tmp_path: Path) -
     finally:
         sshd.close()
         backend.close()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (T: stopped)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pid: int, want: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    state = _state(pid)
+    while (state == "T") != (want == "T") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        state = _state(pid)
+    return state
+
+
+def test_boot_gate_boots_two_at_a_time_and_a_waiting_guest_can_be_stopped(
+        tmp_path: Path) -> None:
+    """Guests powered on while `slots` others boot start stopped and are continued, in
+    power-on order, as booting ones come up; a waiting one that is powered off is continued
+    first, so SIGTERM ends it. `sleep` processes stand in for QEMU (none boots here)."""
+    from fleet_lab.vm.boot_gate import BootGate
+
+    booted: set = set()
+    gate = BootGate(2, lambda host: host in booted)
+    procs = {f"vm-{i}": subprocess.Popen(["sleep", "60"]) for i in range(5)}
+    try:
+        admitted = [gate.admit(host, proc.pid) for host, proc in procs.items()]
+        assert admitted == [True, True, False, False, False]
+        assert gate.booting() == ["vm-0", "vm-1"] and gate.waiting() == ["vm-2", "vm-3", "vm-4"]
+        assert [_wait_state(procs[h].pid, "T") for h in ("vm-2", "vm-3", "vm-4")] == ["T"] * 3
+        assert _state(procs["vm-0"].pid) != "T"
+        booted.add("vm-1")  # one is up: the first waiting guest takes its slot
+        assert _wait_state(procs["vm-2"].pid, "S") != "T"
+        assert gate.booting() == ["vm-0", "vm-2"] and gate.waiting() == ["vm-3", "vm-4"]
+        gate.forget("vm-4")  # powered off while it waits: continued, so SIGTERM ends it
+        procs["vm-4"].terminate()
+        assert procs["vm-4"].wait(timeout=5) == -15
+        assert _state(procs["vm-3"].pid) == "T"  # still no free slot
+        booted.update(("vm-0", "vm-2"))
+        assert _wait_state(procs["vm-3"].pid, "S") != "T"
+        assert gate.waiting() == []
+    finally:
+        for proc in procs.values():
+            gate.forget(next(h for h, p in procs.items() if p is proc))
+            proc.kill()
+            proc.wait()
+
+
+def test_a_stopped_guest_is_stopped_by_its_backend_too(tmp_path: Path) -> None:
+    """VmBackend's power-off of a guest that waits at the boot gate ends it (SIGTERM to a
+    stopped process would hang until the kill)."""
+    backend = VmBackend(tmp_path, image=SimpleNamespace(key=tmp_path / "key"), accel="tcg",
+                        boot_slots=1)
+    for host in ("vm-a", "vm-b"):
+        backend._procs[host] = proc = subprocess.Popen(["sleep", "60"])
+        backend.boot_gate.admit(host, proc.pid)
+    waiting = backend._procs["vm-b"]
+    try:
+        assert backend.boot_gate.waiting() == ["vm-b"]
+        assert _wait_state(waiting.pid, "T") == "T"
+        started = time.monotonic()
+        backend.power_off("vm-b")
+        assert waiting.poll() == -15 and time.monotonic() - started < 5
+    finally:
+        backend.close()
