@@ -230,14 +230,15 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             bound = _critical_path(plan, hosts, bench)
             context = _largest_context(env["FLEET_ROLLOUT_HOME"])
             largest_value = _largest_value(env["FLEET_ROLLOUT_HOME"])
-            estimate = _estimate_check(plan, hosts, bench, total)
+            changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
+            estimate = _estimate_check(plan, hosts, bench, total,
+                                       controller_cpu / changed if changed else 0.0)
             phases = batch_phases(env["FLEET_ROLLOUT_HOME"])
         finally:
             cpu.close()
             if host_side:
                 host_side.close()
             lab.down(state, progress=lambda _m: None)
-    changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
     return {"hosts": bench.hosts, "reboot_seconds": bench.reboot, "status": out.get("status"),
             "parallel": bench.parallel, "batches": len(plan.get("batches") or []),
             "batch_sizes": [len(b["hosts"]) for b in plan.get("batches") or []],
@@ -461,11 +462,46 @@ def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     return {"measured": measured, "pure": pure}
 
 
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) -> Any:
+    """The estimate's Assumptions as this run measured them (medians over the hosts' recorded
+    steps): a BMC session = the reboot step (the reset request alone), an Ansible run = the
+    undrain step (one playbook run alone), the drain beyond its run, the reboot = the wait step
+    beyond its BMC session, an action's start = the gap between a host's consecutive steps, and
+    the controller's CPU per host. No approval wait (the bench approves nothing)."""
+    from fleet_rollout.estimate import Assumptions
+
+    spans: Dict[str, List[float]] = {}
+    gaps: List[float] = []
+    for record in hosts.values():
+        steps = sorted(((name, s) for name, s in (record.get("steps") or {}).items()
+                        if "started" in s and "at" in s), key=lambda item: item[1]["started"])
+        for name, step in steps:
+            spans.setdefault(name, []).append(step["at"] - step["started"])
+        gaps += [max(0.0, b["started"] - a["at"]) for (_n, a), (_m, b) in zip(steps, steps[1:])]
+    bmc = _median(spans.get("reboot", []))
+    run = _median(spans.get("undrain", []))
+    return Assumptions(approval_response=0.0, bmc_session=round(bmc, 2),
+                       ansible_run=round(run, 2),
+                       drain=round(max(0.0, _median(spans.get("drain", [])) - run), 2),
+                       reboot=round(max(0.0, _median(spans.get("wait", [])) - bmc), 2),
+                       action_start=round(_median(gaps), 2),
+                       controller_cpu_per_host=round(cpu_per_host, 2))
+
+
 def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
-                    bench: RolloutBench, total: float) -> Dict[str, Any]:
+                    bench: RolloutBench, total: float, cpu_per_host: float) -> Dict[str, Any]:
     """The plan's estimate (fleet_rollout.estimate) against the measured time: with the sim's
-    own reboot and drain times and the default assumptions for the rest; and with each host's
-    time set to the measured median host change (checks the batch model itself)."""
+    own reboot and drain times and the default assumptions for the rest (a real fleet's BMC
+    sessions, Ansible runs and st2 action starts); with every assumption fitted to this run
+    (checks the model: batches, waves, windows, the controller bound); and with each host's
+    time set to the measured median host change (checks the batch model alone)."""
+    from dataclasses import asdict
+
     from fleet_rollout.estimate import Assumptions, estimate_plan
 
     if not plan:
@@ -479,8 +515,12 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     per_host = float(stated["per_host"]) or 1.0
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
+    fitted = fitted_assumptions(hosts, cpu_per_host)
+    fit = estimate_plan(plan, fitted)["totals"]["expected"]
     return {"estimate_seconds": t["expected"], "estimate_per_host": stated["per_host"],
             "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,
+            "fitted_assumptions": asdict(fitted), "fitted_seconds": fit,
+            "fitted_vs_measured": round(fit / total, 2) if total else None,
             "measured_host_median": round(median, 1),
             "model_with_measured_host_seconds": round(model, 1),
             "model_vs_measured": round(model / total, 2) if total else None}
@@ -560,7 +600,9 @@ def describe(r: Dict[str, Any]) -> str:
         f"{e.get('estimate_seconds')} s = {e.get('estimate_vs_measured')} x measured; the "
         f"estimate's batch model with the measured median host change "
         f"({e.get('measured_host_median')} s) {e.get('model_with_measured_host_seconds')} s = "
-        f"{e.get('model_vs_measured')} x measured",
+        f"{e.get('model_vs_measured')} x measured; with every assumption fitted to this run "
+        f"{e.get('fitted_seconds')} s = {e.get('fitted_vs_measured')} x measured "
+        f"({json.dumps(e.get('fitted_assumptions'))})",
         f"  (lab up {r['lab_up_seconds']} s, not counted)",
         "  per batch (s): " + "; ".join(
             f"{i + 1}: {p['seconds']} = lead {p['lead']} + pre {p['pre']} + change "
