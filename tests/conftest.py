@@ -61,7 +61,6 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
 # (CPU-bound TCG guests on two cores). The VM demo is not in their group: behind them on one
 # worker it would make the suite's critical path longer than the suite.
 VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
-FIRST = "test_demo.py::test_make_demo_end_to_end[vm]"
 
 
 # tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's
@@ -76,11 +75,6 @@ def pytest_collection_modifyitems(items: list) -> None:
     # slower (fresh-clone CI 25m54s against 22m32s: the VM demo 1,269 s against 854 s, with the
     # whole mix of other tests beside it for its whole run)
     items.sort(key=lambda item: os.path.basename(str(item.fspath)))
-    # ... but the VM demo first, on a worker of its own from the start: it is the suite's
-    # longest test, and begun in its place by name (six minutes in) it ran on alone at the end
-    # (a fresh-clone CI run: the machine 15-50% busy for three minutes while the end-to-end
-    # tests waited on their windows, before the demo began)
-    items.sort(key=lambda item: 0 if item.nodeid.endswith(FIRST) else 1)
     for item in items:
         name = os.path.basename(str(item.fspath))
         if name in VM_MODULES:
