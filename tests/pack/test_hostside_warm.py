@@ -54,6 +54,9 @@ def test_warm_runs_give_what_cold_runs_give_from_one_server(lab):
     runs = _runs(lab)
     assert [r["warm"] for r in runs] == [False, True, True]
     assert all(r["warm_cpu"] > 0 for r in runs[1:])  # the forked child's CPU, from the server
+    # the server (a script, not the package) preloaded all it should: warm_templates included
+    logs = [path.read_text() for path in Path(lab["warm_dir"]).glob("*.log")]
+    assert logs and not any("preload" in text for text in logs), logs
 
 
 def test_a_failing_task_and_an_unknown_host_read_the_same_warm(lab):
