@@ -514,10 +514,9 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
         return {}
     stated = estimate_plan(plan, Assumptions(approval_response=0.0, reboot=bench.reboot,
                                              drain=1.0))
-    spans = sorted(max(s["at"] for s in h["steps"].values()) -
-                   min(s["started"] for s in h["steps"].values())
-                   for h in hosts.values() if h.get("steps"))
-    median = spans[len(spans) // 2] if spans else 0.0
+    median = _median([max(s["at"] for s in h["steps"].values()) -
+                      min(s["started"] for s in h["steps"].values())
+                      for h in hosts.values() if h.get("steps")])
     per_host = float(stated["per_host"]) or 1.0
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
