@@ -5,8 +5,9 @@ fails the batch at its first counter window."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
+import pytest
 from test_plan_storage import fleet
 
 from fleet_rollout import service
@@ -74,30 +75,71 @@ def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
 
 
 def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch: Any):
-    """A collection tells the workflow how long to wait before the window's next one: what is
-    left of the step after its own time, in whole seconds (an orquesta delay), never less than
-    the step from start to start. Before, the workflow waited a whole step after each
-    collection, so a window lasted the profile's length plus every collection's time.
-    The hosts' counters are a stand-in here (the collection's clock is what is measured)."""
+    """Each collection of a window starts one step after the one before it started, whatever
+    that one took and however early or late the workflow's delay brought it: the workflow waits
+    the whole seconds until it is due (an orquesta delay, rounded down), the collection the
+    fraction left. Before, each delay was what was left of a step after the collection, rounded
+    up, and every engine latency added up: 6 steps of 5 s took 32-35 s in bench-rollout. A
+    collection longer than a step delays the next (never two closer than a step). The hosts'
+    counters are a stand-in (the clock is what is measured): time.time and time.sleep are the
+    test's clock."""
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
-    assert [gate.next_delay(5.0, e) for e in (0.0, 1.2, 4.9, 5.0, 9.0)] == [5, 4, 1, 0, 0]
-    assert gate.next_delay(10 / 3, 1.2) == 3 and type(gate.next_delay(10 / 3, 1.2)) is int
+    assert [gate.next_delay(1005.0, t) for t in (1000.0, 1001.2, 1004.1, 1005.0, 1009.0)] == \
+        [5, 3, 0, 0, 0]
+    assert type(gate.next_delay(1010 / 3, 1.2)) is int
 
     plan, store = stored_plan("pace-1", 20, window_seconds=10, window_steps=2)
     config = {"credentials": {"lab": {"username": "u", "password": "p"}},
               "state_dir": str(tmp_path / "state")}
     ctx = service.context(config, store, "pace-1")
     clock = [1000.0]
+    slept: List[float] = []
     monkeypatch.setattr(gate.time, "time", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+    monkeypatch.setattr(gate.time, "sleep", sleep)
 
     def counters(hosts: Any, took: float) -> Dict[str, HostResult]:
         clock[0] += took
         return {h: HostResult(h, ok=True, result={"host": h}) for h in hosts}
 
-    for took, wait in ((1.2, 4), (3.0, 2), (4.5, 1), (5.0, 0), (12.0, 0)):
+    def started(label: str) -> float:
+        return store.get_json(f"fleet_rollout.pace-1.batch.0.counters.{label}")["started"]
+
+    # (label, the engine's latency after the delay, the collection's own time): expected
+    # (its start, the delay it asks for, what it slept)
+    pre_steps = service.batch_info(config, store, "pace-1", 0)["pre_steps"]
+    rows = [("pre_start", 0.0, 1.2, 1000.0, 3, 0.0),   # next due 1005: 3.8 s -> 3 + 0.8
+            ("pre_step_1", 0.3, 3.0, 1005.0, 2, 0.5),  # arrives 1004.5: sleeps 0.5
+            ("pre_step_2", 0.2, 4.5, 1010.2, 0, 0.0),  # arrives late: starts at once
+            ("pre_step_3", 0.0, 12.0, 1015.2, 0, 0.5),  # arrives 0.5 s early: its delay was 0
+            ("pre_step_4", 0.0, 1.0, 1027.2, 4, 0.0)]  # after a long one: at once, then a step
+    delay_before = 0
+    for label, latency, took, start, delay, nap in rows:
+        clock[0] += delay_before + latency  # the workflow's delay, then the engine's latency
+        slept.clear()
         monkeypatch.setattr(ctx.hostside, "counters", lambda hosts, t=took: counters(hosts, t))
-        out = gate.collect(ctx, 0, "pre_step_1")
-        assert out["next_delay"] == wait and type(out["next_delay"]) is int, (took, out)
+        out = gate.collect(ctx, 0, label)
+        assert started(label) == pytest.approx(start), label
+        assert out["next_delay"] == delay and type(out["next_delay"]) is int, (label, out)
+        assert sum(slept) == pytest.approx(nap), label
         assert out["seconds"] == took and out["collected"] == out["hosts"] > 0
+        delay_before = out["next_delay"]
+    # the end collection is due a step after the last step (pre_step_<pre_steps - 1>); a long
+    # wait is cut at a step (a clock jump never stalls a window)
+    gate.collect(ctx, 0, f"pre_step_{pre_steps - 1}")
+    last = started(f"pre_step_{pre_steps - 1}")
+    clock[0] = last + 4.6
+    slept.clear()
+    gate.collect(ctx, 0, "pre_end")
+    assert started("pre_end") == pytest.approx(last + 5.0) and slept == [pytest.approx(0.4)]
+    clock[0] = 2000.0
+    gate.collect(ctx, 0, "post_start")
+    clock[0] = 1990.0  # the clock went back 10 s
+    slept.clear()
+    gate.collect(ctx, 0, "post_step_1")
+    assert slept == [5.0]

@@ -53,12 +53,21 @@ def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
 
 def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     """Snapshot the counters of this batch's hosts and its controls; stored under the batch.
-    `next_delay`: the whole seconds the workflow waits before the next collection of the
-    window, so that collections start a step apart (canary.window_seconds / window_steps) and
-    a window lasts what the profile says, not that plus every collection's own time; 0 when
-    this collection took a step or longer."""
-    started = time.time()
+
+    Collections of a window start a step apart (canary.window_seconds / window_steps), from
+    start to start, never less: each is due one step after the one before it started. The
+    workflow waits `next_delay`, the whole seconds until the next one is due (orquesta's task
+    delay is an integer; 0 when it is due already), and the next collection waits the fraction
+    of a second left. A window lasts what the profile says when its collections are quicker
+    than a step: not that plus every collection's time, nor every delay rounded up and every
+    engine latency added. A collection longer than a step delays the ones after it."""
     check_label(label)
+    step = step_seconds(ctx.profile["canary"])
+    before = previous_label(label, ctx.profile["canary"])
+    previous = collection_started(ctx, index, before) if before else None
+    if previous is not None:
+        wait_until(previous + step, limit=step)
+    started = time.time()
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
     results = ctx.hostside.counters(hosts)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
@@ -67,13 +76,41 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     save_collection(ctx, index, label, ended, snapshots, errors, started)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "seconds": round(ended - started, 1),
-            "next_delay": next_delay(step_seconds(ctx.profile["canary"]), ended - started)}
+            "next_delay": next_delay(started + step, ended)}
 
 
-def next_delay(step: float, elapsed: float) -> int:
-    """Whole seconds to wait after a collection that took `elapsed` seconds so that the next
-    one starts at least `step` seconds after it started (orquesta's task delay is an integer)."""
-    return max(0, int(math.ceil(step - elapsed)))
+def previous_label(label: str, canary: Dict[str, Any]) -> Optional[str]:
+    """The collection before this one in its window (None for the window's first)."""
+    window, _sep, rest = label.partition("_")
+    if rest == "start":
+        return None
+    if rest == "end":
+        pre_steps, post_steps = window_steps(canary)
+        number = pre_steps if window == "pre" else post_steps
+    else:
+        number = int(rest[len("step_"):])
+    return f"{window}_start" if number <= 1 else f"{window}_step_{number - 1}"
+
+
+def collection_started(ctx: RolloutContext, index: int, label: str) -> Optional[float]:
+    """When a collection of this batch started (None before it was made)."""
+    head = ctx.store.get_json(key(ctx.rollout_id, "batch", str(index), "counters", label),
+                              {}) or {}
+    started = head.get("started", head.get("time"))
+    return float(started) if isinstance(started, (int, float)) else None
+
+
+def wait_until(due: float, limit: float) -> None:
+    """Sleep until `due` (time.time()), at most `limit` seconds; not at all when it is past."""
+    left = due - time.time()
+    if left > 0:
+        time.sleep(min(left, limit))
+
+
+def next_delay(due: float, now: float) -> int:
+    """Whole seconds the workflow waits before a collection due at `due` (time.time()), the
+    collection waiting the rest itself: rounded down, never negative."""
+    return max(0, int(math.floor(due - now)))
 
 
 MAX_STEPS = {"pre": MAX_PRE_WINDOWS * MAX_WINDOW_STEPS, "post": MAX_WINDOW_STEPS}

@@ -164,7 +164,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
             "window": whole_seconds(canary["window_seconds"]),
             # the window in `steps` steps, each collected (gate.py); `step`: their length (the
-            # workflow waits each collection's next_delay, what is left of a step after it);
+            # workflow waits each collection's next_delay, the whole seconds until the next
+            # is due, a step after the one before it started);
             # the pre window lasts canary.pre_windows windows: pre_steps steps of that length
             "pre_steps": pre_steps, "steps": post_steps,
             "step": whole_seconds(step_seconds(canary)),
