@@ -143,3 +143,25 @@ def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch:
     slept.clear()
     gate.collect(ctx, 0, "post_step_1")
     assert slept == [5.0]
+
+
+def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):
+    """A host step's Ansible run waits (the gather window) for the identical runs of its
+    batch's other hosts, but only for as many as the profile changes at a time
+    (batches.parallel): a batch bigger than that never has all its hosts pending at once, and
+    every run of it waited the whole window."""
+    from fleet_rollout.hoststeps import gather_peers
+
+    plan, store = stored_plan("peers-1", 60)
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state")}
+    ctx = service.context(config, store, "peers-1")
+    parallel = ctx.profile["batches"]["parallel"] = 3  # the plan's batches: 1, 2, 4, 8, ...
+    sizes = [len(b["hosts"]) for b in plan["batches"]]
+    assert min(sizes) < parallel < max(sizes), sizes  # both kinds of batch
+    for batch in plan["batches"]:
+        for host in batch["hosts"][:2]:
+            assert gather_peers(ctx, host) == min(len(batch["hosts"]), parallel)
+    ctx.profile["batches"]["parallel"] = 1000
+    big = max(plan["batches"], key=lambda b: len(b["hosts"]))
+    assert gather_peers(ctx, big["hosts"][0]) == len(big["hosts"])

@@ -118,6 +118,17 @@ class RolloutContext:
                         reboot=self.expected_reboot or None)
 
 
+def gather_peers(ctx: RolloutContext, host: str) -> int:
+    """How many hosts' identical runs a gatherer waits for: the host's batch, or as many of it
+    as are changed at a time (the profile's batches.parallel). Waiting for the whole batch
+    when only `parallel` of it run at once held every run of a big batch for the whole gather
+    window."""
+    batch = batch_of(ctx.plan, host)
+    size = next((len(b["hosts"]) for b in ctx.plan["batches"] if b["index"] == batch), 1)
+    parallel = int((ctx.profile.get("batches") or {}).get("parallel") or size)
+    return max(1, min(size, parallel))
+
+
 class HostRun:
     """The steps of one host in one rollout."""
 
@@ -137,12 +148,9 @@ class HostRun:
             return
         if not coalesce.on_local_filesystem(self.ctx.state_dir):
             return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
-        batch = batch_of(self.ctx.plan, self.name)
-        peers = next((len(b["hosts"]) for b in self.ctx.plan["batches"]
-                      if b["index"] == batch), 1)
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
-                                           window, peers)
+                                           window, gather_peers(self.ctx, self.name))
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
