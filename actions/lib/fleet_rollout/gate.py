@@ -84,18 +84,17 @@ def previous_label(label: str, canary: Dict[str, Any]) -> Optional[str]:
     window, _sep, rest = label.partition("_")
     if rest == "start":
         return None
-    if rest == "end":
-        pre_steps, post_steps = window_steps(canary)
-        number = pre_steps if window == "pre" else post_steps
-    else:
-        number = int(rest[len("step_"):])
+    step = STEP_LABEL.match(label)
+    if step:
+        number = int(step.group(2))
+    else:  # the window's end
+        number = dict(zip(("pre", "post"), window_steps(canary)))[window]
     return f"{window}_start" if number <= 1 else f"{window}_step_{number - 1}"
 
 
 def collection_started(ctx: RolloutContext, index: int, label: str) -> Optional[float]:
     """When a collection of this batch started (None before it was made)."""
-    head = ctx.store.get_json(key(ctx.rollout_id, "batch", str(index), "counters", label),
-                              {}) or {}
+    head = ctx.store.get_json(collection_key(ctx, index, label), {}) or {}
     started = head.get("started", head.get("time"))
     return float(started) if isinstance(started, (int, float)) else None
 
@@ -129,12 +128,17 @@ def step_labels(window: str, steps: int) -> List[str]:
     return [f"{window}_step_{k}" for k in range(1, steps)]
 
 
+def collection_key(ctx: RolloutContext, index: int, label: str) -> str:
+    """The datastore key of a collection's head (its parts are <key>.<k>)."""
+    return key(ctx.rollout_id, "batch", str(index), "counters", label)
+
+
 def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
                     snapshots: Dict[str, Any], errors: Dict[str, str],
                     started: Optional[float] = None) -> None:
     """One collection, in parts of COUNTER_PART hosts, the head (time, parts) last: a reader
     never sees a head whose parts are not all written."""
-    head = key(ctx.rollout_id, "batch", str(index), "counters", label)
+    head = collection_key(ctx, index, label)
     names = sorted(set(snapshots) | set(errors))
     parts = [names[i:i + COUNTER_PART] for i in range(0, len(names), COUNTER_PART)]
     for number, chunk in enumerate(parts):
@@ -148,7 +152,7 @@ def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
 def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     """{"time", "snapshots", "errors"} of one collection ({} before it was made); a rollout
     stored before the split (one document) reads the same."""
-    head = key(ctx.rollout_id, "batch", str(index), "counters", label)
+    head = collection_key(ctx, index, label)
     doc = ctx.store.get_json(head, {}) or {}
     if "parts" not in doc:
         return doc
