@@ -33,7 +33,9 @@ from __future__ import annotations
 import collections
 import collections.abc
 import fractions
+import importlib.abc
 import math
+import sys
 import threading
 from typing import Any, Callable, Dict, Optional
 
@@ -62,6 +64,32 @@ def _fix_stdlib() -> None:
     for name in _ABC_NAMES:
         if not hasattr(collections, name):
             setattr(collections, name, getattr(collections.abc, name))
+
+
+class _WithoutNumericStack(importlib.abc.MetaPathFinder):
+    """numpy and scipy as if they were not installed: only while networkx is imported."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] in ("numpy", "scipy"):
+            raise ImportError(f"{name}: not imported with networkx (fleet_runtime.compat)")
+        return None
+
+
+def _import_networkx_lean() -> None:
+    """networkx 1.11 (orquesta 1.2.0's) imports numpy and scipy's linear algebra when they are
+    installed (the pack's judge needs scipy) for algorithms orquesta never calls: it uses the
+    graph classes, json_graph and the cycle functions, all pure Python. That import was 0.3
+    CPU-s of every process that opens the runtime (each CLI command, the engine, the API).
+    networkx imports them inside `try: ... except ImportError`, so it is imported here with
+    the two refused; they import as usual afterwards (the judge's scipy in the same process)."""
+    if "networkx" in sys.modules:
+        return
+    refuse = _WithoutNumericStack()
+    sys.meta_path.insert(0, refuse)
+    try:
+        import networkx  # noqa: F401
+    finally:
+        sys.meta_path.remove(refuse)
 
 
 def _fix_inline_params_regex() -> None:
@@ -194,6 +222,7 @@ def apply() -> None:
         if _APPLIED:
             return
         _fix_stdlib()
+        _import_networkx_lean()
         # The function catalog must be complete before the evaluators are imported: they copy
         # it into their Jinja environment / YAQL root context at class creation.
         from fleet_runtime import functions

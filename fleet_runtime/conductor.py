@@ -30,13 +30,15 @@ from collections import Counter
 from typing import Any, Dict, List, Tuple
 
 import ujson
+
+from fleet_runtime import compat  # noqa: F401  (must precede orquesta imports)
+
+# isort: split
 from orquesta import conducting, machines, statuses
 from orquesta import exceptions as orquesta_exc
 from orquesta.expressions import base as expr_base
 from orquesta.utils import context as ctx_util
 from orquesta.utils import jsonify as json_util
-
-from fleet_runtime import compat  # noqa: F401  (must precede orquesta imports)
 
 _ITEM_EVENT_REQUIREMENTS = frozenset(
     [

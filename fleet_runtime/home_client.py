@@ -13,12 +13,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.statuses import COMPLETED, PAUSED, PENDING
+
+if TYPE_CHECKING:  # imported where a runtime is opened: the commands' options need no engine
+    from fleet_runtime.engine import Runtime
 
 
 def default_pack_dir() -> Optional[str]:
@@ -82,6 +84,8 @@ def engine_argv(args: argparse.Namespace, forever: bool = False) -> List[str]:
 
 
 def open_runtime(args: argparse.Namespace) -> Runtime:
+    from fleet_runtime.engine import Runtime
+
     home = RuntimeHome(getattr(args, "home", None))
     return Runtime(home, pack_paths(args, home))
 

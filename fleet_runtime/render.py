@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import yaml
 
 from fleet_runtime import masking
-from fleet_runtime import params as params_util
-from fleet_runtime.database import Store
-from fleet_runtime.packs import Registry
+
+if TYPE_CHECKING:  # the views that need them get them from their caller; `key get` imports
+    # neither the pack registry nor orquesta (its YAQL parser table alone is 0.3-0.5 CPU-s)
+    from fleet_runtime.database import Store
+    from fleet_runtime.packs import Registry
 
 
 def ts(value: Optional[float]) -> str:
@@ -39,6 +41,8 @@ def status_text(record: Dict[str, Any]) -> str:
 
 
 def masked(registry: Registry, record: Dict[str, Any]) -> Dict[str, Any]:
+    from fleet_runtime import params as params_util
+
     action = registry.actions.get(record["action"])
     parameters = params_util.mask_secrets(action, record.get("parameters") or {})
     return dict(masking.masker_of(registry).mask(parameters))

@@ -168,6 +168,16 @@ class SimLab:
         except ConfigError:
             return None
 
+    def keys(self, rollout_id: str) -> Dict[str, Any]:
+        """Every datastore key of a rollout in one `key list` (one CLI process, not one a key),
+        by the name after `fleet_rollout.<id>.`, values decoded: for the checks that read many
+        keys of a rollout that has ended."""
+        prefix = f"fleet_rollout.{rollout_id}."
+        out = self.cli("key", "list", "--prefix", prefix, "--json")
+        assert out.returncode == 0, out.stderr[-2000:]
+        items = json.loads(out.stdout) if out.stdout.strip() else []
+        return {i["name"][len(prefix):]: _decoded(i["value"]) for i in items}
+
     def kv(self, rollout_id: str, key: str) -> Any:
         if key == "plan":  # stored split (store.split_plan): assembled
             return self.plan(rollout_id)
@@ -175,8 +185,17 @@ class SimLab:
         if out.returncode != 0:
             return None
         doc = json.loads(out.stdout)
-        value = doc.get("value") if isinstance(doc, dict) else doc
-        return json.loads(value) if isinstance(value, str) else value
+        return _decoded(doc.get("value") if isinstance(doc, dict) else doc)
+
+
+def _decoded(value: Any) -> Any:
+    """A datastore value as the pack stored it (JSON text: decoded; other text as it is)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def output(execution: Dict[str, Any]) -> Dict[str, Any]:

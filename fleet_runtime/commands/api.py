@@ -18,12 +18,15 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from fleet_runtime import home_client
 from fleet_runtime.commands._common import command_group, fail, finish
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.runtime_errors import RuntimeErrorBase
 from fleet_runtime.st2api import users
-from fleet_runtime.st2api.app import USERS_FILE, St2Api, read_state
+from fleet_runtime.st2api.users import USERS_FILE
+
+# `api user` (the lab's chat stack and the API tests add users with it) opens no runtime: the
+# engine and the API server (orquesta, networkx, the pack registry: over a CPU-second a process)
+# are imported by the commands that run them.
 
 DEFAULT_PORT = 9101
 
@@ -70,6 +73,8 @@ def cmd_user(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    from fleet_runtime.st2api.app import read_state
+
     state = read_state(RuntimeHome(args.home).path)
     if state is None:
         print("ERROR: no st2 API is running for this home (fleet-rollout api serve)",
@@ -87,6 +92,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def _start_engine(args: argparse.Namespace, rt: Any) -> Optional[subprocess.Popen]:
+    from fleet_runtime import home_client
+
     if args.no_engine or rt.engine_alive():
         return None
     proc = subprocess.Popen(home_client.engine_argv(args, forever=True))
@@ -105,6 +112,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: the API listens on {args.host}, not only on loopback; put TLS in"
               " front of it (st2 does with nginx)", file=sys.stderr)
+    from fleet_runtime import home_client
+    from fleet_runtime.st2api.app import St2Api
+
     try:
         rt = home_client.open_runtime(args)
         api = St2Api(rt, _users_path(args, rt.home), args.host, args.port, args.admin)

@@ -13,6 +13,7 @@ from typing import Dict, Union
 
 import bcrypt
 
+USERS_FILE = "st2api-users"  # the default users file, in the runtime home
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 
 

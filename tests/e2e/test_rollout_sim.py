@@ -242,15 +242,16 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         assert result["status"] == "completed" and result["batches"] == 4
         rollout_id = result["rollout_id"]
         sim.wait_idle()
+        keys = sim.keys(rollout_id)  # the rollout has ended: its keys read at once
         for host in sim.host_names():
             assert sim.bmc(host)["logical"] == HOME, host
             assert sim.read(host, "proc/sys/net/core/rmem_max") == "16777216", host
             assert not sim.drained(host), host
-            assert sim.kv(rollout_id, f"host.{host}")["status"] == "done"
+            assert keys[f"host.{host}"]["status"] == "done"
         # verification compares each later host's probe fingerprint with the hosts verified in
         # earlier batches: none for the canaries, the canaries and more for the batches after
         plan = sim.kv(rollout_id, "plan")["batches"]
-        used = [[_fingerprint(sim, rollout_id, h)["controls_used"] for h in b["hosts"]]
+        used = [[_fingerprint(keys, h)["controls_used"] for h in b["hosts"]]
                 for b in plan]
         assert set(used[0]) == {0} and min(used[1]) >= 3 and min(used[3]) >= min(used[1]), used
         # each window collected at its steps too (window_steps 2, the pre window 2 windows
@@ -260,8 +261,8 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
             times, starts = [], []
             for label in ("pre_start", "pre_step_1", "pre_step_2", "pre_step_3", "pre_end",
                           "post_start", "post_step_1", "post_end"):
-                head = sim.kv(rollout_id, f"batch.{i}.counters.{label}")
-                part = sim.kv(rollout_id, f"batch.{i}.counters.{label}.0")
+                head = keys[f"batch.{i}.counters.{label}"]
+                part = keys[f"batch.{i}.counters.{label}.0"]
                 assert set(batch["hosts"]) <= set(part["snapshots"]), (i, label)
                 times.append(head["time"])
                 starts.append(head["started"])
@@ -270,13 +271,13 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
             # the step after the one before (whole seconds), not a whole step after its end
             pre, post = starts[:5], starts[5:]
             assert all(b - a >= 5 for w in (pre, post) for a, b in zip(w, w[1:])), starts
-        verdicts = [sim.kv(rollout_id, f"batch.{i}")["verdict"]["verdict"] for i in range(4)]
+        verdicts = [keys[f"batch.{i}"]["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
         # the last batch's waits were paced by the reboots of the batch before it
-        learned = timeouts.observed_reboot(sim.kv(rollout_id, f"host.{h}")
+        learned = timeouts.observed_reboot(keys[f"host.{h}"]
                                            for h in plan[2]["hosts"])
         assert learned is not None and learned >= 0.5  # SimLab reboots take 0.5 s
-        assert sim.kv(rollout_id, "meta")["expected_reboot"] == learned
+        assert keys["meta"]["expected_reboot"] == learned
         status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
         assert "PASS" in output(status)["table"]
         report = os.path.join(sim.state, "rollouts", rollout_id, "report.html")
@@ -285,8 +286,8 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         sim.down()
 
 
-def _fingerprint(sim, rollout_id, host):
-    detail = sim.kv(rollout_id, f"host.{host}")["steps"]["verify"]["detail"]
+def _fingerprint(keys, host):
+    detail = keys[f"host.{host}"]["steps"]["verify"]["detail"]
     return detail["probe"]["numbers"]["fingerprint"]
 
 
@@ -317,26 +318,27 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     rollout_id = result["rollout_id"]
     batches = sim.kv(rollout_id, "plan")["batches"]
     assert odd in batches[1]["hosts"]
+    keys = sim.keys(rollout_id)  # the rollout has ended: its keys read at once
     # every INCONCLUSIVE answer is recorded with who gave it (the authenticated requester)
     answers = [a for i in range(len(batches) - 1)
-               for a in sim.kv(rollout_id, f"batch.{i}").get("answers", [])]
+               for a in keys[f"batch.{i}"].get("answers", [])]
     assert [(a["choice"], a["by"]) for a in answers[:2]] == [("extend", "alice"),
                                                              ("proceed", "alice")]
     assert all((a["choice"], a["by"]) == ("proceed", "alice") for a in answers[1:])
     # extend: batch 0's post window was collected again after the first answer, then judged
-    first = sim.kv(rollout_id, "batch.0")
-    post_start = sim.kv(rollout_id, "batch.0.counters.post_start")["time"]
+    first = keys["batch.0"]
+    post_start = keys["batch.0.counters.post_start"]["time"]
     assert post_start > answers[0]["at"] and first["verdict"]["verdict"] == "INCONCLUSIVE"
     status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
     assert "proceed:alice" in output(status)["table"]
-    state = sim.kv(rollout_id, f"host.{odd}")
+    state = keys[f"host.{odd}"]
     assert state["status"] == "restored" and state["error"]["step"] == "verify", state
     assert "fingerprint: remote_ns" in state["error"]["message"], state["error"]
     assert "outside the spread of 2 control hosts" in state["error"]["message"]
     sim.wait_idle()
     assert sim.bmc(odd)["logical"] == EARLY and not sim.drained(odd)
     for host in (h for b in batches for h in b["hosts"] if h != odd):
-        assert sim.kv(rollout_id, f"host.{host}")["status"] == "done", host
+        assert keys[f"host.{host}"]["status"] == "done", host
         assert sim.bmc(host)["logical"] == HOME, host
 
 
