@@ -31,6 +31,7 @@ CALLBACK_NAME = "fleet_events"
 EVENTS_ENV = "FLEET_ROLLOUT_EVENTS"
 KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a run past its time
 POLL = 0.1  # seconds between looks at a run's process tree while it ends
+GONE_WAIT = 5.0  # seconds at most for the killed processes to exit (a loaded machine is slow)
 STDERR_TAIL = 2000  # characters of ansible-playbook's own stderr kept for errors
 
 
@@ -112,6 +113,12 @@ def _end(proc: Any) -> None:
     _grow(tree)
     _signal(tree, signal.SIGKILL)
     proc.wait()
+    # SIGKILL is sent, not done: a killed process exits when it is next scheduled, which on a
+    # loaded machine came after the caller looked (a task's command found still running)
+    deadline = time.monotonic() + GONE_WAIT
+    while any(_running(pid, started) for pid, started in tree.items()) and \
+            time.monotonic() < deadline:
+        time.sleep(POLL / 5)
 
 
 def _grow(tree: Dict[int, Optional[bytes]]) -> None:
@@ -128,6 +135,13 @@ def _signal(tree: Dict[int, Optional[bytes]], sig: int) -> None:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _running(pid: int, started: Optional[bytes]) -> bool:
+    """The process seen at `started` has not exited (a zombie has)."""
+    fields = _stat_fields(pid)
+    return (started is not None and len(fields) > 19 and fields[19] == started
+            and fields[0] not in (b"Z", b"X"))
 
 
 def _stat_fields(pid: int) -> List[bytes]:
