@@ -9,8 +9,8 @@ import yaml
 
 from fleet_runtime import masking
 
-if TYPE_CHECKING:  # the views that need them get them from their caller; `key get` imports
-    # neither the pack registry nor orquesta (its YAQL parser table alone is 0.3-0.5 CPU-s)
+if TYPE_CHECKING:  # the views that need them get them from their caller: `key get` imports
+    # neither the pack registry nor orquesta (0.4-0.5 CPU-s of imports a process)
     from fleet_runtime.database import Store
     from fleet_runtime.packs import Registry
 

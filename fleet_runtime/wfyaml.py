@@ -20,10 +20,12 @@ from typing import Any
 import yaml
 from yaml import constructor, nodes
 
-_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # orquesta prefers the C loader
+# PyYAML's C safe loader when libyaml is there: what orquesta reads workflows with and st2 pack
+# metadata (st2common constants/meta.py yaml_safe_load)
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class StrictWorkflowLoader(_BASE):  # type: ignore[misc, valid-type]
+class StrictWorkflowLoader(SAFE_LOADER):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if not isinstance(node, nodes.MappingNode):
             raise constructor.ConstructorError(

@@ -145,8 +145,7 @@ class SimLab:
 
     def kv_ids(self) -> List[str]:
         """Rollout ids in the datastore, oldest first (by plan time)."""
-        out = self.cli("key", "list", "--prefix", "fleet_rollout.", "--json")
-        items = json.loads(out.stdout) if out.stdout.strip() else []
+        items = self._key_items("fleet_rollout.")
         # the plan's head (plan.head; `plan`: one document, planned before the split)
         plans = [(i, suffix) for i in items for suffix in (".plan.head", ".plan")
                  if str(i.get("name", "")).endswith(suffix)]
@@ -159,8 +158,7 @@ class SimLab:
         from fleet_rollout.errors import ConfigError
         from fleet_rollout.store import MemoryStore, RolloutState
 
-        out = self.cli("key", "list", "--prefix", f"fleet_rollout.{rollout_id}.plan", "--json")
-        items = json.loads(out.stdout) if out.stdout.strip() else []
+        items = self._key_items(f"fleet_rollout.{rollout_id}.plan")
         store = MemoryStore()
         store.data = {i["name"]: i["value"] for i in items}
         try:
@@ -173,10 +171,16 @@ class SimLab:
         by the name after `fleet_rollout.<id>.`, values decoded: for the checks that read many
         keys of a rollout that has ended."""
         prefix = f"fleet_rollout.{rollout_id}."
-        out = self.cli("key", "list", "--prefix", prefix, "--json")
-        assert out.returncode == 0, out.stderr[-2000:]
-        items = json.loads(out.stdout) if out.stdout.strip() else []
+        items = self._key_items(prefix, strict=True)
         return {i["name"][len(prefix):]: _decoded(i["value"]) for i in items}
+
+    def _key_items(self, prefix: str, strict: bool = False) -> List[Dict[str, Any]]:
+        """`key list --prefix PREFIX --json`: the items ([] for none); strict: the command must
+        succeed."""
+        out = self.cli("key", "list", "--prefix", prefix, "--json")
+        if strict:
+            assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout) if out.stdout.strip() else []
 
     def kv(self, rollout_id: str, key: str) -> Any:
         if key == "plan":  # stored split (store.split_plan): assembled

@@ -26,16 +26,15 @@ from fleet_runtime.packs.metadata_schemas import (
 from fleet_runtime.packs.resources import Action, Alias, Pack, Policy, Rule, TriggerType
 from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import validate_document, validate_parameter_definitions
-
-# st2 reads pack metadata with PyYAML's C safe loader when libyaml is there (st2common
-# constants/meta.py yaml_safe_load); the pure-Python one was a fifth of opening the runtime
-_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from fleet_runtime.wfyaml import SAFE_LOADER
 
 
 def read_yaml(path: Path, rel: str) -> Any:
     try:
         with open(path) as fh:
-            return yaml.load(fh, Loader=_SAFE_LOADER)  # a safe loader
+            # the C loader as st2 reads metadata (the pure-Python one was a fifth of opening
+            # the runtime)
+            return yaml.load(fh, Loader=SAFE_LOADER)
     except yaml.YAMLError as e:
         raise MetadataError(rel, None, f"not valid YAML: {e}") from e
     except OSError as e:

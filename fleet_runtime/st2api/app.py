@@ -15,7 +15,6 @@ from fleet_runtime.st2api.inquiries import Inquiries
 from fleet_runtime.st2api.keys import Keys
 from fleet_runtime.st2api.service import ApiService
 from fleet_runtime.st2api.stream import StreamHub
-from fleet_runtime.st2api.users import USERS_FILE  # noqa: F401  (its default, named here too)
 
 STATE_FILE = "st2api.json"
 
