@@ -38,7 +38,16 @@ from typing import Any, Dict, List
 
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
-STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
+# the host_change workflow's tasks; a copy of the pack from before "prepare" (--lib) runs its steps
+OLD_STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
+
+
+def _workflow_steps() -> List[str]:
+    try:
+        from fleet_rollout.states import WORKFLOW_STEPS
+    except ImportError:
+        return OLD_STEPS
+    return list(WORKFLOW_STEPS)
 TIMES = re.compile(r"(\d+)m([\d.]+)s")
 
 WRAPPER = """#!/bin/sh
@@ -66,7 +75,7 @@ def worker(spec: Dict[str, Any]) -> None:
     walls: Dict[str, float] = {}
     error = None
     try:
-        for step in STEPS:
+        for step in _workflow_steps():
             start = time.monotonic()
             service.host_step(spec["config"], store, spec["rollout"], spec["host"], step,
                               "ex-bench", "alice")

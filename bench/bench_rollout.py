@@ -469,17 +469,20 @@ def _median(values: List[float]) -> float:
 
 def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) -> Any:
     """The estimate's Assumptions as this run measured them (medians over the hosts' recorded
-    steps): a BMC session = the snapshot and stage steps (BMC work alone: the bench's profile
-    changes no kernel settings), an Ansible run = the undrain step (one playbook run alone), the
-    drain beyond its run, the reboot = the reboot and wait steps beyond their two BMC sessions
+    steps): a BMC session = the stage step (BMC work alone: the bench's profile changes no
+    kernel settings), an Ansible run = the undrain step (one playbook run alone), the drain = the
+    prepare (precheck, snapshot and drain) beyond a session and a run, the reboot = the reboot
+    and wait steps beyond their two BMC sessions
     (the reboot step waits for the shutdown), an action's start = the gap between a host's
     consecutive steps, and the controller's CPU per host. No approval wait (the bench approves
     nothing)."""
     from fleet_rollout.estimate import Assumptions
+    from fleet_rollout.states import PREPARE_STEPS
 
     spans: Dict[str, List[float]] = {}
     gaps: List[float] = []
     reboots: List[float] = []
+    prepares: List[float] = []
     for record in hosts.values():
         steps = sorted(((name, s) for name, s in (record.get("steps") or {}).items()
                         if "started" in s and "at" in s), key=lambda item: item[1]["started"])
@@ -489,11 +492,13 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) ->
         took = dict((name, step["at"] - step["started"]) for name, step in steps)
         if "reboot" in took and "wait" in took:
             reboots.append(took["reboot"] + took["wait"])
-    bmc = _median(spans.get("snapshot", []) + spans.get("stage", []))
+        if all(name in took for name in PREPARE_STEPS):
+            prepares.append(sum(took[name] for name in PREPARE_STEPS))
+    bmc = _median(spans.get("stage", []))
     run = _median(spans.get("undrain", []))
     return Assumptions(approval_response=0.0, bmc_session=round(bmc, 2),
                        ansible_run=round(run, 2),
-                       drain=round(max(0.0, _median(spans.get("drain", [])) - run), 2),
+                       drain=round(max(0.0, _median(prepares) - bmc - run), 2),
                        reboot=round(max(0.0, _median(reboots) - 2 * bmc), 2),
                        action_start=round(_median(gaps), 2),
                        controller_cpu_per_host=round(cpu_per_host, 2))

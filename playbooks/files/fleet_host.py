@@ -6,6 +6,8 @@ success, 1 on a failure it can explain (the JSON then has "error"). `--sysroot D
 on a lab `sim` host (a fake tree) exactly as on a real root.
 
   health                       boot id, uptime, maintenance flag, established connections
+                               (--then KERNEL-ACTION, --then-drain: those right after it, in
+                               this process; their outcomes in the result, never a failed read)
   drain   --port P ...         set the maintenance flag, wait until connections drain
   undrain                      clear the maintenance flag
   kernel-snapshot --settings J record the current values of what J would change (changes
@@ -119,8 +121,13 @@ def cmd_health(args):
         "established": established(args.sysroot, args.port),
         "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
     }
+    kernel_ok = True
     if args.then and (not result["maintenance"] or args.then_in_maintenance):
         result["kernel_action"], result["changed"] = then_kernel(args)
+        kernel_ok = result["kernel_action"]["rc"] == 0
+    if args.then_drain and not result["maintenance"] and kernel_ok:
+        result["drain"], drained = then_run("drain", args)
+        result["changed"] = result.get("changed", False) or drained
     return result
 
 
@@ -129,9 +136,15 @@ def then_kernel(args):
     health read, in the same process (one Ansible task instead of two). Its outcome is reported
     as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed health read:
     the caller decides. Returns (outcome, whether it changed anything)."""
+    return then_run(args.then, args)
+
+
+def then_run(name, args):
+    """A command run after the health read in its process: its outcome as a run of its own
+    would report it ({"rc", "stdout", "stderr"}) and whether it changed anything."""
     try:
-        rc, doc = run_command(args.then, args)
-    except Exception as err:  # a bug in the kernel action must not hide the health read
+        rc, doc = run_command(name, args)
+    except Exception as err:  # a bug in the command must not hide the health read
         return {"rc": 1, "stdout": "", "stderr": "%s: %s" % (type(err).__name__, err)}, False
     changed = rc == 0 and bool(doc.get("changed"))
     return {"rc": rc, "stdout": json.dumps(doc), "stderr": ""}, changed
@@ -648,9 +661,13 @@ def main(argv=None):
                         help="health only: this kernel action right after the health read")
     parser.add_argument("--then-in-maintenance", action="store_true",
                         help="health --then: also on a host in maintenance")
+    parser.add_argument("--then-drain", action="store_true",
+                        help="health only: drain (--threshold, --timeout) after the health read "
+                             "and the kernel action, on a host not in maintenance whose kernel "
+                             "action (if any) succeeded")
     args = parser.parse_args(argv)
-    if args.then and args.command != "health":
-        parser.error("--then goes with health only")
+    if (args.then or args.then_drain) and args.command != "health":
+        parser.error("--then and --then-drain go with health only")
     rc, doc = run_command(args.command, args)
     print(json.dumps(doc))
     return rc

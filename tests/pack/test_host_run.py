@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from probe_helpers import load_fixture
-from redfish_support import PASSWORD, bmc_fleet, state
+from redfish_support import PASSWORD, bmc_fleet, reset_counters, state
 
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import HostError
@@ -24,7 +24,16 @@ from fleet_rollout.hoststeps import HostRun, RolloutContext
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import build_plan
 from fleet_rollout.profile import load_profile
-from fleet_rollout.states import DONE, FAILED, HOST_STEPS, LEFT_DRAINED, RESTORED
+from fleet_rollout.states import (
+    DONE,
+    FAILED,
+    HOST_STEPS,
+    LEFT_DRAINED,
+    PREPARE,
+    PREPARE_STEPS,
+    RESTORED,
+    WORKFLOW_STEPS,
+)
 from fleet_rollout.store import MemoryStore, RolloutState
 
 ROLLOUT = "hostrun-1"
@@ -74,17 +83,28 @@ class FakeHostSide:
     # --------------------------------------------------------------- HostSide's interface
     def health(self, hosts: List[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
-               in_maintenance: bool = False) -> Dict[str, HostResult]:
+               in_maintenance: bool = False,
+               drain: Optional[Any] = None) -> Dict[str, HostResult]:
+        """As fleet_host.py's health [--then kernel-...] [--then-drain] in one process."""
         boot_id = self._boot_id()
         if boot_id is None:
             self.calls.append("health")
             return {self.name: HostResult(self.name, ok=False, unreachable=True,
                                           error="UNREACHABLE: ssh: connection refused")}
-        result: Dict[str, Any] = {"boot_id": boot_id, "maintenance": self.drained,
+        maintenance = self.drained
+        result: Dict[str, Any] = {"boot_id": boot_id, "maintenance": maintenance,
                                   "uptime": 100.0, "connections": 0}
-        if kernel_action is not None:
+        if kernel_action is not None and (not maintenance or in_maintenance):
             doc = self._kernel(kernel_action, settings)
             result["kernel_action"] = {"rc": 0, "stdout": json.dumps(doc), "stderr": ""}
+        if drain is not None and not maintenance:
+            self.drained = True  # the flag is set first; a drain that times out leaves it
+            if "drain" in self.fail:
+                doc = {"ok": False, "error": self.fail["drain"]}
+            else:
+                doc = {"ok": True, "changed": True, "drained": True, "established": 0}
+            result["drain"] = {"rc": 0 if doc["ok"] else 1, "stdout": json.dumps(doc),
+                               "stderr": ""}
         return self._entry("health", result)
 
     def drain(self, hosts: List[str], timeout: float = 300,
@@ -213,3 +233,73 @@ def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
     assert side.drained is leave
     assert host_run.load()["status"] == status
     assert host_run.restore(leave_drained=leave)["skipped"] is True  # done: not again
+
+
+# ------------------------------------------------------------------------ prepare (one action)
+def test_prepare_checks_snapshots_and_drains_in_one_bmc_session_and_one_ansible_run(
+        run: Any, fleet: Any) -> None:
+    host_run, side = run
+    reset_counters(fleet)
+    out = host_run.run(PREPARE)
+    assert out["step"] == PREPARE and out["skipped"] is False
+    assert list(out["detail"]) == list(PREPARE_STEPS)
+    assert side.calls == ["health"]  # health, the kernel snapshot and the drain: one run
+    assert side.drained and side.snapshot == {SYSCTL: "212992"}
+    assert state(fleet, 0)["counters"].get("session_POST") == 1  # one login for both reads
+    saved = host_run.load()
+    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "drain"
+    assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
+    assert out["detail"]["snapshot"]["logical"]["snoop_mode"] == "early"
+    assert saved["kernel_snapshot"] == {SYSCTL: "212992"}
+    assert saved["drain_asked"] and out["detail"]["drain"]["changed"] is True
+    assert out["detail"]["drain"]["with"] == out["detail"]["snapshot"]["with"] == "precheck"
+    # the rest of the change from there, as the workflow runs it
+    for step in WORKFLOW_STEPS[1:]:
+        host_run.run(step)
+    assert host_run.load()["status"] == DONE and not side.drained
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "home"
+    # run again (a with-items retry): every part skipped, nothing sent
+    calls = len(side.calls)
+    assert host_run.run(PREPARE)["skipped"] is True and len(side.calls) == calls
+
+
+def test_a_drain_that_fails_in_the_prepare_is_the_drain_steps_failure(run: Any,
+                                                                      fleet: Any) -> None:
+    host_run, side = run
+    side.fail["drain"] = "still 3 established connections on port 8080 after 300s"
+    with pytest.raises(HostError, match="drain failed: still 3 established"):
+        host_run.run(PREPARE)
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == "drain"
+    assert saved["steps"]["precheck"]["ok"] and saved["steps"]["snapshot"]["ok"]
+    assert saved["steps"]["drain"]["ok"] is False
+    assert side.calls == ["health"]  # not drained a second time on its own
+    assert state(fleet, 0)["pending"] == {}  # no BIOS change staged
+    report = host_run.restore(leave_drained=False)
+    assert report["status"] == RESTORED and not side.drained  # the flag it set is taken off
+
+
+def test_the_prepare_refuses_a_host_someone_else_drained_and_leaves_it_drained(
+        run: Any, fleet: Any) -> None:
+    host_run, side = run
+    side.drained = True  # in maintenance before the rollout
+    with pytest.raises(HostError, match="already in maintenance"):
+        host_run.run(PREPARE)
+    saved = host_run.load()
+    assert "drain_asked" not in saved and saved["error"]["step"] == "precheck"
+    assert "bios_snapshot" not in saved  # the precheck failed: no snapshot step
+    assert host_run.restore(leave_drained=False)["status"] == RESTORED
+    assert side.drained and "undrain" not in side.calls  # not ours to undrain
+
+
+def test_a_prepare_killed_after_its_drain_is_resumed_and_restored_as_ours(run: Any,
+                                                                          fleet: Any) -> None:
+    host_run, side = run
+    saved = host_run.load()
+    saved["drain_asked"] = time.time()  # asked, then killed before anything was recorded
+    host_run.save(saved)
+    side.drained = True
+    out = host_run.run(PREPARE)  # the flag is ours: no refusal, the drain step runs on its own
+    assert [c for c in side.calls if c in ("health", "drain")] == ["health", "drain"]
+    assert out["detail"]["drain"]["changed"] is False
+    assert host_run.restore(leave_drained=False)["status"] == RESTORED and not side.drained

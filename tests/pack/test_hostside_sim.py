@@ -207,3 +207,56 @@ def test_health_then_kernel_snapshot_in_one_task(lab):
     bad = side.health(["sim-001"], kernel_action="restore",
                       settings={"sysctl": {"net.core.no_such_knob": 1}})["sim-001"]
     assert bad.ok and bad.result["kernel_action"]["rc"] in (0, 1)
+
+
+def test_health_then_kernel_snapshot_then_drain_in_one_task(lab):
+    """The prepare's health run: health, kernel snapshot, drain in one task per host; a host in
+    maintenance is not drained (nor snapshotted), a drain that times out is its outcome (the
+    flag stays), never a failed health read."""
+    from fleet_rollout.hostside.playbook_steps import drain_outcome, kernel_outcome
+
+    backend, side = lab
+    side.drain(["sim-003"])  # someone else's maintenance
+    tcp = os.path.join(backend.sysroot("sim-002"), "proc/net/tcp")
+    with open(tcp, "a") as handle:  # one ESTABLISHED connection on :8080 (0x1F90)
+        handle.write("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
+                     "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
+    results = side.health(HOSTS, kernel_action="snapshot", settings=SETTINGS, drain=(1, 0))
+    flag = "etc/fleet/maintenance"
+    one = results["sim-001"]
+    assert one.ok and one.tasks == ["Read host state"] and one.result["maintenance"] is False
+    assert kernel_outcome(one)["first_snapshot"] is True
+    drained = drain_outcome(one)
+    assert drained["ok"] is True and drained["changed"] is True and one.changed
+    assert os.path.exists(os.path.join(backend.sysroot("sim-001"), flag))
+    busy = results["sim-002"]
+    assert busy.ok and kernel_outcome(busy) is not None  # the read and the snapshot stand
+    failed = drain_outcome(busy)
+    assert failed["ok"] is False and "still 1 established connections" in failed["error"]
+    assert os.path.exists(os.path.join(backend.sysroot("sim-002"), flag))
+    held = results["sim-003"]
+    assert held.ok and held.result["maintenance"] is True
+    assert drain_outcome(held) is None and kernel_outcome(held) is None
+    # without drain=..., nothing is drained (the precheck of a single step)
+    side.undrain(["sim-001"])
+    plain = side.health(["sim-001"])["sim-001"]
+    assert drain_outcome(plain) is None
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), flag))
+
+
+def test_health_does_not_drain_a_host_that_drains_through_a_command(tmp_path):
+    """fleet_drain_method: command is the drain playbook's (a load balancer call on the
+    controller): the health run leaves it to the drain step."""
+    from fleet_rollout.hostside.playbook_steps import drain_outcome
+
+    backend = SimBackend(str(tmp_path / "hosts"))
+    backend.power_on(boot_config("sim-001", "early", "disabled"))
+    hosts = {"sim-001": {"ansible_connection": "local", "ansible_python_interpreter":
+                         sys.executable, "fleet_sysroot": backend.sysroot("sim-001"),
+                         "fleet_drain_method": "command", "fleet_drain_command": "true"}}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    side = HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    entry = side.health(["sim-001"], drain=(5, 0))["sim-001"]
+    assert entry.ok and drain_outcome(entry) is None
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))

@@ -11,6 +11,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 import locations
 import yaml
 
+from fleet_rollout.states import WORKFLOW_STEPS
+
 ROOT = locations.ROOT
 PACK_YAML = sorted(p for d in ("actions", "rules", "aliases", "policies", "triggers")
                    for p in (ROOT / d).rglob("*.yaml")) + [ROOT / "pack.yaml",
@@ -98,7 +100,7 @@ def test_no_retry_policy_targets_an_action_run_inside_workflows():
             assert policy["resource_ref"] not in inside, path.name
     host_change = _tasks(ROOT / "actions" / "workflows" / "host_change.yaml")
     steps = [t for t in host_change.values() if t.get("action") == "fleet_rollout.host_step"]
-    assert len(steps) == 8
+    assert [t["input"]["step"] for t in steps] == list(WORKFLOW_STEPS)
     assert all("Action failed to complete in" in t["retry"]["when"] for t in steps)
 
 

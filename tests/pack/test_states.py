@@ -9,7 +9,7 @@ import locations
 import pytest
 import yaml
 
-from fleet_rollout import estimate, hoststeps, states
+from fleet_rollout import estimate, hoststeps, states, timeouts
 from fleet_rollout.profile import load_profile
 from fleet_rollout.report import style
 from fleet_rollout.report.batches import batch_section
@@ -34,13 +34,19 @@ def _success_chain(tasks: Dict[str, Any], first: str) -> List[str]:
 
 def test_the_action_enum_the_workflow_chain_and_the_registry_name_the_same_steps() -> None:
     enum = _yaml("actions/host_step.yaml")["parameters"]["step"]["enum"]
-    assert tuple(enum) == states.HOST_STEPS
+    assert tuple(enum) == states.ACTION_STEPS == (states.PREPARE,) + states.HOST_STEPS
     tasks = _yaml("actions/workflows/host_change.yaml")["tasks"]
-    assert tuple(_success_chain(tasks, states.HOST_STEPS[0])) == states.HOST_STEPS
+    chain = tuple(_success_chain(tasks, states.PREPARE))
+    assert chain == states.WORKFLOW_STEPS
+    # prepare stands for the first steps; the chain covers every step once, in order
+    assert states.PREPARE_STEPS + chain[1:] == states.HOST_STEPS
     assert hoststeps.steps.missing() == ()
     assert tuple(hoststeps.steps.functions) == states.HOST_STEPS  # registered in order
     runs = estimate.host_steps(load_profile("home-snoop").data, estimate.Assumptions())
-    assert tuple(runs) == states.HOST_STEPS
+    assert tuple(runs) == states.WORKFLOW_STEPS
+    limits = timeouts.action_timeouts(load_profile("home-snoop").data)
+    assert set(states.ACTION_STEPS) < set(limits)
+    assert limits[states.PREPARE] > max(limits[s] for s in states.PREPARE_STEPS)
 
 
 def test_the_registry_takes_known_steps_once() -> None:

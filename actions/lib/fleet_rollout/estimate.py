@@ -12,9 +12,8 @@ after batch, nothing overlapping:
           controller cores (Ansible, the actions and the engine for every host; with many hosts
           in flight the action runners, not the reboots, set the pace)
   per-host time = the host_change steps in order, each = action start + its expected work:
-    precheck  BMC session + Ansible run (health)
-    snapshot  BMC session (+ Ansible run when the profile changes kernel settings)
-    drain     Ansible run + drain time (min(assumed drain, drain.timeout))
+    prepare   BMC session (check and BIOS snapshot) + Ansible run (health, kernel snapshot and
+              drain in one) + drain time (min(assumed drain, drain.timeout))
     stage     BMC session (+ Ansible run when the profile changes kernel settings)
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
@@ -44,7 +43,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
 from fleet_rollout.profile import pre_windows, window_steps
-from fleet_rollout.states import HOST_STEPS
+from fleet_rollout.states import PREPARE, WORKFLOW_STEPS
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
@@ -93,16 +92,14 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     drain = min(assume.drain, float(profile["drain"]["timeout"]))
     reboot = min(assume.reboot, float(profile["redfish"]["boot_timeout"]))
     work = {
-        "precheck": bmc + run,
-        "snapshot": bmc + kernel_run,
-        "drain": run + drain,
+        PREPARE: bmc + run + drain,
         "stage": bmc + kernel_run,
         "reboot": bmc,
         "wait": bmc + reboot,
         "verify": bmc + run + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,
     }
-    return {step: round(assume.action_start + work[step], 1) for step in HOST_STEPS}
+    return {step: round(assume.action_start + work[step], 1) for step in WORKFLOW_STEPS}
 
 
 def waves(hosts: int, parallel: int) -> int:

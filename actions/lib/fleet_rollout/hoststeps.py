@@ -1,6 +1,8 @@
 """The change of one host, step by step, and its restore.
 
     precheck -> snapshot -> drain -> stage (BIOS + kernel) -> reboot -> wait -> verify -> undrain
+    (the first three as one action, "prepare": the precheck's BMC session takes the BIOS
+    snapshot, its Ansible run the kernel snapshot and the drain; each is recorded as its own step)
     on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
     policy, leave the host drained and marked.
 
@@ -9,9 +11,10 @@ or a resumed workflow finds finished steps done (a with-items retry re-runs ever
 step and every restore holds the host's lock (locks.host_lock: one at a time per host, across
 rollouts); a step refuses unless the host's batch has a recorded approval, the rollout is not
 halted and no restore has begun; a host belongs to one rollout at a time (claims). The first
-snapshots (BIOS and kernel) are taken before the drain and never overwritten; a reset, forward or
-restoring, is sent once (a marker saved before the POST). Any error ends the step with a recorded
-outcome: no host stays "running".
+snapshots (BIOS and kernel) are taken before the drain and never overwritten; a drain is marked as
+asked for before it is sent (a re-run or a restore after a kill knows the flag is ours); a reset,
+forward or restoring, is sent once (a marker saved before the POST). Any error ends the step with
+a recorded outcome: no host stays "running".
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside import coalesce, osgate
-from fleet_rollout.hostside.playbook_steps import HostSide, kernel_outcome
+from fleet_rollout.hostside.playbook_steps import HostSide, drain_outcome, kernel_outcome
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of
@@ -36,6 +39,7 @@ from fleet_rollout.redfish.client import RedfishSession
 from fleet_rollout.redfish.discovery import discover
 from fleet_rollout.redfish.operations import (
     Timeouts,
+    check_and_snapshot,
     check_desired,
     reset_once,
     restore_bios,
@@ -49,6 +53,8 @@ from fleet_rollout.states import (
     HOST_STEPS,
     LEFT_DRAINED,
     PENDING,
+    PREPARE,
+    PREPARE_STEPS,
     RESTORE_DONE_STATES,
     RESTORE_FAILED,
     RESTORE_STATES,
@@ -138,6 +144,9 @@ class HostRun:
         self.ctx = ctx
         self.name = name
         self.host = ctx.host(name)
+        # what the precheck of a "prepare" did for the snapshot and drain steps after it, in
+        # this action: {"bios": snapshot, "drain": the drain's document}
+        self._prepare: Optional[Dict[str, Any]] = None
         self._coalesce()
 
     def _coalesce(self) -> None:
@@ -182,10 +191,27 @@ class HostRun:
 
     # ------------------------------------------------------------------ run
     def run(self, step: str) -> Dict[str, Any]:
-        steps.check(step)
+        if step != PREPARE:
+            steps.check(step)
         with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
                        f"step {step}", self.ctx.sleep):
+            if step == PREPARE:
+                return self._prepare_locked()
             return self._run_locked(step)
+
+    def _prepare_locked(self) -> Dict[str, Any]:
+        """precheck, snapshot and drain in one action: the precheck's BMC session takes the BIOS
+        snapshot and its health run the drain (and the kernel snapshot), so the snapshot and
+        drain steps only record what it did; each is recorded as its own step, and a step done
+        before (a retry, a resume) is skipped, one not done by the precheck runs on its own."""
+        self._prepare = {}
+        try:
+            done = [self._run_locked(step) for step in PREPARE_STEPS]
+        finally:
+            self._prepare = None
+        return {"host": self.name, "step": PREPARE,
+                "skipped": all(r["skipped"] for r in done),
+                "detail": {r["step"]: r["detail"] for r in done}}
 
     def _refuse_unless_allowed(self, step: str, state: Dict[str, Any]) -> None:
         halt = self.ctx.state.halted()
@@ -241,7 +267,9 @@ class HostRun:
     @steps.step("precheck")
     def step_precheck(self, state: Dict[str, Any]) -> Dict[str, Any]:
         ep = self.endpoint()
-        check = check_desired(ep, self.targets())
+        prepare = self._prepare
+        take = prepare is not None and not state.get("bios_snapshot")
+        check, snap = check_and_snapshot(ep, self.targets(), take)
         ours = set((state.get("stage") or {}).get("targets", {}))
         foreign = {k: v for k, v in check["pending"].items() if k not in ours}
         if (foreign or check["active_jobs"]) and not state["steps"].get("stage") and not \
@@ -252,20 +280,39 @@ class HostRun:
         # the kernel snapshot (read-only, first one kept on the host) in the same Ansible run
         # as the health check, taken only when the check passes (not in maintenance); a snapshot
         # that fails here is taken again, and its failure reported, by the snapshot step
+        # the flag is ours when this rollout drained the host or asked for it (a kill since)
+        drained_by_us = bool(state["steps"].get("drain") or state.get("drain_asked"))
         kernel = self.ctx.profile.get("kernel") or {}
         snapshot = {}
         if kernel and not state.get("kernel_snapshot"):
             snapshot = {"kernel_action": "snapshot", "settings": kernel,
-                        "in_maintenance": bool(state["steps"].get("drain"))}
-        entry = self.ctx.hostside.health([self.name], **snapshot)
+                        "in_maintenance": drained_by_us}
+        # in a prepare, the drain after them in the same run (on a host not in maintenance whose
+        # kernel snapshot, if any, was taken): asked for (saved) before it is sent
+        drain = None
+        if prepare is not None and not state["steps"].get("drain"):
+            drain = (self.ctx.profile["drain"]["timeout"], self.ctx.profile["drain"]["threshold"])
+            self._ask_drain(state)
+        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot)
+        drained = drain_outcome(entry[self.name]) if drain else None
+        if drain and drained is None and entry[self.name].ok and not drained_by_us:
+            # the host answered and did not drain (in maintenance, a failed kernel snapshot, a
+            # drain through a command): not drained here (without an answer it may have been)
+            state.pop("drain_asked", None)
         health = self._ansible(entry, "health check")
-        if health["maintenance"] and not state["steps"].get("drain"):
+        if health["maintenance"] and not drained_by_us:
             raise HostError("host is already in maintenance (drained by someone else)",
                             self.name)
         state.setdefault("boot_id_before", health["boot_id"])
         taken = kernel_outcome(entry[self.name]) if snapshot else None
         if taken is not None:
             state["kernel_snapshot"] = taken.get("snapshot") or {}
+        if prepare is not None:
+            if snap is not None:
+                snap.pop("requests", None)
+                prepare["bios"] = snap
+            if drained is not None:
+                prepare["drain"] = drained
         return {"vendor": check["vendor"], "compliant": check["compliant"],
                 "targets": check["targets"], "boot_id": health["boot_id"]}
 
@@ -276,8 +323,12 @@ class HostRun:
         if state.get("bios_snapshot"):
             out["bios"] = "first snapshot kept"
         else:
-            snap = take_snapshot(self.endpoint())
-            snap.pop("requests", None)
+            snap = (self._prepare or {}).get("bios")  # the precheck's session took it
+            if snap is None:
+                snap = take_snapshot(self.endpoint())
+                snap.pop("requests", None)
+            else:
+                out["with"] = "precheck"  # its time is in the precheck's
             state["bios_snapshot"] = snap
             self.save(state)
             out.update(logical=snap["logical"], attributes=snap["attributes"])
@@ -292,11 +343,25 @@ class HostRun:
                                    if k != "taken_at")
         return out
 
+    def _ask_drain(self, state: Dict[str, Any]) -> None:
+        """Saved before a drain is sent: a re-run or a restore after a kill mid-drain knows the
+        maintenance flag may be this rollout's."""
+        if not state.get("drain_asked"):
+            state["drain_asked"] = time.time()
+            self.save(state)
+
     @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         drain = self.ctx.profile["drain"]
-        result = self._ansible(self.ctx.hostside.drain([self.name], drain["timeout"],
-                                                       drain["threshold"]), "drain")
+        result = (self._prepare or {}).get("drain")  # the precheck's health run drained
+        if result is None:
+            self._ask_drain(state)
+            result = self._ansible(self.ctx.hostside.drain([self.name], drain["timeout"],
+                                                           drain["threshold"]), "drain")
+        elif result.get("ok") is not True:
+            raise HostError(f"drain failed: {result.get('error')}", self.name)
+        else:
+            result = dict(result, **{"with": "precheck"})  # its time is in the precheck's
         if result.get("changed"):
             self.ctx.audit.record(self.name, "service", "in service", "drained",
                                   self.ctx.execution_id, self.ctx.user)
@@ -625,7 +690,7 @@ class HostRun:
                      if now["attributes"].get(k, v) != v}
             if wrong:
                 raise RedfishError(f"BIOS not back to its snapshot: {wrong}", self.name)
-        if not state["steps"].get("drain"):
+        if not state["steps"].get("drain") and not state.get("drain_asked"):
             state["status"] = RESTORED  # never drained by us: nothing to undrain
         elif leave:
             state["status"] = LEFT_DRAINED

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional
 
+from fleet_rollout.states import PREPARE, PREPARE_STEPS
+
 ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
 MARGIN = 120.0     # process start, datastore, audit
 STEP_LOCK_WAIT = 60.0  # a forward step waits this long for the host's lock, then fails (-> restore)
@@ -30,7 +32,7 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
     bmc = bmc_budget(redfish_timeout)
     reset = 2 * graceful + force + bmc   # an earlier attempt's restart is awaited, then a reset
     probe = float(profile["probe"]["budget_ms"]) / 1000.0 * 4 + PROBE_BUILD
-    return {
+    work = {
         "precheck": bmc + ANSIBLE,
         "snapshot": bmc + ANSIBLE,
         "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
@@ -43,6 +45,9 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
         # kernel, the OS back, the read-back, undrain
         "restore": 2 * ANSIBLE + (reset + boot + bmc) + reset + boot + bmc + ANSIBLE,
     }
+    # precheck, snapshot and drain in one action: each may still run on its own in it
+    work[PREPARE] = sum(work[step] for step in PREPARE_STEPS)
+    return work
 
 
 def lock_waits(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, float]:
@@ -53,7 +58,8 @@ def lock_waits(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[s
 
 
 def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, int]:
-    """Seconds per host action (step names and "restore"): work + lock wait + margin."""
+    """Seconds per host action (step names, "prepare" and "restore"): work + lock wait +
+    margin."""
     work = step_work(profile, redfish_timeout)
     waits = lock_waits(profile, redfish_timeout)
     return {k: int(work[k] + waits[k] + MARGIN) for k in work}

@@ -58,18 +58,27 @@ class HostSide:
 
     def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
-               in_maintenance: bool = False) -> Dict[str, HostResult]:
+               in_maintenance: bool = False,
+               drain: Optional[Tuple[float, int]] = None) -> Dict[str, HostResult]:
         """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
         restore): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
-        "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host."""
-        if kernel_action is None:
-            return self._run("health", hosts)
-        if kernel_action not in ("snapshot", "restore"):
-            raise ValueError(f"kernel action with health {kernel_action!r}: snapshot, restore")
-        return self._run("health", hosts, {"fleet_kernel_action": kernel_action,
-                                           "fleet_kernel_settings": settings or {},
-                                           "fleet_kernel_in_maintenance": bool(in_maintenance)})
+        "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host.
+        `drain` (timeout, threshold): then the drain, on a host not in maintenance whose kernel
+        action (if any) succeeded, through the maintenance flag (a host whose inventory drains
+        through a command is not drained here); its outcome in "drain" (drain_outcome)."""
+        extra: Dict[str, Any] = {}
+        if kernel_action is not None:
+            if kernel_action not in ("snapshot", "restore"):
+                raise ValueError(f"kernel action with health {kernel_action!r}: snapshot, "
+                                 "restore")
+            extra.update({"fleet_kernel_action": kernel_action,
+                          "fleet_kernel_settings": settings or {},
+                          "fleet_kernel_in_maintenance": bool(in_maintenance)})
+        if drain is not None:
+            extra.update({"fleet_then_drain": True, "fleet_drain_timeout": float(drain[0]),
+                          "fleet_drain_threshold": int(drain[1])})
+        return self._run("health", hosts, extra or None)
 
     def drain(self, hosts: Iterable[str], timeout: float = 300,
               threshold: int = 0) -> Dict[str, HostResult]:
@@ -116,9 +125,33 @@ def kernel_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
     """The result of a kernel action run with health (HostSide.health(kernel_action=...)), or
     None when it did not run or failed (the caller runs it again on its own, which reports the
     failure as a kernel run does)."""
+    return _then_outcome(entry, "kernel_action")
+
+
+def drain_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
+    """The drain run with health (HostSide.health(drain=...)): its document as the drain
+    playbook's task prints it ({"ok": true, "changed", ...} or {"ok": false, "error"}), or None
+    when it did not run (the host is in maintenance, its kernel action failed, it drains through
+    a command): the caller drains on its own then."""
     if not entry.ok or not isinstance(entry.result, dict):
         return None
-    outcome = entry.result.get("kernel_action")
+    outcome = entry.result.get("drain")
+    if not isinstance(outcome, dict):
+        return None
+    try:
+        doc = json.loads(str(outcome.get("stdout") or ""))
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("ok"), bool) and \
+            (doc["ok"] is True) == (outcome.get("rc") == 0):
+        return doc
+    return {"ok": False, "error": str(outcome.get("stderr") or "no result").strip()[:500]}
+
+
+def _then_outcome(entry: HostResult, key: str) -> Optional[Dict[str, Any]]:
+    if not entry.ok or not isinstance(entry.result, dict):
+        return None
+    outcome = entry.result.get(key)
     if not isinstance(outcome, dict) or outcome.get("rc") != 0:
         return None
     try:

@@ -134,8 +134,10 @@ class BiosSnapshot:
         return cls(**data)
 
 
-def snapshot(session: RedfishSession, ctx: BmcContext) -> BiosSnapshot:
-    state = read_state(session, ctx)
+def snapshot(session: RedfishSession, ctx: BmcContext,
+             state: Optional[BiosState] = None) -> BiosSnapshot:
+    """The BIOS as it is (`state`: one this session has just read)."""
+    state = state or read_state(session, ctx)
     attrs: Dict[str, Any] = {}
     logical: Dict[str, Optional[str]] = {}
     for knob in KNOBS:

@@ -72,16 +72,26 @@ def take_snapshot(endpoint: BmcEndpoint,
 def check_desired(endpoint: BmcEndpoint, desired: Dict[str, Any],
                   sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
     """Dry run: resolve knobs against this host's registry; KnobError if it cannot take them."""
+    return check_and_snapshot(endpoint, desired, False, sleep)[0]
+
+
+def check_and_snapshot(endpoint: BmcEndpoint, desired: Dict[str, Any], take: bool = True,
+                       sleep: Callable[[float], None] = time.sleep
+                       ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """check_desired and (take=True) take_snapshot from the same reads of one session: the
+    check first (KnobError before the snapshot is returned), then the BIOS as it is."""
     wanted = validate_desired(desired)
     with _open(endpoint, sleep) as session:
         ctx = discover(session, endpoint.vendor)
         state = read_state(session, ctx)
         targets = plan(ctx, wanted, state.current)
         compliant = all(state.current.get(k) == v for k, v in targets.items())
-        return {"host": endpoint.host, "vendor": ctx.personality.key, "targets": targets,
-                "compliant": compliant, "pending": state.pending,
-                "active_jobs": [j["id"] for j in state.active_jobs],
-                "requests": dict(session.requests)}
+        snap = snapshot(session, ctx, state).to_dict() if take else None
+        check = {"host": endpoint.host, "vendor": ctx.personality.key, "targets": targets,
+                 "compliant": compliant, "pending": state.pending,
+                 "active_jobs": [j["id"] for j in state.active_jobs],
+                 "requests": dict(session.requests)}
+    return check, snap
 
 
 def stage_and_commit(session: RedfishSession, ctx: BmcContext, targets: Dict[str, Any],
