@@ -138,6 +138,12 @@ class FakeHostSide:
 def fleet() -> Iterator[Any]:
     """A simulated server of its own per test (BIOS early snoop, interleaving disabled)."""
     with bmc_fleet(["generic"], count=1, reboot_seconds=0.3) as bmcs:
+        # the simulator boots its server when it starts (off the event loop): a loaded machine
+        # answered the first health read of a test with "booting" (the fake host side's
+        # unreachable)
+        deadline = time.monotonic() + 30
+        while state(bmcs, 0).get("host_boot_id") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield bmcs
 
 
