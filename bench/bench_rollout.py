@@ -467,17 +467,19 @@ def _median(values: List[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
-def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) -> Any:
+def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
+                       probe_seconds: float = 0.0) -> Any:
     """The estimate's Assumptions as this run measured them (medians over the hosts' recorded
-    steps): a BMC session = the stage step (BMC work alone: the bench's profile changes no
-    kernel settings), an Ansible run = the undrain step (one playbook run alone), the drain = the
-    prepare (precheck, snapshot and drain) beyond a session and a run, the reboot = the reboot
-    and wait steps beyond their two BMC sessions
-    (the reboot step waits for the shutdown), an action's start = the gap between a host's
-    consecutive steps, and the controller's CPU per host. No approval wait (the bench approves
-    nothing)."""
+    steps): an Ansible run = the undrain step (one playbook run alone), a BMC session = the
+    verify step beyond a run and the probe's budget (`probe_seconds`; the bench's profile
+    re-applies no kernel settings), the drain = the prepare (precheck, snapshot, drain and stage:
+    one session, one run) beyond a session and a run, the reboot = the reboot and wait steps
+    beyond their two BMC sessions (the reboot step waits for the shutdown), an action's start =
+    the gap before each workflow task after the first (the steps inside the prepare follow each
+    other in one action), and the controller's CPU per host. No approval wait (the bench
+    approves nothing)."""
     from fleet_rollout.estimate import Assumptions
-    from fleet_rollout.states import PREPARE_STEPS
+    from fleet_rollout.states import PREPARE_STEPS, WORKFLOW_STEPS
 
     spans: Dict[str, List[float]] = {}
     gaps: List[float] = []
@@ -488,14 +490,15 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) ->
                         if "started" in s and "at" in s), key=lambda item: item[1]["started"])
         for name, step in steps:
             spans.setdefault(name, []).append(step["at"] - step["started"])
-        gaps += [max(0.0, b["started"] - a["at"]) for (_n, a), (_m, b) in zip(steps, steps[1:])]
+        gaps += [max(0.0, b["started"] - a["at"]) for (_n, a), (m, b) in zip(steps, steps[1:])
+                 if m in WORKFLOW_STEPS]
         took = dict((name, step["at"] - step["started"]) for name, step in steps)
         if "reboot" in took and "wait" in took:
             reboots.append(took["reboot"] + took["wait"])
         if all(name in took for name in PREPARE_STEPS):
             prepares.append(sum(took[name] for name in PREPARE_STEPS))
-    bmc = _median(spans.get("stage", []))
     run = _median(spans.get("undrain", []))
+    bmc = max(0.0, _median(spans.get("verify", [])) - run - probe_seconds)
     return Assumptions(approval_response=0.0, bmc_session=round(bmc, 2),
                        ansible_run=round(run, 2),
                        drain=round(max(0.0, _median(prepares) - bmc - run), 2),
@@ -525,7 +528,7 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     per_host = float(stated["per_host"]) or 1.0
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
-    fitted = fitted_assumptions(hosts, cpu_per_host)
+    fitted = fitted_assumptions(hosts, cpu_per_host, bench.probe_budget_ms / 1000.0)
     fit = estimate_plan(plan, fitted)["totals"]["expected"]
     return {"estimate_seconds": t["expected"], "estimate_per_host": stated["per_host"],
             "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,

@@ -15,8 +15,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from probe_helpers import load_fixture
-from redfish_support import PASSWORD, bmc_fleet, reset_counters, state
+from redfish_support import PASSWORD, bmc_fleet, reset_counters, set_faults, state
 
+from fleet_rollout import hoststeps
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import HostError
 from fleet_rollout.hostside.ansible_run import HostResult
@@ -242,20 +243,26 @@ def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
 
 
 # ------------------------------------------------------------------------ prepare (one action)
-def test_prepare_checks_snapshots_and_drains_in_one_bmc_session_and_one_ansible_run(
-        run: Any, fleet: Any) -> None:
+def test_prepare_checks_snapshots_drains_and_stages_in_one_bmc_session(run: Any,
+                                                                        fleet: Any) -> None:
     host_run, side = run
     reset_counters(fleet)
     out = host_run.run(PREPARE)
     assert out["step"] == PREPARE and out["skipped"] is False
     assert list(out["detail"]) == list(PREPARE_STEPS)
-    assert side.calls == ["health"]  # health, the kernel snapshot and the drain: one run
+    # health, the kernel snapshot and the drain: one run; then the kernel settings
+    assert side.calls == ["health", "kernel apply"]
     assert side.drained and side.snapshot == {SYSCTL: "212992"}
-    assert state(fleet, 0)["counters"].get("session_POST") == 1  # one login for both reads
+    assert side.sysctl[SYSCTL] == "16777216"
+    bmc = state(fleet, 0)
+    assert bmc["counters"].get("session_POST") == 1  # one login: check, snapshot, stage
+    assert bmc["logical"]["snoop_mode"] == "early"  # staged, applied at the reset
+    assert bmc["pending"] or bmc["pending_apply_on_reset"] or bmc["jobs"]
     saved = host_run.load()
-    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "drain"
+    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "stage"
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
     assert out["detail"]["snapshot"]["logical"]["snoop_mode"] == "early"
+    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
     assert saved["kernel_snapshot"] == {SYSCTL: "212992"}
     assert saved["drain_asked"] and out["detail"]["drain"]["changed"] is True
     assert out["detail"]["drain"]["with"] == out["detail"]["snapshot"]["with"] == "precheck"
@@ -267,6 +274,55 @@ def test_prepare_checks_snapshots_and_drains_in_one_bmc_session_and_one_ansible_
     # run again (a with-items retry): every part skipped, nothing sent
     calls = len(side.calls)
     assert host_run.run(PREPARE)["skipped"] is True and len(side.calls) == calls
+
+
+def test_a_prepare_logs_in_again_to_stage_after_a_long_drain(run: Any, fleet: Any,
+                                                              monkeypatch: Any) -> None:
+    """A BMC times idle sessions out: past BMC_REUSE_IDLE the stage opens a new one."""
+    host_run, side = run
+    monkeypatch.setattr(hoststeps, "BMC_REUSE_IDLE", 0.0)
+    reset_counters(fleet)
+    out = host_run.run(PREPARE)
+    bmc = state(fleet, 0)
+    assert bmc["counters"].get("session_POST") == 2
+    assert bmc["sessions_active"] == 0  # both logged out
+    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
+
+
+def test_a_prepare_whose_session_expired_during_the_drain_logs_in_again(
+        run: Any, fleet: Any) -> None:
+    """The BMC dropped the session while the host drained (inside the idle limit): the
+    client's re-login on 401 carries the stage, which is sent once."""
+    host_run, side = run
+    health = side.health
+
+    def drain_then_expire(*args: Any, **kwargs: Any) -> Any:
+        out = health(*args, **kwargs)
+        set_faults(fleet, 0, expire_sessions=True)
+        return out
+
+    side.health = drain_then_expire  # type: ignore[method-assign]
+    reset_counters(fleet)
+    out = host_run.run(PREPARE)
+    bmc = state(fleet, 0)
+    assert bmc["counters"].get("session_POST") == 2
+    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
+    assert host_run.load()["steps"]["stage"]["ok"] is True
+
+
+def test_a_stage_that_fails_in_the_prepare_is_recorded_and_the_host_restored(
+        run: Any, fleet: Any) -> None:
+    host_run, side = run
+    side.fail["kernel apply"] = "sysctl: permission denied"
+    with pytest.raises(HostError, match="kernel settings failed"):
+        host_run.run(PREPARE)
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == "stage"
+    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS[:3])
+    assert state(fleet, 0)["counters"].get("session_POST") is not None
+    assert host_run.restore(leave_drained=False)["status"] == RESTORED
+    assert not side.drained and state(fleet, 0)["pending"] == {}
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "early"
 
 
 def test_a_drain_that_fails_in_the_prepare_is_the_drain_steps_failure(run: Any,

@@ -92,8 +92,7 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     drain = min(assume.drain, float(profile["drain"]["timeout"]))
     reboot = min(assume.reboot, float(profile["redfish"]["boot_timeout"]))
     work = {
-        PREPARE: bmc + run + drain,
-        "stage": bmc + kernel_run,
+        PREPARE: bmc + run + drain + kernel_run,  # one session: precheck, snapshot, stage
         "reboot": bmc,
         "wait": bmc + reboot,
         "verify": bmc + run + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,

@@ -1,8 +1,9 @@
 """The change of one host, step by step, and its restore.
 
     precheck -> snapshot -> drain -> stage (BIOS + kernel) -> reboot -> wait -> verify -> undrain
-    (the first three as one action, "prepare": the precheck's BMC session takes the BIOS
-    snapshot, its Ansible run the kernel snapshot and the drain; each is recorded as its own step)
+    (the first four as one action, "prepare": one BMC session for the precheck, the BIOS
+    snapshot and the staging, the precheck's Ansible run takes the kernel snapshot and drains;
+    each is recorded as its own step)
     on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
     policy, leave the host drained and marked.
 
@@ -18,11 +19,12 @@ a recorded outcome: no host stays "running".
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from fleet_rollout import claims, timeouts
 from fleet_rollout.audit import Audit
@@ -39,7 +41,7 @@ from fleet_rollout.redfish.client import RedfishSession
 from fleet_rollout.redfish.discovery import discover
 from fleet_rollout.redfish.operations import (
     Timeouts,
-    check_and_snapshot,
+    check_and_snapshot_in,
     check_desired,
     reset_once,
     restore_bios,
@@ -68,6 +70,11 @@ from fleet_rollout.states import (
 from fleet_rollout.store import RolloutState, Store
 
 steps = StepRegistry()  # each HostRun step_* says which step it is
+
+# seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
+# the next step: BMCs time idle sessions out (Redfish lets SessionTimeout go down to 30 s), and a
+# drain can take minutes; past this the next step logs in again
+BMC_REUSE_IDLE = 30.0
 
 
 class Halted(FleetRolloutError):
@@ -147,6 +154,8 @@ class HostRun:
         # what the precheck of a "prepare" did for the snapshot and drain steps after it, in
         # this action: {"bios": snapshot, "drain": the drain's document}
         self._prepare: Optional[Dict[str, Any]] = None
+        # a prepare's BMC session, its discovery and when it was last used (_bmc)
+        self._held: Optional[Tuple[RedfishSession, Any, float]] = None
         self._coalesce()
 
     def _coalesce(self) -> None:
@@ -200,18 +209,57 @@ class HostRun:
             return self._run_locked(step)
 
     def _prepare_locked(self) -> Dict[str, Any]:
-        """precheck, snapshot and drain in one action: the precheck's BMC session takes the BIOS
-        snapshot and its health run the drain (and the kernel snapshot), so the snapshot and
-        drain steps only record what it did; each is recorded as its own step, and a step done
-        before (a retry, a resume) is skipped, one not done by the precheck runs on its own."""
+        """precheck, snapshot, drain and stage in one action: one BMC session for the precheck,
+        the BIOS snapshot and the staging (_bmc), the precheck's health run drains (and takes
+        the kernel snapshot), so the snapshot and drain steps only record what it did; each is
+        recorded as its own step, and a step done before (a retry, a resume) is skipped, one not
+        done by the precheck runs on its own."""
         self._prepare = {}
         try:
             done = [self._run_locked(step) for step in PREPARE_STEPS]
         finally:
             self._prepare = None
+            self._release_bmc()
         return {"host": self.name, "step": PREPARE,
                 "skipped": all(r["skipped"] for r in done),
                 "detail": {r["step"]: r["detail"] for r in done}}
+
+    @contextlib.contextmanager
+    def _bmc(self) -> Iterator[Tuple[RedfishSession, Any]]:
+        """A logged-in BMC session and its discovery. In a prepare its steps share one, opened
+        at the first use and logged out when the prepare ends; a later step reads afresh (no
+        document of an earlier step is reused) and logs in again after BMC_REUSE_IDLE seconds
+        unused or after an error. Outside a prepare, a session of its own."""
+        if self._prepare is None:
+            ep = self.endpoint()
+            with RedfishSession(ep) as session:
+                yield session, discover(session, ep.vendor)
+            return
+        if self._held is not None and time.monotonic() - self._held[2] > BMC_REUSE_IDLE:
+            self._release_bmc()
+        if self._held is None:
+            ep = self.endpoint()
+            session = RedfishSession(ep)
+            session.open()
+            try:
+                self._held = (session, discover(session, ep.vendor), 0.0)
+            except BaseException:
+                session.close()
+                raise
+        else:
+            self._held[0].forget()
+        session, bmc, _used = self._held
+        try:
+            yield session, bmc
+        except BaseException:
+            self._release_bmc()  # a session an error went through is not used again
+            raise
+        self._held = (session, bmc, time.monotonic())
+
+    def _release_bmc(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held[0].close()
 
     def _refuse_unless_allowed(self, step: str, state: Dict[str, Any]) -> None:
         halt = self.ctx.state.halted()
@@ -266,10 +314,10 @@ class HostRun:
 
     @steps.step("precheck")
     def step_precheck(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        ep = self.endpoint()
         prepare = self._prepare
         take = prepare is not None and not state.get("bios_snapshot")
-        check, snap = check_and_snapshot(ep, self.targets(), take)
+        with self._bmc() as (session, bmc):
+            check, snap = check_and_snapshot_in(session, bmc, self.targets(), take)
         ours = set((state.get("stage") or {}).get("targets", {}))
         foreign = {k: v for k, v in check["pending"].items() if k not in ours}
         if (foreign or check["active_jobs"]) and not state["steps"].get("stage") and not \
@@ -325,8 +373,8 @@ class HostRun:
         else:
             snap = (self._prepare or {}).get("bios")  # the precheck's session took it
             if snap is None:
-                snap = take_snapshot(self.endpoint())
-                snap.pop("requests", None)
+                with self._bmc() as (session, bmc):  # in a prepare, its session
+                    snap = rf_bios.snapshot(session, bmc).to_dict()
             else:
                 out["with"] = "precheck"  # its time is in the precheck's
             state["bios_snapshot"] = snap
@@ -369,11 +417,9 @@ class HostRun:
 
     @steps.step("stage")
     def step_stage(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        ep = self.endpoint()
         snap = state["bios_snapshot"]
         extra = dict(self.ctx.profile.get("bios_extra") or {})
-        with RedfishSession(ep) as session:
-            ctx = discover(session, ep.vendor)
+        with self._bmc() as (session, ctx):  # in a prepare, the precheck's session
             current = rf_bios.read_state(session, ctx).current
             targets = rf_bios.plan(ctx, self.targets(), current)
             if extra:

@@ -1,7 +1,7 @@
 """The names of what a host, a rollout and a verdict go through, in one place.
 
 * Host steps, in the order a host is changed (the host_step action's enum and the host_change
-  workflow's task chain name the same steps in the same order, the first three as one
+  workflow's task chain name the same steps in the same order, the first four as one
   "prepare": tests check it), and a registry with a decorator: each step's function says which
   step it is (``@steps.step("drain")``).
 * Host states: pending -> running -> done, or failed; a failed (or rolled back) host goes
@@ -19,11 +19,12 @@ from typing import Any, Callable, Dict, Tuple, TypeVar
 # ----------------------------------------------------------------------------- host steps
 HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "stage", "reboot", "wait",
                                "verify", "undrain")
-# the first three in one action (the host_change workflow's first task): the precheck's BMC
-# session takes the BIOS snapshot and its Ansible run the kernel snapshot and the drain; each is
-# still recorded as its own step, and one that did not happen there runs on its own
+# the first four in one action (the host_change workflow's first task): one BMC session for the
+# precheck, the BIOS snapshot and the staging, the precheck's Ansible run takes the kernel
+# snapshot and drains; each is still recorded as its own step, and one that did not happen
+# there runs on its own
 PREPARE = "prepare"
-PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:3]
+PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:4]
 # the host_change workflow's chain of host_step tasks; the action takes these and every step
 WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS[len(PREPARE_STEPS):]
 ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS

@@ -80,17 +80,24 @@ def check_and_snapshot(endpoint: BmcEndpoint, desired: Dict[str, Any], take: boo
                        ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """check_desired and (take=True) take_snapshot from the same reads of one session: the
     check first (KnobError before the snapshot is returned), then the BIOS as it is."""
-    wanted = validate_desired(desired)
+    validate_desired(desired)  # bad knobs are refused before any connection
     with _open(endpoint, sleep) as session:
-        ctx = discover(session, endpoint.vendor)
-        state = read_state(session, ctx)
-        targets = plan(ctx, wanted, state.current)
-        compliant = all(state.current.get(k) == v for k, v in targets.items())
-        snap = snapshot(session, ctx, state).to_dict() if take else None
-        check = {"host": endpoint.host, "vendor": ctx.personality.key, "targets": targets,
-                 "compliant": compliant, "pending": state.pending,
-                 "active_jobs": [j["id"] for j in state.active_jobs],
-                 "requests": dict(session.requests)}
+        return check_and_snapshot_in(session, discover(session, endpoint.vendor), desired, take)
+
+
+def check_and_snapshot_in(session: RedfishSession, ctx: BmcContext, desired: Dict[str, Any],
+                          take: bool = True
+                          ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
+    """check_and_snapshot through an open session (`ctx` its discovery)."""
+    wanted = validate_desired(desired)
+    state = read_state(session, ctx)
+    targets = plan(ctx, wanted, state.current)
+    compliant = all(state.current.get(k) == v for k, v in targets.items())
+    snap = snapshot(session, ctx, state).to_dict() if take else None
+    check = {"host": ctx.host, "vendor": ctx.personality.key, "targets": targets,
+             "compliant": compliant, "pending": state.pending,
+             "active_jobs": [j["id"] for j in state.active_jobs],
+             "requests": dict(session.requests)}
     return check, snap
 
 
