@@ -325,6 +325,17 @@ def test_a_stage_that_fails_in_the_prepare_is_recorded_and_the_host_restored(
     assert state(fleet, 0)["logical"]["snoop_mode"] == "early"
 
 
+def test_a_drain_is_audited_once_across_a_rerun(run: Any, fleet: Any) -> None:
+    host_run, side = run
+    host_run.run(PREPARE)
+    saved = host_run.load()
+    del saved["steps"]["drain"]  # as if killed after the audit record, before the step's
+    host_run.save(saved)
+    host_run.run("drain")
+    drains = [e for e in host_run.ctx.audit.entries() if e["setting"] == "service"]
+    assert len(drains) == 1 and drains[0]["new"] == "drained"
+
+
 def test_a_drain_that_fails_in_the_prepare_is_the_drain_steps_failure(run: Any,
                                                                       fleet: Any) -> None:
     host_run, side = run
@@ -364,4 +375,7 @@ def test_a_prepare_killed_after_its_drain_is_resumed_and_restored_as_ours(run: A
     out = host_run.run(PREPARE)  # the flag is ours: no refusal, the drain step runs on its own
     assert [c for c in side.calls if c in ("health", "drain")] == ["health", "drain"]
     assert out["detail"]["drain"]["changed"] is False
+    # the drain the killed attempt made is in the audit trail, once
+    drains = [e for e in host_run.ctx.audit.entries() if e["setting"] == "service"]
+    assert [(e["old"], e["new"]) for e in drains] == [("in service", "drained")]
     assert host_run.restore(leave_drained=False)["status"] == RESTORED and not side.drained

@@ -156,6 +156,8 @@ class HostRun:
         self._prepare: Optional[Dict[str, Any]] = None
         # a prepare's BMC session, its discovery and when it was last used (_bmc)
         self._held: Optional[Tuple[RedfishSession, Any, float]] = None
+        # a drain was asked for by an earlier attempt (one killed after the host set its flag)
+        self._drain_asked_before = False
         self._coalesce()
 
     def _coalesce(self) -> None:
@@ -204,6 +206,8 @@ class HostRun:
             steps.check(step)
         with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
                        f"step {step}", self.ctx.sleep):
+            if step in (PREPARE, "drain"):
+                self._drain_asked_before = bool(self.load().get("drain_asked"))
             if step == PREPARE:
                 return self._prepare_locked()
             return self._run_locked(step)
@@ -410,9 +414,14 @@ class HostRun:
             raise HostError(f"drain failed: {result.get('error')}", self.name)
         else:
             result = dict(result, **{"with": "precheck"})  # its time is in the precheck's
-        if result.get("changed"):
+        # an attempt killed after the host set its flag left it drained unrecorded: this run
+        # finds the flag set (not changed) and records the change once
+        earlier = self._drain_asked_before and not state.get("drain_audited")
+        if result.get("changed") or earlier:
             self.ctx.audit.record(self.name, "service", "in service", "drained",
                                   self.ctx.execution_id, self.ctx.user)
+            state["drain_audited"] = True
+            self.save(state)
         return result
 
     @steps.step("stage")

@@ -133,29 +133,37 @@ def drain_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
     playbook's task prints it ({"ok": true, "changed", ...} or {"ok": false, "error"}), or None
     when it did not run (the host is in maintenance, its kernel action failed, it drains through
     a command): the caller drains on its own then."""
-    if not entry.ok or not isinstance(entry.result, dict):
+    outcome = _then_part(entry, "drain")
+    if outcome is None:
         return None
-    outcome = entry.result.get("drain")
-    if not isinstance(outcome, dict):
-        return None
-    try:
-        doc = json.loads(str(outcome.get("stdout") or ""))
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict) and isinstance(doc.get("ok"), bool) and \
+    doc = _then_doc(outcome)
+    if doc is not None and isinstance(doc.get("ok"), bool) and \
             (doc["ok"] is True) == (outcome.get("rc") == 0):
         return doc
     return {"ok": False, "error": str(outcome.get("stderr") or "no result").strip()[:500]}
 
 
 def _then_outcome(entry: HostResult, key: str) -> Optional[Dict[str, Any]]:
+    outcome = _then_part(entry, key)
+    if outcome is None or outcome.get("rc") != 0:
+        return None
+    doc = _then_doc(outcome)
+    return doc if doc is not None and doc.get("ok") is True else None
+
+
+def _then_part(entry: HostResult, key: str) -> Optional[Dict[str, Any]]:
+    """What a command run after health (`--then ...`) left in the health result: {rc, stdout,
+    stderr}, or None when it did not run."""
     if not entry.ok or not isinstance(entry.result, dict):
         return None
     outcome = entry.result.get(key)
-    if not isinstance(outcome, dict) or outcome.get("rc") != 0:
-        return None
+    return outcome if isinstance(outcome, dict) else None
+
+
+def _then_doc(outcome: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The JSON document such a command printed, or None."""
     try:
         doc = json.loads(str(outcome.get("stdout") or ""))
     except ValueError:
         return None
-    return doc if isinstance(doc, dict) and doc.get("ok") is True else None
+    return doc if isinstance(doc, dict) else None
