@@ -74,21 +74,23 @@ def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
     assert service.context(dict(base, ansible_forks=64), store, "forks-1").hostside.forks == 64
 
 
-def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch: Any):
-    """Each collection of a window starts one step after the one before it started, whatever
-    that one took and however early or late the workflow's delay brought it: the workflow waits
-    the whole seconds until it is due (an orquesta delay, rounded down), the collection the
-    fraction left. Before, each delay was what was left of a step after the collection, rounded
-    up, and every engine latency added up: 6 steps of 5 s took 32-35 s in bench-rollout. A
-    collection longer than a step delays the next (never two closer than a step). The hosts'
-    counters are a stand-in (the clock is what is measured): time.time and time.sleep are the
-    test's clock."""
+def test_collections_of_a_window_sample_a_step_apart(tmp_path: Path, monkeypatch: Any):
+    """Each collection of a window samples one step after the one before it, whatever that one
+    took and however early or late the workflow's delay brought it: the workflow waits the
+    whole seconds until its run is to start (an orquesta delay, rounded down), the collection
+    the fraction left; the run starts the lead (2 s) before the sample time and passes it to
+    the hosts (`at`), so the hosts' reading is not after the due moment. Before, the window
+    lasted until its last collection had read every host. A collection longer than a step
+    delays the next (never two closer than a step); one that starts late samples at once. The
+    hosts' counters are a stand-in (the clock is what is measured): time.time and time.sleep
+    are the test's clock."""
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
     assert [gate.next_delay(1005.0, t) for t in (1000.0, 1001.2, 1004.1, 1005.0, 1009.0)] == \
         [5, 3, 0, 0, 0]
     assert type(gate.next_delay(1010 / 3, 1.2)) is int
+    assert gate.sample_lead(5.0) == 2.0 and gate.sample_lead(3.0) == 1.5
 
     plan, store = stored_plan("pace-1", 20, window_seconds=10, window_steps=2)
     config = {"credentials": {"lab": {"username": "u", "password": "p"}},
@@ -96,6 +98,7 @@ def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch:
     ctx = service.context(config, store, "pace-1")
     clock = [1000.0]
     slept: List[float] = []
+    asked: List[Any] = []
     monkeypatch.setattr(gate.time, "time", lambda: clock[0])
 
     def sleep(seconds: float) -> None:
@@ -103,46 +106,61 @@ def test_collections_of_a_window_start_a_step_apart(tmp_path: Path, monkeypatch:
         clock[0] += seconds
     monkeypatch.setattr(gate.time, "sleep", sleep)
 
-    def counters(hosts: Any, took: float) -> Dict[str, HostResult]:
+    def counters(hosts: Any, took: float, at: Any = None, wait: float = 0.0
+                 ) -> Dict[str, HostResult]:
+        asked.append((at, wait))
         clock[0] += took
         return {h: HostResult(h, ok=True, result={"host": h}) for h in hosts}
 
     def started(label: str) -> float:
         return store.get_json(f"fleet_rollout.pace-1.batch.0.counters.{label}")["started"]
 
-    # (label, the engine's latency after the delay, the collection's own time): expected
-    # (its start, the delay it asks for, what it slept)
+    # (label, the engine's latency after the delay, the run's own time): expected (its sample
+    # time, the sample time passed to the hosts, the delay it asks for, what it slept)
     pre_steps = service.batch_info(config, store, "pace-1", 0)["pre_steps"]
-    rows = [("pre_start", 0.0, 1.2, 1000.0, 3, 0.0),   # next due 1005: 3.8 s -> 3 + 0.8
-            ("pre_step_1", 0.3, 3.0, 1005.0, 2, 0.5),  # arrives 1004.5: sleeps 0.5
-            ("pre_step_2", 0.2, 4.5, 1010.2, 0, 0.0),  # arrives late: starts at once
-            ("pre_step_3", 0.0, 12.0, 1015.2, 0, 0.5),  # arrives 0.5 s early: its delay was 0
-            ("pre_step_4", 0.0, 1.0, 1027.2, 4, 0.0)]  # after a long one: at once, then a step
+    rows = [("pre_start", 0.0, 1.2, 1000.0, None, 1, 0.0),  # the first: at once; next run
+            #                                                 at 1003 (1005 - 2): 1 + 0.8
+            ("pre_step_1", 0.3, 3.0, 1005.0, 1005.0, 2, 0.5),  # arrives 1002.5: sleeps 0.5
+            ("pre_step_2", 0.2, 4.5, 1010.0, 1010.0, 0, 0.0),  # arrives 1008.2: starts at once
+            ("pre_step_3", 0.0, 12.0, 1015.0, 1015.0, 0, 0.3),  # arrives 1012.7: sleeps 0.3
+            ("pre_step_4", 0.0, 1.0, 1025.0, None, 2, 0.0)]  # late (due 1020): samples at once
     delay_before = 0
-    for label, latency, took, start, delay, nap in rows:
+    for label, latency, took, start, at, delay, nap in rows:
         clock[0] += delay_before + latency  # the workflow's delay, then the engine's latency
         slept.clear()
-        monkeypatch.setattr(ctx.hostside, "counters", lambda hosts, t=took: counters(hosts, t))
+        asked.clear()
+        monkeypatch.setattr(ctx.hostside, "counters",
+                            lambda hosts, t=took, **kw: counters(hosts, t, **kw))
         out = gate.collect(ctx, 0, label)
         assert started(label) == pytest.approx(start), label
+        assert asked[0][0] == (None if at is None else pytest.approx(at)), label
+        if at is not None:
+            assert asked[0][1] == pytest.approx(3.0)  # the lead and the slack
         assert out["next_delay"] == delay and type(out["next_delay"]) is int, (label, out)
         assert sum(slept) == pytest.approx(nap), label
-        assert out["seconds"] == took and out["collected"] == out["hosts"] > 0
+        assert out["seconds"] == pytest.approx(round(clock[0] - start, 1))
+        assert out["collected"] == out["hosts"] > 0
         delay_before = out["next_delay"]
-    # the end collection is due a step after the last step (pre_step_<pre_steps - 1>); a long
-    # wait is cut at a step (a clock jump never stalls a window)
+    # the end collection samples a step after the last step (pre_step_<pre_steps - 1>); its
+    # run starts on arrival, the hosts wait for the moment; a long wait is cut at a step (a
+    # clock jump never stalls a window) and a sample time too far ahead is not given
+    monkeypatch.setattr(ctx.hostside, "counters",
+                        lambda hosts, **kw: counters(hosts, 0.5, **kw))
     gate.collect(ctx, 0, f"pre_step_{pre_steps - 1}")
     last = started(f"pre_step_{pre_steps - 1}")
     clock[0] = last + 4.6
     slept.clear()
+    asked.clear()
     gate.collect(ctx, 0, "pre_end")
-    assert started("pre_end") == pytest.approx(last + 5.0) and slept == [pytest.approx(0.4)]
+    assert started("pre_end") == pytest.approx(last + 5.0) and slept == []
+    assert asked == [(pytest.approx(last + 5.0), pytest.approx(3.0))]
     clock[0] = 2000.0
     gate.collect(ctx, 0, "post_start")
     clock[0] = 1990.0  # the clock went back 10 s
     slept.clear()
+    asked.clear()
     gate.collect(ctx, 0, "post_step_1")
-    assert slept == [5.0]
+    assert slept == [5.0] and asked == [(None, 0.0)]
 
 
 def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):

@@ -148,6 +148,37 @@ def test_collector_runs_alone_with_only_the_standard_library(tmp_path: Path) -> 
     assert proc.returncode == 2 and "not a directory" in proc.stderr
 
 
+def test_collector_samples_at_the_time_it_is_given(tmp_path: Path) -> None:
+    """--at: a collection started early samples at that moment (this host's clock), waiting at
+    most --max-wait; a time already past samples at once."""
+    slept = []
+    clock = [100.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    assert collector.wait_until(101.5, 10.0, lambda: clock[0], sleep) == 1.5
+    assert slept == [1.5] and clock[0] == 101.5
+    assert collector.wait_until(101.0, 10.0, lambda: clock[0], sleep) == 0.0  # past
+    assert collector.wait_until(200.0, 3.0, lambda: clock[0], sleep) == 3.0  # capped
+    assert slept == [1.5, 3.0]
+    # the command line, as the counters playbook passes it (a time 0.4 s ahead)
+    import time as _time
+
+    root = build_tree(tmp_path / "tree")
+    at = _time.time() + 0.4
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(COLLECTOR), "--sysroot", str(root), "--host", "h1",
+         "--at", f"{at:.3f}", "--max-wait", "3"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["time"] >= at - 0.01  # read after the moment, not before
+    proc = subprocess.run([sys.executable, "-I", "-S", str(COLLECTOR), "--sysroot", str(root),
+                           "--at", "soon"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--at" in proc.stderr
+
+
 def test_collector_on_this_machine() -> None:
     """The real /sys and /proc of the machine running the tests (no sysroot)."""
     doc = collector.collect(ethtool=False)

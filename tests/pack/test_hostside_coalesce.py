@@ -447,3 +447,37 @@ def test_wait_old_boot_id_is_not_back(monkeypatch):
     run = _host_run(monkeypatch, clock, side)
     with pytest.raises(HostError, match="boot_id still old"):
         run._wait_os("old", 100, lambda: osgate.UP)
+
+
+def test_a_burst_that_ended_runs_before_the_window_and_a_later_request_makes_the_next_run(lab):
+    """quiet: others' requests came and then none for `quiet` seconds: the gather closes, not
+    waiting out its window (20 s here) for a batch whose size it does not know."""
+    def side() -> HostSide:
+        out = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+        out.coalesce = Coalescer(lab.root, 20, 0, quiet=0.5)
+        return out
+
+    start = time.monotonic()
+    burst = _concurrently({h: (lambda h=h: side().health([h])) for h in HOSTS[:2]})
+    assert all(burst[h][h].ok for h in HOSTS[:2])
+    assert time.monotonic() - start < 20  # closed by the quiet, never the window
+    late = _side(lab, 0.5, 0).health([HOSTS[2]])  # alone: it waits its (short) window
+    assert late[HOSTS[2]].ok
+    assert [sorted(r["hosts"]) for r in _runs(lab)] == [HOSTS[:2], HOSTS[2:]]
+
+
+def test_quiet_never_closes_a_gather_nobody_else_joined(lab):
+    """A lone request waits its window for the others (quiet counts only after one came)."""
+    side = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+    side.coalesce = Coalescer(lab.root, 30, 0, quiet=0.2)
+    out: Dict[str, Any] = {}
+    first = threading.Thread(target=lambda: out.update(a=side.health([HOSTS[0]])))
+    first.start()
+    _wait_for(lambda: _pending(lab) >= 1)
+    time.sleep(1.0)  # five times the quiet: still gathering
+    other = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+    other.coalesce = Coalescer(lab.root, 30, 0, quiet=0.2)
+    out.update(b=other.health([HOSTS[1]]))
+    first.join(120)
+    assert out["a"][HOSTS[0]].ok and out["b"][HOSTS[1]].ok
+    assert [sorted(r["hosts"]) for r in _runs(lab)] == [HOSTS[:2]]  # one run for both

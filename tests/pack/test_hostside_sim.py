@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 import pytest
 import yaml
@@ -152,6 +153,33 @@ def test_counters_collected_through_ansible(lab):
         assert doc["boot_id"] == _read(backend, name, "proc/sys/kernel/random/boot_id").strip()
         assert doc["snmp"]["Udp"]["RcvbufErrors"] == 0
         assert "eth0" in doc["interfaces"]
+
+
+def test_counters_sampled_at_a_given_moment_through_ansible(lab):
+    """A collection started early: every host reads its counters at the moment given, not
+    before it (the run's start and the forks come first)."""
+    _, side = lab
+    at = time.time() + 3.0
+    results = side.counters(HOSTS, at=at, wait=5.0)
+    times = [results[name].result["time"] for name in HOSTS if results[name].ok]
+    assert len(times) == len(HOSTS), results
+    assert min(times) >= at - 0.01
+
+
+def test_a_sampled_collection_starts_every_host_before_the_moment(monkeypatch):
+    """With a sample time, up to 100 hosts (the configured forks if more) run at once: a host
+    waiting for a fork would start after the moment."""
+    seen = []
+    side = HostSide("inventory.yml", forks=20)
+    monkeypatch.setattr(side, "_run", lambda playbook, hosts, extra=None, forks=None:
+                        seen.append((playbook, len(hosts), forks)) or {})
+    side.counters([f"h{i}" for i in range(150)], at=1.0)
+    side.counters([f"h{i}" for i in range(30)], at=1.0)
+    side.counters([f"h{i}" for i in range(30)])  # no sample time: the configured forks
+    side.forks = 200
+    side.counters([f"h{i}" for i in range(150)], at=1.0)
+    assert seen == [("counters", 150, 100), ("counters", 30, 30), ("counters", 30, None),
+                    ("counters", 150, 200)]
 
 
 def test_drain_and_undrain_through_the_configured_command(tmp_path):

@@ -35,6 +35,9 @@ class PackConfig:
     # seconds a host step waits for other hosts' identical Ansible runs to share one with
     # (fleet_rollout.hostside.coalesce); 0: no waiting (runs already waiting are still shared)
     ansible_gather_window: float = 1.0
+    # seconds without a new request after which a gather that others joined closes early (0:
+    # it waits the window or the whole batch)
+    ansible_gather_quiet: float = 0.25
     # hosts one ansible-playbook run works on at once (its --forks); a shared run of a batch
     # of 200 hosts with 20 forks runs 20 at a time, each as soon as one finishes (strategy free)
     ansible_forks: int = 20
@@ -111,6 +114,8 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ssh_known_hosts=_optional_text(data, "ssh_known_hosts"),
             profiles_dir=_optional_text(data, "profiles_dir"),
             ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
+            ansible_gather_quiet=_window(data.get("ansible_gather_quiet", 0.25),
+                                         "ansible_gather_quiet"),
             ansible_forks=_forks(data.get("ansible_forks", 20)),
             ansible_warm=_flag(data, "ansible_warm", True),
             pack_dir=pack_dir)
@@ -118,10 +123,9 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
         raise ConfigError(f"pack config: {err}") from None
 
 
-def _window(value: Any) -> float:
+def _window(value: Any, name: str = "ansible_gather_window") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 30:
-        raise ConfigError("pack config: ansible_gather_window must be a number of seconds from "
-                          "0 to 30")
+        raise ConfigError(f"pack config: {name} must be a number of seconds from 0 to 30")
     return float(value)
 
 

@@ -42,6 +42,11 @@ from fleet_rollout.store import key
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
 STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
+# seconds a collection's Ansible run starts before its sample time (at most half a step): the
+# run's start, its forks and each host's collector start happen while the window still runs,
+# and the hosts sample at the due moment, not one after another after it
+SAMPLE_LEAD = 2.0
+SAMPLE_SLACK = 1.0  # seconds a host waits for the sample time beyond the lead (clock skew)
 
 
 def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
@@ -54,29 +59,46 @@ def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
 def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     """Snapshot the counters of this batch's hosts and its controls; stored under the batch.
 
-    Collections of a window start a step apart (canary.window_seconds / window_steps), from
-    start to start, never less: each is due one step after the one before it started. The
-    workflow waits `next_delay`, the whole seconds until the next one is due (orquesta's task
-    delay is an integer; 0 when it is due already), and the next collection waits the fraction
-    of a second left. A window lasts what the profile says when its collections are quicker
-    than a step: not that plus every collection's time, nor every delay rounded up and every
-    engine latency added. A collection longer than a step delays the ones after it."""
+    Collections of a window sample a step apart (canary.window_seconds / window_steps), from
+    sample to sample, never less: each is due one step after the one before it. Its run starts
+    sample_lead() seconds before that and every host samples at the due moment (the
+    collector's --at), so the window ends when it is due, not when the last host was read. The
+    workflow waits `next_delay`, the whole seconds until the next run is to start (orquesta's
+    task delay is an integer; 0 when it is due already), and the next collection waits the
+    fraction of a second left. A window lasts what the profile says: not that plus every
+    collection's time, nor every delay rounded up and every engine latency added. A
+    collection longer than a step delays the ones after it; one that starts late samples at
+    once. `seconds` is the time from the sample to the collection's end."""
     check_label(label)
     step = step_seconds(ctx.profile["canary"])
+    lead = sample_lead(step)
     before = previous_label(label, ctx.profile["canary"])
     previous = collection_started(ctx, index, before) if before else None
+    sample_at: Optional[float] = None
     if previous is not None:
-        wait_until(previous + step, limit=step)
-    started = time.time()
+        due = previous + step
+        wait_until(due - lead, limit=step)
+        if 0 < due - time.time() <= lead + SAMPLE_SLACK:  # not late, no clock jump
+            sample_at = due
+    started = time.time() if sample_at is None else sample_at
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
-    results = ctx.hostside.counters(hosts)
+    if sample_at is None:
+        results = ctx.hostside.counters(hosts)
+    else:
+        results = ctx.hostside.counters(hosts, at=sample_at, wait=lead + SAMPLE_SLACK)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     ended = time.time()
     save_collection(ctx, index, label, ended, snapshots, errors, started)
     return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
-            "errors": errors, "seconds": round(ended - started, 1),
-            "next_delay": next_delay(started + step, ended)}
+            "errors": errors, "seconds": round(max(0.0, ended - started), 1),
+            "next_delay": next_delay(started + step - lead, ended)}
+
+
+def sample_lead(step: float) -> float:
+    """Seconds a collection's run starts before its sample time: SAMPLE_LEAD, at most half a
+    step."""
+    return min(SAMPLE_LEAD, step / 2.0)
 
 
 def previous_label(label: str, canary: Dict[str, Any]) -> Optional[str]:

@@ -169,8 +169,9 @@ class HostRun:
         if not coalesce.on_local_filesystem(self.ctx.state_dir):
             return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
+        quiet = getattr(self.ctx.config, "ansible_gather_quiet", coalesce.DEFAULT_QUIET)
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
-                                           window, gather_peers(self.ctx, self.name))
+                                           window, gather_peers(self.ctx, self.name), quiet)
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -231,9 +232,11 @@ class HostRun:
     @contextlib.contextmanager
     def _bmc(self) -> Iterator[Tuple[RedfishSession, Any]]:
         """A logged-in BMC session and its discovery. In a prepare its steps share one, opened
-        at the first use and logged out when the prepare ends; a later step reads afresh (no
-        document of an earlier step is reused) and logs in again after BMC_REUSE_IDLE seconds
-        unused or after an error. Outside a prepare, a session of its own."""
+        at the first use and logged out when the prepare ends; a later step reuses what an
+        earlier one read only as the client does (at most RECENT_MAX_AGE seconds old and not
+        after a write: the stage's PATCH carries the settings' ETag, so a change made since is
+        refused and read again), and logs in again after BMC_REUSE_IDLE seconds unused or after
+        an error. Outside a prepare, a session of its own."""
         if self._prepare is None:
             ep = self.endpoint()
             with RedfishSession(ep) as session:
@@ -250,8 +253,6 @@ class HostRun:
             except BaseException:
                 session.close()
                 raise
-        else:
-            self._held[0].forget()
         session, bmc, _used = self._held
         try:
             yield session, bmc

@@ -350,6 +350,17 @@ def collect(
     return document
 
 
+def wait_until(at: float, limit: float, clock=time.time, sleep=time.sleep) -> float:
+    """Sleep until `at` (seconds since the epoch, this host's clock), at most `limit` seconds
+    (a host whose clock is behind does not hold the collection); not at all when it is past.
+    Returns the seconds slept."""
+    left = min(at - clock(), max(0.0, limit))
+    if left > 0:
+        sleep(left)
+        return left
+    return 0.0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="collector.py",
@@ -365,10 +376,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-ethtool", action="store_true", help="do not run ethtool -S")
     parser.add_argument("--host", help="host name to report (default: the kernel's hostname)")
     parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON")
+    parser.add_argument("--at", type=float, default=None, metavar="EPOCH",
+                        help="take the snapshot at this time (seconds since the epoch, this "
+                             "host's clock; at once when it is past): a collection started "
+                             "early samples every host at the same moment")
+    parser.add_argument("--max-wait", type=float, default=10.0, metavar="SECONDS",
+                        help="wait at most this long for --at (default 10)")
     args = parser.parse_args(argv)
     if args.sysroot is not None and not os.path.isdir(args.sysroot):
         print(f"collector: --sysroot {args.sysroot}: not a directory", file=sys.stderr)
         return 2
+    if args.at is not None:
+        wait_until(args.at, args.max_wait)
     try:
         document = collect(
             sysroot=args.sysroot, include=args.interfaces, exclude=args.exclude,

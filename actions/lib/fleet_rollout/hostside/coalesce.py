@@ -17,15 +17,17 @@ it is the pack's library: it works the same under StackStorm and the embedded ru
 
 A request's process writes its request and takes gather.lock if it is free. The gatherer waits
 up to the gather window (not at all when the request's batch has one host; closed early once the
-batch's host count is pending), claims the pending requests (a rename: a request is in one run
-only; a request naming a host already claimed waits for the next run), and starts the run in a
-process of its own session (`python -m fleet_rollout.hostside.coalesce RUNDIR`): killing one
-step's process (timeout, cancel) never kills the run of the others; a request that is still
-pending when its process dies is dropped, one that was claimed is run (like st2's cancel, the
-host-side operation may complete). A gatherer with nobody else's request runs its own here, as
-without coalescing. Every request's process waits for run.lock (a shared flock: no polling)
-and reads its hosts' results from result.json; a run process that died leaves no result: its
-hosts get an error result, as an Ansible run that failed before reaching them.
+batch's host count is pending, or once others' requests came and then none for `quiet` seconds:
+the steps of a batch ask in bursts, as the shared run before them ends), claims the pending
+requests (a rename: a request is in one run only; a request naming a host already claimed
+waits for the next run), and starts the run in a process of its own session (`python -m
+fleet_rollout.hostside.coalesce RUNDIR`): killing one step's process (timeout, cancel) never
+kills the run of the others; a request that is still pending when its process dies is dropped,
+one that was claimed is run (like st2's cancel, the host-side operation may complete). A
+gatherer with nobody else's request runs its own here, as without coalescing. Every request's
+process waits for run.lock (a shared flock: no polling) and reads its hosts' results from
+result.json; a run process that died leaves no result: its hosts get an error result, as an
+Ansible run that failed before reaching them.
 
 Order per host: a claimed run goes on after its requester is killed, so a request first waits
 for every gathered run (of any spec) that has one of its hosts and is still running: a restore's
@@ -49,6 +51,7 @@ from fleet_rollout.hostside.ansible_run import HostResult, RunSpec, run_requests
 from fleet_rollout.paths import LIB_DIR
 
 DEFAULT_WINDOW = 1.0  # seconds (pack config ansible_gather_window)
+DEFAULT_QUIET = 0.25  # seconds (pack config ansible_gather_quiet)
 POLL = 0.02  # seconds between looks while a request waits to be gathered
 MAX_HOSTS = 500  # hosts per gathered run
 STALE_RUN = 3600.0  # seconds: a finished run directory nobody collected is removed after this
@@ -113,12 +116,15 @@ class Coalescer:
 
     root: a private directory (the pack's state dir/ansible); window: seconds a gatherer waits
     for other requests; expected: hosts of the caller's batch (1: no wait at all; 0: unknown,
-    the whole window)."""
+    the whole window); quiet: once another request came, the gather closes after this many
+    seconds without a new one (0: it waits the window or the whole batch)."""
 
-    def __init__(self, root: str, window: float = DEFAULT_WINDOW, expected: int = 0) -> None:
+    def __init__(self, root: str, window: float = DEFAULT_WINDOW, expected: int = 0,
+                 quiet: float = 0.0) -> None:
         self.root = root
         self.window = max(0.0, float(window))
         self.expected = max(0, int(expected))
+        self.quiet = max(0.0, float(quiet))
         self._started: List[subprocess.Popen] = []  # run processes to reap once collected
 
     def run(self, spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
@@ -231,12 +237,18 @@ class Coalescer:
         pending = os.path.join(keydir, "pending")
         window = 0.0 if self.expected == 1 else self.window
         deadline = time.monotonic() + window
+        seen, since = 1, time.monotonic()  # requests pending (this one), since when
         while time.monotonic() < deadline:
             waiting = sum(1 for e in os.listdir(pending) if e.endswith(".json") and
                           not e.startswith("."))  # a request has 1 host or more
             if self.expected and waiting >= self.expected and \
                     len(self._live(pending)) >= self.expected:
                 break  # (a request left by a killed step is not counted: it is not coming)
+            now = time.monotonic()
+            if waiting != seen:
+                seen, since = waiting, now
+            elif self.quiet and waiting > 1 and now - since >= self.quiet:
+                break  # a burst came and ended: the batch's later ones make the next run
             time.sleep(min(POLL * 2.5, max(0.0, deadline - time.monotonic())))
         chosen: List[str] = [rid]
         taken = set(names)

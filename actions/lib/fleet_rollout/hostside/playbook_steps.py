@@ -17,6 +17,9 @@ from fleet_rollout.paths import LIBRARY_DIR
 
 COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
 KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
+# hosts a collection sampled at a moment reads at once (its forks; the configured forks if more):
+# each host's collector is started and waits for the moment instead of starting after it
+SAMPLE_FORKS = 100
 
 
 class HostSide:
@@ -43,16 +46,18 @@ class HostSide:
         self.coalesce: Optional[Coalescer] = None
 
     def _run(self, playbook: str, hosts: Iterable[str],
-             extravars: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+             extravars: Optional[Dict[str, Any]] = None,
+             forks: Optional[int] = None) -> Dict[str, HostResult]:
+        forks = forks or self.forks
         if self.coalesce is not None:
             names = check_host_names(hosts)
             if not names:
                 return {}
-            spec = prepare(playbook, self.inventory, extravars, self.forks, self.private_key,
+            spec = prepare(playbook, self.inventory, extravars, forks, self.private_key,
                            self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir,
                            warm_dir=self.warm_dir)
             return self.coalesce.run(spec, names)
-        return run_playbook(playbook, self.inventory, hosts, extravars, self.forks,
+        return run_playbook(playbook, self.inventory, hosts, extravars, forks,
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
                             cache_dir=self.cache_dir, warm_dir=self.warm_dir)
 
@@ -108,9 +113,20 @@ class HostSide:
         return self._run("probe", hosts, {"fleet_probe_binary": binary or ensure_probe(),
                                           "fleet_probe_budget_ms": int(budget_ms)})
 
-    def counters(self, hosts: Iterable[str],
-                 script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
-        return self._run("counters", hosts, {"fleet_collector_script": script})
+    def counters(self, hosts: Iterable[str], script: str = COLLECTOR_SCRIPT,
+                 at: Optional[float] = None, wait: float = 10.0) -> Dict[str, HostResult]:
+        """One counter snapshot of each host. `at` (time.time()): the run starts before it and
+        every host samples at that moment (its clock), waiting at most `wait` seconds; up to
+        SAMPLE_FORKS hosts (the configured forks if more) are read at once then, so that each
+        has started and waits for the moment, not for a fork to free up."""
+        names = list(hosts)
+        extra: Dict[str, Any] = {"fleet_collector_script": script}
+        forks = None
+        if at is not None:
+            extra.update(fleet_sample_at=f"{float(at):.3f}",
+                         fleet_sample_wait=f"{max(0.0, float(wait)):.3f}")
+            forks = max(self.forks, min(len(names), SAMPLE_FORKS))
+        return self._run("counters", names, extra, forks)
 
 
 def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostResult]:
