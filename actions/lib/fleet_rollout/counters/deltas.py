@@ -17,8 +17,9 @@ Rules (the same for snapshots from the host collector and for Prometheus samples
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping  # isinstance on typing's alias costs a call each
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fleet_rollout.counters.collector import SCHEMA
 from fleet_rollout.counters.metric import CounterTerm, MetricDefinition, series_values
