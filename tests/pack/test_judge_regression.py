@@ -9,7 +9,10 @@ shows became the first reason of a FAIL and a breached ceiling the second, and w
 and phi became Huber fits (4 of 200 verdicts changed), and when the test learned to count
 bursts (a new field, burst_size; no verdict changed: these inputs have no per-step drops, see
 test_judge_bursts.py), and when the residuals' clip moved from 2.5 to 3 sd and the default
-alpha from 0.025 to 0.03 (ci_level 0.94; no verdict changed). Floats are compared exactly.
+alpha from 0.025 to 0.03 (ci_level 0.94; no verdict changed), and when the weighted test's
+normal tail and quantile came from the standard library instead of scipy (a judgement no longer
+imports scipy: 0.5-1 s per action process; 184 of 200 results moved in their last bits, every
+float within 1e-9 relative of before, no verdict or text changed). Floats are compared exactly.
 """
 from __future__ import annotations
 
@@ -91,3 +94,27 @@ def test_hodges_lehmann_selection_equals_sorting(seed: int) -> None:
         k = ci_rank(m, n, level)
         assert hodges_lehmann(x, y, level) == _hodges_lehmann_by_sorting(x, y, k)
         assert hodges_lehmann(y, x, level) == _hodges_lehmann_by_sorting(y, x, k)
+
+
+def test_a_judgement_does_not_import_scipy() -> None:
+    """Every verdict of the fixture's kinds (PASS, FAIL by the test and by the ceiling,
+    INCONCLUSIVE) in a process of its own: scipy is never imported (0.5-1 s of a judge action's
+    process before, on st2 every time)."""
+    import subprocess
+    import sys
+
+    seeds = sorted({c["result"]["verdict"]: c["seed"] for c in CASES}.values())
+    generator = str(FIXTURES / "judge_regression_gen.py")
+    code = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('gen', {generator!r})\n"
+        "gen = importlib.util.module_from_spec(spec); spec.loader.exec_module(gen)\n"
+        f"verdicts = [gen.outcome(*gen.case_input(s))['verdict'] for s in {seeds!r}]\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')\n"
+        "print(json.dumps([verdicts, loaded]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=str(locations.ROOT))
+    assert out.returncode == 0, out.stderr
+    verdicts, scipy = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted(verdicts) == ["FAIL", "INCONCLUSIVE", "PASS"] and scipy == []
