@@ -310,14 +310,20 @@ def test_a_prepare_whose_session_expired_during_the_drain_logs_in_again(
     assert host_run.load()["steps"]["stage"]["ok"] is True
 
 
+def _failed_prepare(host_run: HostRun, match: str, step: str) -> Dict[str, Any]:
+    """A prepare that fails with `match`: the host's saved state, failed at `step`."""
+    with pytest.raises(HostError, match=match):
+        host_run.run(PREPARE)
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == step
+    return saved
+
+
 def test_a_stage_that_fails_in_the_prepare_is_recorded_and_the_host_restored(
         run: Any, fleet: Any) -> None:
     host_run, side = run
     side.fail["kernel apply"] = "sysctl: permission denied"
-    with pytest.raises(HostError, match="kernel settings failed"):
-        host_run.run(PREPARE)
-    saved = host_run.load()
-    assert saved["status"] == FAILED and saved["error"]["step"] == "stage"
+    saved = _failed_prepare(host_run, "kernel settings failed", "stage")
     assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS[:3])
     assert state(fleet, 0)["counters"].get("session_POST") is not None
     assert host_run.restore(leave_drained=False)["status"] == RESTORED
@@ -340,10 +346,7 @@ def test_a_drain_that_fails_in_the_prepare_is_the_drain_steps_failure(run: Any,
                                                                       fleet: Any) -> None:
     host_run, side = run
     side.fail["drain"] = "still 3 established connections on port 8080 after 300s"
-    with pytest.raises(HostError, match="drain failed: still 3 established"):
-        host_run.run(PREPARE)
-    saved = host_run.load()
-    assert saved["status"] == FAILED and saved["error"]["step"] == "drain"
+    saved = _failed_prepare(host_run, "drain failed: still 3 established", "drain")
     assert saved["steps"]["precheck"]["ok"] and saved["steps"]["snapshot"]["ok"]
     assert saved["steps"]["drain"]["ok"] is False
     assert side.calls == ["health"]  # not drained a second time on its own
