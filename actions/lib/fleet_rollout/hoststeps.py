@@ -156,8 +156,9 @@ class HostRun:
         self._prepare: Optional[Dict[str, Any]] = None
         # a prepare's BMC session, its discovery and when it was last used (_bmc)
         self._held: Optional[Tuple[RedfishSession, Any, float]] = None
-        # a drain was asked for by an earlier attempt (one killed after the host set its flag)
-        self._drain_asked_before = False
+        # when this action got the host's lock: a drain asked for before it (drain_asked, a
+        # time) was asked by an earlier attempt
+        self._locked_at = 0.0
         self._coalesce()
 
     def _coalesce(self) -> None:
@@ -207,8 +208,7 @@ class HostRun:
             steps.check(step)
         with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
                        f"step {step}", self.ctx.sleep):
-            if step in (PREPARE, "drain"):
-                self._drain_asked_before = bool(self.load().get("drain_asked"))
+            self._locked_at = time.time()
             if step == PREPARE:
                 return self._prepare_locked()
             return self._run_locked(step)
@@ -417,7 +417,9 @@ class HostRun:
             result = dict(result, **{"with": "precheck"})  # its time is in the precheck's
         # an attempt killed after the host set its flag left it drained unrecorded: this run
         # finds the flag set (not changed) and records the change once
-        earlier = self._drain_asked_before and not state.get("drain_audited")
+        asked = state.get("drain_asked")
+        earlier = bool(asked) and float(asked) < self._locked_at and \
+            not state.get("drain_audited")
         if result.get("changed") or earlier:
             self.ctx.audit.record(self.name, "service", "in service", "drained",
                                   self.ctx.execution_id, self.ctx.user)

@@ -294,7 +294,6 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
                   permutations: int = PERMUTATIONS, pre_windows: float = 1.0) -> WeightedResult:
     """One-sided test of "canaries' e is larger" (see the module text). Needs at least one
     canary and one control. pre_windows: how many post windows long the pre window is."""
-
     canary = np.array([h.canary for h in hosts], dtype=bool)
     if not canary.any() or canary.all():
         raise ValueError("the weighted test needs canary and control hosts")
