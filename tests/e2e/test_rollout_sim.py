@@ -267,8 +267,8 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
                 times.append(head["time"])
                 starts.append(head["started"])
             assert times == sorted(times), times
-            # collections start a step (10 s / 2) apart or more: each waits what is left of
-            # the step after the one before (whole seconds), not a whole step after its end
+            # the hosts sample a step (10 s / 2) apart from the window's start (gate.py), and
+            # the window's end stores each step's collection
             pre, post = starts[:5], starts[5:]
             assert all(b - a >= 5 for w in (pre, post) for a, b in zip(w, w[1:])), starts
         verdicts = [keys[f"batch.{i}"]["verdict"]["verdict"] for i in range(4)]

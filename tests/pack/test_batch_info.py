@@ -74,23 +74,22 @@ def test_ansible_forks_come_from_the_pack_config(tmp_path: Path):
     assert service.context(dict(base, ansible_forks=64), store, "forks-1").hostside.forks == 64
 
 
-def test_collections_of_a_window_sample_a_step_apart(tmp_path: Path, monkeypatch: Any):
-    """Each collection of a window samples one step after the one before it, whatever that one
-    took and however early or late the workflow's delay brought it: the workflow waits the
-    whole seconds until its run is to start (an orquesta delay, rounded down), the collection
-    the fraction left; the run starts the lead (2 s) before the sample time and passes it to
-    the hosts (`at`), so the hosts' reading is not after the due moment. Before, the window
-    lasted until its last collection had read every host. A collection longer than a step
-    delays the next (never two closer than a step); one that starts late samples at once. The
-    hosts' counters are a stand-in (the clock is what is measured): time.time and time.sleep
-    are the test's clock."""
+def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
+                                                               monkeypatch: Any):
+    """A window costs two runs on its hosts whatever its steps: its start snapshots every host
+    and leaves a sampler there (start_window: the window's id, its step, its samples); the
+    collections of the steps inside only keep the workflow's pace (each waits for its step's
+    due time, touches no host and says the whole seconds to the next); its end reads every
+    started host's samples (read_window, waiting the start's own time plus a step and the
+    slack) and stores one collection per step, a host's missed sample as that host's error.
+    The hosts are a stand-in (the controller's side is what is tested; test_hostside_sim and
+    test_counters_collector run the samplers): time.time and time.sleep are the test's clock."""
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
     assert [gate.next_delay(1005.0, t) for t in (1000.0, 1001.2, 1004.1, 1005.0, 1009.0)] == \
         [5, 3, 0, 0, 0]
     assert type(gate.next_delay(1010 / 3, 1.2)) is int
-    assert gate.sample_lead(5.0) == 2.0 and gate.sample_lead(3.0) == 1.5
 
     plan, store = stored_plan("pace-1", 20, window_seconds=10, window_steps=2)
     config = {"credentials": {"lab": {"username": "u", "password": "p"}},
@@ -98,69 +97,93 @@ def test_collections_of_a_window_sample_a_step_apart(tmp_path: Path, monkeypatch
     ctx = service.context(config, store, "pace-1")
     clock = [1000.0]
     slept: List[float] = []
-    asked: List[Any] = []
+    calls: List[Tuple[Any, ...]] = []
     monkeypatch.setattr(gate.time, "time", lambda: clock[0])
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         clock[0] += seconds
     monkeypatch.setattr(gate.time, "sleep", sleep)
+    index = next(i for i, b in enumerate(plan["batches"]) if len(b["hosts"]) > 1)
+    hosts = gate.batch_hosts(ctx, index) + service.controls_for_batch(ctx.plan, index)
+    assert len(hosts) >= 4
+    broken, partial, restarted = hosts[-1], hosts[-2], hosts[-3]
+    firsts: Dict[str, float] = {}
 
-    def counters(hosts: Any, took: float, at: Any = None, wait: float = 0.0
-                 ) -> Dict[str, HostResult]:
-        asked.append((at, wait))
-        clock[0] += took
-        return {h: HostResult(h, ok=True, result={"host": h}) for h in hosts}
+    def start_window(names: Any, window: str, every: float, samples: int
+                     ) -> Dict[str, HostResult]:
+        calls.append(("start", list(names), window, every, samples))
+        clock[0] += 1.5
+        firsts.update({h: clock[0] for h in names})
+        return {h: HostResult(h, ok=True, result={"host": h, "time": clock[0]})
+                if h != broken else HostResult(h, ok=False, error="ssh: unreachable")
+                for h in names}
 
-    def started(label: str) -> float:
-        return store.get_json(f"fleet_rollout.pace-1.batch.0.counters.{label}")["started"]
+    def read_window(names: Any, window: str, wait: float) -> Dict[str, HostResult]:
+        calls.append(("read", list(names), window, wait))
+        clock[0] += 0.8
+        out = {}
+        for h in names:
+            t0 = firsts[h] if h != restarted else firsts[h] + 40.0
+            doc = {"t0": t0, "every": 5.0, "samples": 6, "done": True, "errors": {},
+                   "snapshots": [{"host": h, "time": t0 + 5.0 * k} for k in range(1, 7)]}
+            if h == partial:  # its sampler stopped after the 4th sample
+                doc.update(done=False, snapshots=doc["snapshots"][:4])
+            out[h] = HostResult(h, ok=True, result=doc)
+        return out
+    monkeypatch.setattr(ctx.hostside, "start_window", start_window)
+    monkeypatch.setattr(ctx.hostside, "read_window", read_window)
+    monkeypatch.setattr(ctx.hostside, "counters", lambda *a, **k: pytest.fail("no collection "
+                                                                               "per step"))
 
-    # (label, the engine's latency after the delay, the run's own time): expected (its sample
-    # time, the sample time passed to the hosts, the delay it asks for, what it slept)
-    pre_steps = service.batch_info(config, store, "pace-1", 0)["pre_steps"]
-    rows = [("pre_start", 0.0, 1.2, 1000.0, None, 1, 0.0),  # the first: at once; next run
-            #                                                 at 1003 (1005 - 2): 1 + 0.8
-            ("pre_step_1", 0.3, 3.0, 1005.0, 1005.0, 2, 0.5),  # arrives 1002.5: sleeps 0.5
-            ("pre_step_2", 0.2, 4.5, 1010.0, 1010.0, 0, 0.0),  # arrives 1008.2: starts at once
-            ("pre_step_3", 0.0, 12.0, 1015.0, 1015.0, 0, 0.3),  # arrives 1012.7: sleeps 0.3
-            ("pre_step_4", 0.0, 1.0, 1025.0, None, 2, 0.0)]  # late (due 1020): samples at once
-    delay_before = 0
-    for label, latency, took, start, at, delay, nap in rows:
-        clock[0] += delay_before + latency  # the workflow's delay, then the engine's latency
+    def head(label: str) -> Dict[str, Any]:
+        return store.get_json(f"fleet_rollout.pace-1.batch.{index}.counters.{label}")
+
+    with pytest.raises(RuntimeError, match="pre_step_1 before pre_start"):
+        gate.collect(ctx, index, "pre_step_1")
+    assert service.batch_info(config, store, "pace-1", index)["pre_steps"] == 6
+    out = gate.collect(ctx, index, "pre_start")
+    assert calls == [("start", hosts, f"pace-1.b{index}.pre", 5.0, 6)]
+    assert head("pre_start")["started"] == 1000.0 and out["next_delay"] == 3  # due 1005 at 1001.5
+    assert out["collected"] == len(hosts) - 1 and set(out["errors"]) == {broken}
+    # the steps inside: (the workflow's delay plus the engine's latency, what the step sleeps,
+    # the delay it asks for); none touches a host
+    delay = out["next_delay"]
+    for number, latency, nap, asked in ((1, 0.3, 0.2, 5), (2, 0.4, 0.0, 4), (3, 2.6, 0.0, 3),
+                                        (4, 0.1, 0.0, 4), (5, 1.3, 0.0, 4)):
+        clock[0] += delay + latency
         slept.clear()
-        asked.clear()
-        monkeypatch.setattr(ctx.hostside, "counters",
-                            lambda hosts, t=took, **kw: counters(hosts, t, **kw))
-        out = gate.collect(ctx, 0, label)
-        assert started(label) == pytest.approx(start), label
-        assert asked[0][0] == (None if at is None else pytest.approx(at)), label
-        if at is not None:
-            assert asked[0][1] == pytest.approx(3.0)  # the lead and the slack
-        assert out["next_delay"] == delay and type(out["next_delay"]) is int, (label, out)
-        assert sum(slept) == pytest.approx(nap), label
-        assert out["seconds"] == pytest.approx(round(clock[0] - start, 1))
-        assert out["collected"] == out["hosts"] > 0
-        delay_before = out["next_delay"]
-    # the end collection samples a step after the last step (pre_step_<pre_steps - 1>); its
-    # run starts on arrival, the hosts wait for the moment; a long wait is cut at a step (a
-    # clock jump never stalls a window) and a sample time too far ahead is not given
-    monkeypatch.setattr(ctx.hostside, "counters",
-                        lambda hosts, **kw: counters(hosts, 0.5, **kw))
-    gate.collect(ctx, 0, f"pre_step_{pre_steps - 1}")
-    last = started(f"pre_step_{pre_steps - 1}")
-    clock[0] = last + 4.6
+        out = gate.collect(ctx, index, f"pre_step_{number}")
+        assert sum(slept) == pytest.approx(nap, abs=1e-9), number
+        assert out["next_delay"] == asked and type(asked) is int, (number, out)
+        assert out["on_hosts"] is True and head(f"pre_step_{number}") is None
+        delay = out["next_delay"]
+    assert len(calls) == 1
+    clock[0] += delay
     slept.clear()
-    asked.clear()
-    gate.collect(ctx, 0, "pre_end")
-    assert started("pre_end") == pytest.approx(last + 5.0) and slept == []
-    assert asked == [(pytest.approx(last + 5.0), pytest.approx(3.0))]
+    out = gate.collect(ctx, index, "pre_end")
+    assert sum(slept) == pytest.approx(0.6)  # arrived 1029.4; due: the start + 6 steps
+    assert calls[1] == ("read", hosts[:-1], f"pace-1.b{index}.pre", pytest.approx(1.5 + 5.0 + 1.0))
+    assert out["next_delay"] == 0 and out["collected"] == len(hosts) - 3
+    for number in range(1, 7):
+        label = f"pre_step_{number}" if number < 6 else "pre_end"
+        stored = gate.load_collection(ctx, index, label)
+        assert head(label)["started"] == pytest.approx(1000.0 + 5 * number)
+        fine = set(hosts) - {broken, restarted} - ({partial} if number > 4 else set())
+        assert set(stored["snapshots"]) == fine, label
+        assert stored["snapshots"][hosts[0]]["time"] == pytest.approx(1001.5 + 5 * number)
+        assert "did not start here: ssh: unreachable" in stored["errors"][broken]
+        assert "started again" in stored["errors"][restarted]
+        assert (partial in stored["errors"]) == (number > 4)
+    assert "stopped before it" in gate.load_collection(ctx, index, "pre_end")["errors"][partial]
+    # a clock that jumps back never holds a step longer than a step
     clock[0] = 2000.0
-    gate.collect(ctx, 0, "post_start")
-    clock[0] = 1990.0  # the clock went back 10 s
+    gate.collect(ctx, index, "post_start")
+    assert calls[-1][2:] == (f"pace-1.b{index}.post", 5.0, 2)
+    clock[0] = 1990.0
     slept.clear()
-    asked.clear()
-    gate.collect(ctx, 0, "post_step_1")
-    assert slept == [5.0] and asked == [(None, 0.0)]
+    gate.collect(ctx, index, "post_step_1")
+    assert slept == [5.0]
 
 
 def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):

@@ -148,35 +148,139 @@ def test_collector_runs_alone_with_only_the_standard_library(tmp_path: Path) -> 
     assert proc.returncode == 2 and "not a directory" in proc.stderr
 
 
-def test_collector_samples_at_the_time_it_is_given(tmp_path: Path) -> None:
-    """--at: a collection started early samples at that moment (this host's clock), waiting at
-    most --max-wait; a time already past samples at once."""
-    slept = []
-    clock = [100.0]
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.slept: list = []
 
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock[0] += seconds
+    def __call__(self) -> float:
+        return self.now
 
-    assert collector.wait_until(101.5, 10.0, lambda: clock[0], sleep) == 1.5
-    assert slept == [1.5] and clock[0] == 101.5
-    assert collector.wait_until(101.0, 10.0, lambda: clock[0], sleep) == 0.0  # past
-    assert collector.wait_until(200.0, 3.0, lambda: clock[0], sleep) == 3.0  # capped
-    assert slept == [1.5, 3.0]
-    # the command line, as the counters playbook passes it (a time 0.4 s ahead)
-    import time as _time
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now += seconds
 
+
+def test_a_window_samples_a_step_apart_from_its_first_snapshot(tmp_path: Path) -> None:
+    """start_window claims the window and writes its state; run_window (the sampler) takes the
+    other samples one step apart from the first's time, each written as it is taken, a failed
+    one recorded and the window going on; read_window prints it once done, or after its
+    wait what was taken so far."""
+    clock = FakeClock(1000.0)
+    directory = str(tmp_path / "samples")
+    state = collector.start_window("r-1.b0.pre", 5.0, 3, {"time": 1000.2}, directory, 1000.2)
+    assert oct(os.stat(directory).st_mode & 0o777) == "0o700"
+    stored = json.loads((tmp_path / "samples" / "r-1.b0.pre.json").read_text())
+    assert stored["done"] is False and stored["snapshots"] == [] and stored["t0"] == 1000.2
+    partial = collector.read_window("r-1.b0.pre", directory, 0.35, clock, clock.sleep)
+    assert partial["done"] is False and clock.slept == [0.1, 0.1, 0.1, 0.05]
+    taken = iter([{"time": 1005.2}, OSError("disk gone"), {"time": 1015.2}])
+
+    def take() -> dict:
+        item = next(taken)
+        if isinstance(item, Exception):
+            raise item
+        return item
+    clock.slept.clear()
+    collector.run_window(state, take, directory, clock, clock.sleep)
+    assert clock.slept == pytest.approx([4.85, 5.0, 5.0])  # due 1005.2, 1010.2, 1015.2
+    doc = collector.read_window("r-1.b0.pre", directory, 0.0, clock, clock.sleep)
+    assert doc["done"] is True and doc["snapshots"] == [{"time": 1005.2}, None, {"time": 1015.2}]
+    assert doc["errors"] == {"2": "OSError: disk gone"}
+    # the clock jumps back: a sample is never more than a step late
+    clock.now = 500.0
+    clock.slept.clear()
+    state = collector.start_window("r-1.b0.post", 5.0, 1, {"time": 1000.0}, directory, 500.0)
+    collector.run_window(state, lambda: {"time": 505.0}, directory, clock, clock.sleep)
+    assert clock.slept == [5.0]
+    with pytest.raises(collector.WindowError, match="no samples on this host"):
+        collector.read_window("r-2.b0.pre", directory, 0.0, clock, clock.sleep)
+
+
+def test_a_window_started_again_stops_the_earlier_sampler(tmp_path: Path) -> None:
+    """A second start of a window (an action retried) takes it over: the earlier sampler stops
+    at its next sample and its samples are never read as the new window's."""
+    clock = FakeClock(1000.0)
+    directory = str(tmp_path / "samples")
+    old = collector.start_window("w", 5.0, 3, {"time": 1000.0}, directory, 1000.0)
+    new = collector.start_window("w", 5.0, 3, {"time": 1001.0}, directory, 1001.0)
+    took = []
+    collector.run_window(old, lambda: took.append(1) or {"time": 0}, directory, clock,
+                         clock.sleep)
+    assert took == [] and len(clock.slept) == 1  # waited for its first sample, then stopped
+    doc = collector.read_window("w", directory, 0.0, clock, clock.sleep)
+    assert doc["t0"] == 1001.0 and doc["token"] == new["token"] != old["token"]
+
+
+def test_a_window_refuses_bad_ids_steps_and_a_directory_others_can_write(tmp_path: Path) -> None:
+    directory = str(tmp_path / "samples")
+    for window in ("../x", "a/b", "", ".hidden", "x" * 129, "a b"):
+        with pytest.raises(collector.WindowError, match="window id"):
+            collector.start_window(window, 5.0, 2, {"time": 1.0}, directory, 1.0)
+    with pytest.raises(collector.WindowError, match="--every"):
+        collector.start_window("w", 0.0, 2, {"time": 1.0}, directory, 1.0)
+    with pytest.raises(collector.WindowError, match="--samples"):
+        collector.start_window("w", 5.0, 1001, {"time": 1.0}, directory, 1.0)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(collector.WindowError, match="refused"):
+        collector.start_window("w", 5.0, 2, {"time": 1.0}, str(shared), 1.0)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link")
+    with pytest.raises(collector.WindowError, match="refused"):
+        collector.start_window("w", 5.0, 2, {"time": 1.0}, str(tmp_path / "link"), 1.0)
+    # and a week-old window's files go when the next window starts
+    import time
+
+    collector.start_window("old", 5.0, 1, {"time": 1.0}, directory, time.time())
+    week_ago = time.time() - 8 * 86400
+    for name in ("old.json", "old.owner"):
+        os.utime(os.path.join(directory, name), (week_ago, week_ago))
+    collector.start_window("new", 5.0, 1, {"time": 1.0}, directory, time.time())
+    assert sorted(os.listdir(directory)) == ["new.json", "new.owner"]
+
+
+def test_the_window_command_leaves_a_sampler_and_returns(tmp_path: Path) -> None:
+    """The command line, as the counters playbook runs it (-I -S, the source alone): --window
+    prints the first snapshot and returns while its sampler goes on in a session of its own,
+    holding none of the command's pipes; --read prints the samples once taken; a bad option
+    is refused before anything is sampled."""
     root = build_tree(tmp_path / "tree")
-    at = _time.time() + 0.4
-    proc = subprocess.run(
-        [sys.executable, "-I", "-S", str(COLLECTOR), "--sysroot", str(root), "--host", "h1",
-         "--at", f"{at:.3f}", "--max-wait", "3"],
-        capture_output=True, text=True, timeout=60)
+    base = [sys.executable, "-I", "-S", str(COLLECTOR), "--sysroot", str(root), "--host", "h1"]
+    proc = subprocess.run(base + ["--window", "r-1.b3.post", "--every", "1", "--samples", "2"],
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["time"] >= at - 0.01  # read after the moment, not before
-    proc = subprocess.run([sys.executable, "-I", "-S", str(COLLECTOR), "--sysroot", str(root),
-                           "--at", "soon"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--at" in proc.stderr
+    first = json.loads(proc.stdout)
+    assert first["host"] == "h1" and first["interfaces"]["eth0"]["statistics"]["rx_dropped"] == 10
+    state = json.loads((root / "var/tmp/fleet-rollout/r-1.b3.post.json").read_text())
+    assert state["done"] is False and state["t0"] == first["time"]
+    proc = subprocess.run(base + ["--read", "r-1.b3.post", "--max-wait", "10"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["done"] is True and [s["host"] for s in doc["snapshots"]] == ["h1", "h1"]
+    assert doc["snapshots"][1]["time"] - doc["t0"] == pytest.approx(2.0, abs=0.5)
+    for bad, said in ((["--window", "w"], "--window needs --every and --samples"),
+                      (["--window", "../w", "--every", "1", "--samples", "1"], "window id"),
+                      (["--read", "nope", "--max-wait", "0"], "no samples on this host")):
+        proc = subprocess.run(base + bad, capture_output=True, text=True, timeout=60)
+        assert proc.returncode in (1, 2) and said in proc.stderr, (bad, proc.stderr)
+    assert sorted(os.listdir(root / "var/tmp/fleet-rollout")) == ["r-1.b3.post.json",
+                                                                  "r-1.b3.post.owner"]
+
+
+def test_the_collector_imports_only_what_a_snapshot_needs(tmp_path: Path) -> None:
+    """Every host starts the collector at each window's start: a snapshot of a sim tree loads
+    neither typing, subprocess nor socket (ethtool and the hostname fallback import theirs)."""
+    root = build_tree(tmp_path / "tree")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", "-c",
+                           COLLECTOR.read_text(), "--sysroot", str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["host"] == "web-001"
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+              if line.startswith("import time:")}
+    assert "json" in loaded and not loaded & {"typing", "subprocess", "socket"}, loaded
 
 
 def test_collector_on_this_machine() -> None:

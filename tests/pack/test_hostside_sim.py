@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 
 import pytest
 import yaml
@@ -155,31 +154,58 @@ def test_counters_collected_through_ansible(lab):
         assert "eth0" in doc["interfaces"]
 
 
-def test_counters_sampled_at_a_given_moment_through_ansible(lab):
-    """A collection started early: every host reads its counters at the moment given, not
-    before it (the run's start and the forks come first)."""
-    _, side = lab
-    at = time.time() + 3.0
-    results = side.counters(HOSTS, at=at, wait=5.0)
-    times = [results[name].result["time"] for name in HOSTS if results[name].ok]
-    assert len(times) == len(HOSTS), results
-    assert min(times) >= at - 0.01
+def test_a_window_sampled_on_the_hosts_through_ansible(lab):
+    """start_window: each host's first snapshot at once, and a sampler left on the host (the
+    run does not wait for it); read_window: the window's samples, a step apart on the host's
+    clock from the first, once they are all taken. A host without that window says so; a
+    window started again replaces the earlier one (whose sampler stops)."""
+    backend, side = lab
+    started = side.start_window(HOSTS, "r-1.b0.post", 2.0, 3)
+    firsts = {name: started[name].result for name in HOSTS}
+    assert all(started[name].ok for name in HOSTS), started
+    assert all(doc["boot_id"] and doc["interfaces"] for doc in firsts.values())
+    early = side.read_window(HOSTS[:1], "r-1.b0.post", 0.0)[HOSTS[0]]
+    assert early.ok and early.result["done"] is False and len(early.result["snapshots"]) < 3
+    read = side.read_window(HOSTS + ["ghost"], "r-1.b0.post", 15.0)
+    for name in HOSTS:
+        doc = read[name].result
+        assert read[name].ok and doc["done"] is True and doc["errors"] == {}, read[name]
+        assert doc["t0"] == firsts[name]["time"] and (doc["every"], doc["samples"]) == (2.0, 3)
+        offsets = [snap["time"] - doc["t0"] for snap in doc["snapshots"]]
+        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.5), offsets
+        assert {snap["host"] for snap in doc["snapshots"]} == {name}
+        assert os.path.isfile(os.path.join(backend.sysroot(name), "var/tmp/fleet-rollout",
+                                           "r-1.b0.post.json"))
+    assert not read["ghost"].ok and read["ghost"].unreachable
+    missing = side.read_window(HOSTS[:1], "r-1.b0.pre", 0.0)[HOSTS[0]]
+    assert not missing.ok and "no samples on this host" in missing.error
+    # started again: the new window's samples, from its own first snapshot
+    again = side.start_window(HOSTS[:1], "r-1.b0.post", 0.5, 1)[HOSTS[0]]
+    doc = side.read_window(HOSTS[:1], "r-1.b0.post", 10.0)[HOSTS[0]].result
+    assert doc["t0"] == again.result["time"] > firsts[HOSTS[0]]["time"]
+    assert doc["done"] and len(doc["snapshots"]) == 1
 
 
-def test_a_sampled_collection_starts_every_host_before_the_moment(monkeypatch):
-    """With a sample time, up to 100 hosts (the configured forks if more) run at once: a host
-    waiting for a fork would start after the moment."""
+def test_a_window_starts_and_reads_many_hosts_at_once(monkeypatch):
+    """A window's start and read reach up to 100 hosts at once (the configured forks if
+    more): the hosts' windows start close together, and a host waiting for its samples holds
+    no fork another host needs. A plain collection runs with the configured forks."""
     seen = []
     side = HostSide("inventory.yml", forks=20)
     monkeypatch.setattr(side, "_run", lambda playbook, hosts, extra=None, forks=None:
-                        seen.append((playbook, len(hosts), forks)) or {})
-    side.counters([f"h{i}" for i in range(150)], at=1.0)
-    side.counters([f"h{i}" for i in range(30)], at=1.0)
-    side.counters([f"h{i}" for i in range(30)])  # no sample time: the configured forks
+                        seen.append((playbook, len(hosts), forks, sorted(extra or {}))) or {})
+    side.start_window([f"h{i}" for i in range(150)], "w", 5.0, 2)
+    side.read_window([f"h{i}" for i in range(30)], "w", 3.0)
+    side.counters([f"h{i}" for i in range(30)])
     side.forks = 200
-    side.counters([f"h{i}" for i in range(150)], at=1.0)
-    assert seen == [("counters", 150, 100), ("counters", 30, 30), ("counters", 30, None),
-                    ("counters", 150, 200)]
+    side.start_window([f"h{i}" for i in range(150)], "w", 5.0, 2)
+    start = ["fleet_collector_script", "fleet_window", "fleet_window_every",
+             "fleet_window_samples"]
+    assert seen == [("counters", 150, 100, start),
+                    ("counters", 30, 30, ["fleet_collector_script", "fleet_window_read",
+                                          "fleet_window_wait"]),
+                    ("counters", 30, None, ["fleet_collector_script"]),
+                    ("counters", 150, 200, start)]
 
 
 def test_drain_and_undrain_through_the_configured_command(tmp_path):

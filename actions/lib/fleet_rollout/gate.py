@@ -1,5 +1,5 @@
 """The canary gate of a batch: counter snapshots of canary and control hosts at the same moments,
-then the judge.
+sampled by the hosts themselves, then the judge.
 
     pre_start --window-- pre_end   (before the batch is drained)
     ... change the batch ... soak ...
@@ -11,9 +11,12 @@ inside it (post_step_1 .. post_step_<n-1>): the judge then has each host's drops
 p windows (the hosts' history before the change: their rate before is measured p times as
 long), in p * n steps of the same length (pre_step_1 .. pre_step_<p*n-1>).
 
-Counter windows of canary and control hosts cover the same wall-clock times; the window holding
-the reboot is never used (the post window starts after the soak). Snapshots live in the datastore
-under the batch; a host whose collection failed is simply missing (the judge's data guards decide).
+Counter windows of canary and control hosts cover the same wall-clock times: a window's start
+reaches every host within its run (up to 100 at once), and each host then samples a step apart
+on its own clock; the window holding the reboot is never used (the post window starts after the
+soak). A host that cannot keep a sampler (or whose sampler stopped) misses those samples.
+Snapshots live in the datastore under the batch; a host whose collection failed is simply
+missing (the judge's data guards decide).
 
     batch.<i>.counters.<label>      {"time" (its end), "started", "parts": n}, written after
                                     its parts
@@ -42,11 +45,9 @@ from fleet_rollout.store import key
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
 STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
-# seconds a collection's Ansible run starts before its sample time (at most half a step): the
-# run's start, its forks and each host's collector start happen while the window still runs,
-# and the hosts sample at the due moment, not one after another after it
-SAMPLE_LEAD = 2.0
-SAMPLE_SLACK = 1.0  # seconds a host waits for the sample time beyond the lead (clock skew)
+# seconds a host waits for its window's last sample beyond the window's start run's own time
+# (the read reaches the hosts in about the order the start did; clock skew)
+SAMPLE_SLACK = 1.0
 
 
 def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
@@ -57,61 +58,111 @@ def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
 
 
 def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
-    """Snapshot the counters of this batch's hosts and its controls; stored under the batch.
+    """One collection of a counter window of this batch's hosts and its controls.
 
-    Collections of a window sample a step apart (canary.window_seconds / window_steps), from
-    sample to sample, never less: each is due one step after the one before it. Its run starts
-    sample_lead() seconds before that and every host samples at the due moment (the
-    collector's --at), so the window ends when it is due, not when the last host was read. The
-    workflow waits `next_delay`, the whole seconds until the next run is to start (orquesta's
-    task delay is an integer; 0 when it is due already), and the next collection waits the
-    fraction of a second left. A window lasts what the profile says: not that plus every
-    collection's time, nor every delay rounded up and every engine latency added. A
-    collection longer than a step delays the ones after it; one that starts late samples at
-    once. `seconds` is the time from the sample to the collection's end."""
+    The hosts sample the window themselves: its start (`<window>_start`) snapshots every host
+    and leaves a sampler on each that takes the window's other samples, a step apart
+    (canary.window_seconds / window_steps) on the host's clock from its first; the window's
+    end (`<window>_end`) reads them all and stores each step's collection. So a window costs
+    two Ansible runs whatever its steps, every host's window lasts what the profile says,
+    and a batch too big to read in a step still gets its steps. The collections of the steps
+    inside (`<window>_step_<k>`) only keep the workflow's pace: each waits for its step's
+    due time and says the whole seconds to the next (`next_delay`, orquesta's task delay is
+    an integer; the next collection waits the fraction left). `seconds`: the collection's
+    own time after it was due."""
     check_label(label)
-    step = step_seconds(ctx.profile["canary"])
-    lead = sample_lead(step)
-    before = previous_label(label, ctx.profile["canary"])
-    previous = collection_started(ctx, index, before) if before else None
-    sample_at: Optional[float] = None
-    if previous is not None:
-        due = previous + step
-        wait_until(due - lead, limit=step)
-        if 0 < due - time.time() <= lead + SAMPLE_SLACK:  # not late, no clock jump
-            sample_at = due
-    started = time.time() if sample_at is None else sample_at
+    canary = ctx.profile["canary"]
+    step = step_seconds(canary)
+    window, _sep, part = label.partition("_")
+    steps = dict(zip(("pre", "post"), window_steps(canary)))[window]
     hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
-    if sample_at is None:
-        results = ctx.hostside.counters(hosts)
-    else:
-        results = ctx.hostside.counters(hosts, at=sample_at, wait=lead + SAMPLE_SLACK)
+    if part == "start":
+        return _start_window(ctx, index, window, hosts, step, steps)
+    started = collection_started(ctx, index, f"{window}_start")
+    if started is None:
+        raise RuntimeError(f"rollout {ctx.rollout_id} batch {index}: {label} before "
+                           f"{window}_start (a window is collected from its start)")
+    number = steps if part == "end" else int(STEP_LABEL.match(label).group(2))
+    due = started + number * step
+    if part != "end":
+        wait_until(due, limit=step)
+        now = time.time()
+        return {"label": label, "hosts": len(hosts), "on_hosts": True,
+                "seconds": round(max(0.0, now - due), 1), "next_delay": next_delay(due + step, now)}
+    wait_until(due, limit=steps * step)
+    return _read_window(ctx, index, window, hosts, started, step, steps)
+
+
+def window_id(ctx: RolloutContext, index: int, window: str) -> str:
+    """The name of a batch's window on its hosts (the collector's --window)."""
+    return f"{ctx.rollout_id}.b{index}.{window}"
+
+
+def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
+                  step: float, steps: int) -> Dict[str, Any]:
+    started = time.time()
+    results = ctx.hostside.start_window(hosts, window_id(ctx, index, window), step, steps)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     ended = time.time()
-    save_collection(ctx, index, label, ended, snapshots, errors, started)
-    return {"label": label, "hosts": len(hosts), "collected": len(snapshots),
+    save_collection(ctx, index, f"{window}_start", ended, snapshots, errors, started)
+    return {"label": f"{window}_start", "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "seconds": round(max(0.0, ended - started), 1),
-            "next_delay": next_delay(started + step - lead, ended)}
+            "next_delay": next_delay(started + step, ended)}
 
 
-def sample_lead(step: float) -> float:
-    """Seconds a collection's run starts before its sample time: SAMPLE_LEAD, at most half a
-    step."""
-    return min(SAMPLE_LEAD, step / 2.0)
+def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
+                 started: float, step: float, steps: int) -> Dict[str, Any]:
+    """Read every started host's samples; one collection per step stored, the end's last."""
+    head = load_collection(ctx, index, f"{window}_start")
+    firsts = head.get("snapshots") or {}
+    took = max(0.0, float(head.get("time") or started) - started)
+    results = ctx.hostside.read_window([h for h in hosts if h in firsts],
+                                       window_id(ctx, index, window),
+                                       took + step + SAMPLE_SLACK)
+    taken: List[Dict[str, Any]] = [{} for _ in range(steps)]
+    missed: List[Dict[str, str]] = [{} for _ in range(steps)]
+    for host in hosts:
+        entry = results.get(host)
+        if entry is None:
+            reason = (head.get("errors") or {}).get(host, "not collected")
+            lost = f"the window did not start here: {reason}"
+        elif not entry.ok:
+            lost = entry.error or "the window's samples could not be read"
+        else:
+            lost = window_problem(entry.result, firsts[host], step, steps)
+        for number in range(steps):
+            sample = None if lost else entry.result["snapshots"][number:number + 1]
+            if sample and isinstance(sample[0], dict):
+                taken[number][host] = sample[0]
+            else:
+                missed[number][host] = lost or str(
+                    (entry.result.get("errors") or {}).get(str(number + 1))
+                    or "not sampled: the window's sampler stopped before it (did the host "
+                       "reboot?)")[:300]
+    ended = time.time()
+    for number in range(steps):  # the steps inside first, the end last (what readers wait for)
+        label = f"{window}_step_{number + 1}" if number + 1 < steps else f"{window}_end"
+        due = started + (number + 1) * step
+        save_collection(ctx, index, label, ended if number + 1 == steps else due,
+                        taken[number], missed[number], due)
+    due = started + steps * step
+    return {"label": f"{window}_end", "hosts": len(hosts), "collected": len(taken[-1]),
+            "errors": missed[-1], "seconds": round(max(0.0, ended - due), 1), "next_delay": 0}
 
 
-def previous_label(label: str, canary: Dict[str, Any]) -> Optional[str]:
-    """The collection before this one in its window (None for the window's first)."""
-    window, _sep, rest = label.partition("_")
-    if rest == "start":
-        return None
-    step = STEP_LABEL.match(label)
-    if step:
-        number = int(step.group(2))
-    else:  # the window's end
-        number = dict(zip(("pre", "post"), window_steps(canary)))[window]
-    return f"{window}_start" if number <= 1 else f"{window}_step_{number - 1}"
+def window_problem(doc: Any, first: Dict[str, Any], step: float, steps: int) -> Optional[str]:
+    """Why a host's window state is not this window's (None when it is): it must be the one
+    whose first snapshot the start stored, with the steps asked for."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("snapshots"), list):
+        return "the window's samples are not a window's state"
+    if not isinstance(doc.get("t0"), (int, float)) or abs(doc["t0"] - first.get("time", 0)) > 0.01:
+        return "the host's window was started again after this collection's start (samples of " \
+               "another start)"
+    if doc.get("samples") != steps or abs(float(doc.get("every") or 0) - step) > 0.001:
+        return f"the host's window has {doc.get('samples')} samples {doc.get('every')} s apart, " \
+               f"not {steps} {step:g} s apart"
+    return None
 
 
 def collection_started(ctx: RolloutContext, index: int, label: str) -> Optional[float]:

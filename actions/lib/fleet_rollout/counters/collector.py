@@ -21,16 +21,17 @@ What it reads (all counters, no interpretation beyond parsing):
 Runs on Python 3.6+ (target hosts; hence no ``from __future__ import annotations`` here) and
 3.8-3.11 (the pack).
 """
-import argparse
 import fnmatch
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations are strings: a host's run imports no typing (nor argparse,
+    # subprocess, socket unless it needs them): the collector starts on every host and sample
+    from typing import Any, Dict, List, Optional
 
 try:  # inside the pack the library's own error type is used
     from fleet_rollout.errors import HostError as _ErrorBase
@@ -61,6 +62,10 @@ class CounterFormatError(_ErrorBase):  # type: ignore[misc,valid-type]
     """Text that should be a counter file is not in the format the kernel or ethtool writes."""
 
 
+class EthtoolTimeout(Exception):
+    """ethtool -S did not answer in time."""
+
+
 # --------------------------------------------------------------------------------------------
 # Parsers: pure functions of text.
 # --------------------------------------------------------------------------------------------
@@ -73,7 +78,7 @@ def parse_counter_value(text: str, source: str = "counter") -> int:
     return int(value)
 
 
-def parse_ethtool_stats(text: str, source: str = "ethtool -S") -> Dict[str, int]:
+def parse_ethtool_stats(text: str, source: str = "ethtool -S") -> "Dict[str, int]":
     """``ethtool -S IFACE`` output -> {stat name: value}.
 
     The first line is ``NIC statistics:``; then one ``name: value`` per line. Names keep the
@@ -99,7 +104,7 @@ def parse_ethtool_stats(text: str, source: str = "ethtool -S") -> Dict[str, int]
     return stats
 
 
-def parse_softnet_stat(text: str, source: str = "/proc/net/softnet_stat") -> List[Dict[str, int]]:
+def parse_softnet_stat(text: str, source: str = "/proc/net/softnet_stat") -> "List[Dict[str, int]]":
     """/proc/net/softnet_stat -> one dict per online CPU, named columns, ints.
 
     Every row carries ``cpu`` (the CPU id from column 13 where the kernel prints it, else the row
@@ -149,7 +154,7 @@ def parse_softnet_stat(text: str, source: str = "/proc/net/softnet_stat") -> Lis
     return rows
 
 
-def parse_snmp(text: str, source: str = "/proc/net/snmp") -> Dict[str, Dict[str, int]]:
+def parse_snmp(text: str, source: str = "/proc/net/snmp") -> "Dict[str, Dict[str, int]]":
     """/proc/net/snmp (pairs of header and value lines per protocol) -> {proto: {field: int}}.
 
     Field sets differ by kernel (Udp gained InCsumErrors in 3.10, IgnoredMulti in 3.19 and
@@ -186,7 +191,7 @@ def parse_snmp(text: str, source: str = "/proc/net/snmp") -> Dict[str, Dict[str,
     return result
 
 
-def parse_snmp6(text: str, source: str = "/proc/net/snmp6") -> Dict[str, int]:
+def parse_snmp6(text: str, source: str = "/proc/net/snmp6") -> "Dict[str, int]":
     """/proc/net/snmp6 (``Name   value`` per line) -> {name: int}."""
     result: Dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
@@ -208,15 +213,21 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def _ethtool_text(iface: str, sysroot: Optional[str], timeout: float) -> Optional[str]:
+def _ethtool_text(iface: str, sysroot: "Optional[str]", timeout: float) -> "Optional[str]":
     """Text of ``ethtool -S IFACE``; None when the interface has no driver statistics."""
     if sysroot is not None:
         path = os.path.join(sysroot, "run", "fleet-sim", "ethtool-S", iface)
         return _read(path) if os.path.isfile(path) else None
-    proc = subprocess.run(  # noqa: UP022 (capture_output needs 3.7; target hosts may have 3.6)
-        ["ethtool", "-S", iface], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, timeout=timeout, check=False,
-    )
+    import subprocess  # only for a real host's ethtool
+
+    try:
+        # capture_output and text need 3.7; target hosts may have 3.6
+        proc = subprocess.run(  # noqa: UP022
+            ["ethtool", "-S", iface], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            universal_newlines=True, timeout=timeout, check=False,  # noqa: UP021
+        )
+    except subprocess.TimeoutExpired:
+        raise EthtoolTimeout(f"ethtool -S {iface}: timed out after {timeout:g} s") from None
     if proc.returncode != 0:
         message = (proc.stderr or proc.stdout).strip()
         if "no stats available" in message or "Operation not supported" in message:
@@ -225,21 +236,21 @@ def _ethtool_text(iface: str, sysroot: Optional[str], timeout: float) -> Optiona
     return proc.stdout
 
 
-def _wanted(iface: str, include: List[str], exclude: List[str]) -> bool:
+def _wanted(iface: str, include: "List[str]", exclude: "List[str]") -> bool:
     if not any(fnmatch.fnmatchcase(iface, pattern) for pattern in include):
         return False
     return not any(fnmatch.fnmatchcase(iface, pattern) for pattern in exclude)
 
 
 def collect(
-    sysroot: Optional[str] = None,
-    include: Optional[List[str]] = None,
-    exclude: Optional[List[str]] = None,
+    sysroot: "Optional[str]" = None,
+    include: "Optional[List[str]]" = None,
+    exclude: "Optional[List[str]]" = None,
     ethtool: bool = True,
     ethtool_timeout: float = 5.0,
-    host: Optional[str] = None,
+    host: "Optional[str]" = None,
     clock=time.time,
-) -> Dict[str, Any]:
+) -> "Dict[str, Any]":
     """Read every counter source once and return the snapshot document.
 
     A source that is missing or unreadable is recorded in ``errors`` and collection goes on; only
@@ -268,6 +279,8 @@ def collect(
         except OSError:
             host = None
         if host is None:
+            import socket
+
             host = socket.gethostname()
 
     document: Dict[str, Any] = {
@@ -323,8 +336,8 @@ def collect(
             except FileNotFoundError:
                 errors.append(f"ethtool -S {iface}: ethtool is not installed")
                 ethtool = False
-            except subprocess.TimeoutExpired:
-                errors.append(f"ethtool -S {iface}: timed out after {ethtool_timeout:g} s")
+            except EthtoolTimeout as exc:
+                errors.append(str(exc))
             except (OSError, CounterFormatError) as exc:
                 errors.append(str(exc))
         document["interfaces"][iface] = entry
@@ -352,8 +365,8 @@ def collect(
 
 def wait_until(at: float, limit: float, clock=time.time, sleep=time.sleep) -> float:
     """Sleep until `at` (seconds since the epoch, this host's clock), at most `limit` seconds
-    (a host whose clock is behind does not hold the collection); not at all when it is past.
-    Returns the seconds slept."""
+    (a clock that jumps back never stalls a window); not at all when it is past. Returns the
+    seconds slept."""
     left = min(at - clock(), max(0.0, limit))
     if left > 0:
         sleep(left)
@@ -361,10 +374,180 @@ def wait_until(at: float, limit: float, clock=time.time, sleep=time.sleep) -> fl
     return 0.0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+# --------------------------------------------------------------------------------------------
+# A window sampled on the host: the first snapshot at once (printed, as a plain collection), the
+# others by a sampler left running here, one step apart on this host's clock; a later command
+# (--read) prints them. A window of n steps costs two commands on the host, not n + 1.
+# --------------------------------------------------------------------------------------------
+
+WINDOW_SCHEMA = "fleet_rollout.counter-window/1"
+WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+SAMPLES_DIR = os.path.join("var", "tmp", "fleet-rollout")  # under the sysroot; kept on reboot
+MAX_SAMPLES = 1000
+MAX_EVERY = 86400.0
+KEEP_SECONDS = 7 * 86400  # window files older than this go when the next window starts
+READ_POLL = 0.1  # seconds between two looks of --read at a window not complete yet
+
+
+class WindowError(Exception):
+    """A window's samples cannot be taken or read on this host."""
+
+
+def samples_dir(sysroot: "Optional[str]") -> str:
+    return os.path.join(sysroot if sysroot is not None else "/", SAMPLES_DIR)
+
+
+def _window_files(directory: str, window: str) -> "Dict[str, str]":
+    if not WINDOW_ID.match(window):
+        raise WindowError(f"window id {window[:60]!r}: letters, digits, '.', '_', '-' "
+                          "(128 at most, not starting with a sign)")
+    return {"samples": os.path.join(directory, window + ".json"),
+            "owner": os.path.join(directory, window + ".owner")}
+
+
+def _own_dir(directory: str) -> None:
+    """Create the samples directory (0700); refuse one that another user could write."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.lstat(directory)
+    except OSError as exc:
+        raise WindowError(f"{directory}: {exc.strerror}") from None
+    import stat
+
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise WindowError(f"{directory}: not a directory of this user that only it can write; "
+                          "refused")
+
+
+def _write_json(path: str, doc: "Dict[str, Any]") -> None:
+    """Whole or not at all: a temp file, synced, renamed over the old one."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(doc, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def _load_json(path: str) -> "Optional[Dict[str, Any]]":
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _remove_old(directory: str, now: float) -> None:
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        try:
+            if now - os.lstat(path).st_mtime > KEEP_SECONDS:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def start_window(window: str, every: float, samples: int, first: "Dict[str, Any]",
+                 directory: str, now: float) -> "Dict[str, Any]":
+    """Claim the window for this launch (a later launch of the same window takes it over: the
+    sampler of an earlier one stops at its next sample) and write its state: the samples to
+    take after `first`, one `every` seconds from the first's time."""
+    if not 0 < every <= MAX_EVERY:
+        raise WindowError(f"--every {every!r}: more than 0, at most {MAX_EVERY:g} seconds")
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise WindowError(f"--samples {samples!r}: 1 to {MAX_SAMPLES}")
+    files = _window_files(directory, window)
+    _own_dir(directory)
+    _remove_old(directory, now)
+    token = f"{os.getpid()}-{first['time']:.3f}"
+    state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": first["time"],
+             "every": every, "samples": samples, "snapshots": [], "errors": {}, "done": False}
+    _write_json(files["owner"], {"token": token})
+    _write_json(files["samples"], state)
+    return state
+
+
+def _owns(files: "Dict[str, str]", token: str) -> bool:
+    owner = _load_json(files["owner"])
+    return owner is not None and owner.get("token") == token
+
+
+def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
+               sleep=time.sleep) -> None:
+    """The sampler: each sample due one step after the one before it (from the window's first
+    snapshot), written after each; it stops when the window is done or another launch took it
+    over. A failed sample is recorded (None, and its error) and the window goes on."""
+    files = _window_files(directory, state["window"])
+    for number in range(1, state["samples"] + 1):
+        wait_until(state["t0"] + number * state["every"], state["every"], clock, sleep)
+        if not _owns(files, state["token"]):
+            return
+        try:
+            state["snapshots"].append(take())
+        except Exception as exc:  # one sample's failure is that sample's, not the window's
+            state["snapshots"].append(None)
+            state["errors"][str(number)] = f"{type(exc).__name__}: {exc}"[:300]
+        state["done"] = number == state["samples"]
+        if not _owns(files, state["token"]):
+            return
+        _write_json(files["samples"], state)
+
+
+def read_window(window: str, directory: str, max_wait: float, clock=time.time,
+                sleep=time.sleep) -> "Dict[str, Any]":
+    """The window's state once it is done, waiting at most `max_wait` seconds; after that what
+    its sampler took so far (done: false). WindowError when this host has no such window."""
+    files = _window_files(directory, window)
+    deadline = clock() + max(0.0, max_wait)
+    while True:
+        owner, doc = _load_json(files["owner"]), _load_json(files["samples"])
+        current = owner is not None and doc is not None and doc.get("token") == owner.get("token")
+        if current and doc.get("done"):
+            return doc
+        left = deadline - clock()
+        if left <= 0:
+            if current:
+                return doc
+            raise WindowError(f"window {window}: no samples on this host (never started here, "
+                              "or removed)" if owner is None else
+                              f"window {window}: its sampler has written nothing readable")
+        sleep(min(READ_POLL, left))
+
+
+def _detach() -> bool:
+    """Fork the sampler off this command: its own session, stdio on /dev/null, no other file
+    descriptor (an SSH session or Ansible's pipes do not wait for it). True in the sampler."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child:
+        _pid, status = os.waitpid(child, 0)
+        if status != 0:
+            raise WindowError("could not start the window's sampler")
+        return False
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, 65536)
+    except OSError:
+        os._exit(1)
+    return True
+
+
+def _arguments(argv: "Optional[List[str]]") -> "Any":
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="collector.py",
-        description="Print one JSON snapshot of this host's NIC drop counters.",
+        description="Print one JSON snapshot of this host's NIC drop counters; or start a "
+                    "window sampled here (--window) and print its samples later (--read).",
     )
     parser.add_argument("--sysroot", metavar="DIR",
                         help="read a fake tree under DIR instead of / (ethtool -S output from "
@@ -376,24 +559,49 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-ethtool", action="store_true", help="do not run ethtool -S")
     parser.add_argument("--host", help="host name to report (default: the kernel's hostname)")
     parser.add_argument("--indent", type=int, default=None, help="pretty-print the JSON")
-    parser.add_argument("--at", type=float, default=None, metavar="EPOCH",
-                        help="take the snapshot at this time (seconds since the epoch, this "
-                             "host's clock; at once when it is past): a collection started "
-                             "early samples every host at the same moment")
-    parser.add_argument("--max-wait", type=float, default=10.0, metavar="SECONDS",
-                        help="wait at most this long for --at (default 10)")
+    parser.add_argument("--window", metavar="ID",
+                        help="print this snapshot as a window's first and leave a sampler "
+                             "taking --samples more, --every seconds apart (state under "
+                             "/var/tmp/fleet-rollout)")
+    parser.add_argument("--every", type=float, metavar="SECONDS")
+    parser.add_argument("--samples", type=int, metavar="N")
+    parser.add_argument("--read", metavar="ID",
+                        help="print the window's samples (JSON), once it is done or after "
+                             "--max-wait seconds")
+    parser.add_argument("--max-wait", type=float, default=10.0, metavar="SECONDS")
     args = parser.parse_args(argv)
+    if args.window is not None and (args.every is None or args.samples is None):
+        parser.error("--window needs --every and --samples")
+    if args.window is not None and args.read is not None:
+        parser.error("--window and --read: one of them")
+    return args
+
+
+def main(argv: "Optional[List[str]]" = None) -> int:
+    args = _arguments(argv)
     if args.sysroot is not None and not os.path.isdir(args.sysroot):
         print(f"collector: --sysroot {args.sysroot}: not a directory", file=sys.stderr)
         return 2
-    if args.at is not None:
-        wait_until(args.at, args.max_wait)
+
+    def take() -> "Dict[str, Any]":
+        return collect(sysroot=args.sysroot, include=args.interfaces, exclude=args.exclude,
+                       ethtool=not args.no_ethtool, host=args.host)
+
+    directory = samples_dir(args.sysroot)
     try:
-        document = collect(
-            sysroot=args.sysroot, include=args.interfaces, exclude=args.exclude,
-            ethtool=not args.no_ethtool, host=args.host,
-        )
-    except CounterFormatError as exc:
+        if args.read is not None:
+            document = read_window(args.read, directory, args.max_wait)
+        else:
+            document = take()
+            if args.window is not None:
+                state = start_window(args.window, args.every, args.samples, document,
+                                     directory, time.time())
+                if _detach():
+                    try:
+                        run_window(state, take, directory)
+                    finally:
+                        os._exit(0)
+    except (CounterFormatError, WindowError) as exc:
         print(f"collector: {exc}", file=sys.stderr)
         return 1
     json.dump(document, sys.stdout, indent=args.indent, sort_keys=True)

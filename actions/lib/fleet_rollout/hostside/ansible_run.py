@@ -398,13 +398,13 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
 def run_limit(spec: RunSpec, hosts: int) -> int:
     """Seconds a run may take when its caller set no timeout: what the host steps' own
     timeouts allow one run (fleet_rollout.timeouts.ANSIBLE, plus a drain's or probe's own wait,
-    or a collection's wait for its sample time), for each wave of `forks` hosts. A run that
+    or a counter window's wait for its samples), for each wave of `forks` hosts. A run that
     hangs on a host (a command that never returns) is ended by then: its hosts without a result
     get an error, the batch is not held."""
     extra = spec.extravars
     wait = float(extra.get("fleet_drain_timeout") or 0) + \
         4 * float(extra.get("fleet_probe_budget_ms") or 0) / 1000.0 + \
-        float(extra.get("fleet_sample_wait") or 0)
+        float(extra.get("fleet_window_wait") or 0)
     waves = -(-max(1, hosts) // max(1, min(spec.forks, hosts or 1)))
     return int((timeouts.ANSIBLE + wait) * waves)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from fleet_rollout.hostside.ansible_run import (
     HostResult,
@@ -17,8 +17,8 @@ from fleet_rollout.paths import LIBRARY_DIR
 
 COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
 KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
-# hosts a collection sampled at a moment reads at once (its forks; the configured forks if more):
-# each host's collector is started and waits for the moment instead of starting after it
+# hosts a window's start or read reaches at once (its forks; the configured forks if more): the
+# hosts' windows start close together, and a host waiting for its window's end holds no other
 SAMPLE_FORKS = 100
 
 
@@ -113,20 +113,35 @@ class HostSide:
         return self._run("probe", hosts, {"fleet_probe_binary": binary or ensure_probe(),
                                           "fleet_probe_budget_ms": int(budget_ms)})
 
-    def counters(self, hosts: Iterable[str], script: str = COLLECTOR_SCRIPT,
-                 at: Optional[float] = None, wait: float = 10.0) -> Dict[str, HostResult]:
-        """One counter snapshot of each host. `at` (time.time()): the run starts before it and
-        every host samples at that moment (its clock), waiting at most `wait` seconds; up to
-        SAMPLE_FORKS hosts (the configured forks if more) are read at once then, so that each
-        has started and waits for the moment, not for a fork to free up."""
+    def counters(self, hosts: Iterable[str],
+                 script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
+        """One counter snapshot of each host."""
+        return self._run("counters", hosts, {"fleet_collector_script": script})
+
+    def start_window(self, hosts: Iterable[str], window: str, every: float, samples: int,
+                     script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
+        """A counter window sampled on the hosts: each host's result is the window's first
+        snapshot, taken now; a sampler left on the host takes `samples` more, `every` seconds
+        apart (read_window prints them). Up to SAMPLE_FORKS hosts (the configured forks if
+        more) are started at once, so the hosts' windows start close together."""
         names = list(hosts)
-        extra: Dict[str, Any] = {"fleet_collector_script": script}
-        forks = None
-        if at is not None:
-            extra.update(fleet_sample_at=f"{float(at):.3f}",
-                         fleet_sample_wait=f"{max(0.0, float(wait)):.3f}")
-            forks = max(self.forks, min(len(names), SAMPLE_FORKS))
-        return self._run("counters", names, extra, forks)
+        return self._run("counters", names, {
+            "fleet_collector_script": script, "fleet_window": window,
+            "fleet_window_every": f"{float(every):.3f}",
+            "fleet_window_samples": str(int(samples))}, self._sample_forks(names))
+
+    def read_window(self, hosts: Iterable[str], window: str, wait: float,
+                    script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
+        """The samples of a window started by start_window: each host's result is the window's
+        state ({"t0", "every", "samples", "snapshots", "errors", "done"}), once its sampler is
+        done or after `wait` seconds (then what it took so far, done false)."""
+        names = list(hosts)
+        return self._run("counters", names, {
+            "fleet_collector_script": script, "fleet_window_read": window,
+            "fleet_window_wait": f"{max(0.0, float(wait)):.3f}"}, self._sample_forks(names))
+
+    def _sample_forks(self, names: List[str]) -> int:
+        return max(self.forks, min(len(names), SAMPLE_FORKS))
 
 
 def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostResult]:
