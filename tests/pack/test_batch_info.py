@@ -82,8 +82,10 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     due time, touches no host and says the whole seconds to the next); its end reads every
     started host's samples (read_window, waiting the start's own time plus a step and the
     slack) and stores one collection per step, a host's missed sample as that host's error.
-    The hosts are a stand-in (the controller's side is what is tested; test_hostside_sim and
-    test_counters_collector run the samplers): time.time and time.sleep are the test's clock."""
+    The read starts 2 s (at most half a step) before the window ends: the last step asks for
+    the delay to then. The hosts are a stand-in (the controller's side is what is tested;
+    test_hostside_sim and test_counters_collector run the samplers): time.time and time.sleep
+    are the test's clock."""
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
@@ -110,9 +112,9 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     broken, partial, restarted = hosts[-1], hosts[-2], hosts[-3]
     firsts: Dict[str, float] = {}
 
-    def start_window(names: Any, window: str, every: float, samples: int
+    def start_window(names: Any, window: str, every: float, samples: int, anchor: float
                      ) -> Dict[str, HostResult]:
-        calls.append(("start", list(names), window, every, samples))
+        calls.append(("start", list(names), window, every, samples, anchor))
         clock[0] += 1.5
         firsts.update({h: clock[0] for h in names})
         return {h: HostResult(h, ok=True, result={"host": h, "time": clock[0]})
@@ -143,14 +145,14 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
         gate.collect(ctx, index, "pre_step_1")
     assert service.batch_info(config, store, "pace-1", index)["pre_steps"] == 6
     out = gate.collect(ctx, index, "pre_start")
-    assert calls == [("start", hosts, f"pace-1.b{index}.pre", 5.0, 6)]
+    assert calls == [("start", hosts, f"pace-1.b{index}.pre", 5.0, 6, 1000.0)]
     assert head("pre_start")["started"] == 1000.0 and out["next_delay"] == 3  # due 1005 at 1001.5
     assert out["collected"] == len(hosts) - 1 and set(out["errors"]) == {broken}
     # the steps inside: (the workflow's delay plus the engine's latency, what the step sleeps,
     # the delay it asks for); none touches a host
     delay = out["next_delay"]
     for number, latency, nap, asked in ((1, 0.3, 0.2, 5), (2, 0.4, 0.0, 4), (3, 2.6, 0.0, 3),
-                                        (4, 0.1, 0.0, 4), (5, 1.3, 0.0, 4)):
+                                        (4, 0.1, 0.0, 4), (5, 1.3, 0.0, 2)):
         clock[0] += delay + latency
         slept.clear()
         out = gate.collect(ctx, index, f"pre_step_{number}")
@@ -162,8 +164,11 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     clock[0] += delay
     slept.clear()
     out = gate.collect(ctx, index, "pre_end")
-    assert sum(slept) == pytest.approx(0.6)  # arrived 1029.4; due: the start + 6 steps
-    assert calls[1] == ("read", hosts[:-1], f"pace-1.b{index}.pre", pytest.approx(1.5 + 5.0 + 1.0))
+    # the read starts 2 s before the window's end (the start + 6 steps), arriving at 1027.4;
+    # its hosts wait up to that lead, the start's run, a step and the slack for their samples
+    assert sum(slept) == pytest.approx(0.6)
+    assert calls[1] == ("read", hosts[:-1], f"pace-1.b{index}.pre",
+                        pytest.approx(2.0 + 1.5 + 5.0 + 1.0))
     assert out["next_delay"] == 0 and out["collected"] == len(hosts) - 3
     for number in range(1, 7):
         label = f"pre_step_{number}" if number < 6 else "pre_end"
@@ -179,7 +184,7 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     # a clock that jumps back never holds a step longer than a step
     clock[0] = 2000.0
     gate.collect(ctx, index, "post_start")
-    assert calls[-1][2:] == (f"pace-1.b{index}.post", 5.0, 2)
+    assert calls[-1][2:] == (f"pace-1.b{index}.post", 5.0, 2, 2000.0)
     clock[0] = 1990.0
     slept.clear()
     gate.collect(ctx, index, "post_step_1")

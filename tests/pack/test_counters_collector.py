@@ -187,14 +187,26 @@ def test_a_window_samples_a_step_apart_from_its_first_snapshot(tmp_path: Path) -
     doc = collector.read_window("r-1.b0.pre", directory, 0.0, clock, clock.sleep)
     assert doc["done"] is True and doc["snapshots"] == [{"time": 1005.2}, None, {"time": 1015.2}]
     assert doc["errors"] == {"2": "OSError: disk gone"}
-    # the clock jumps back: a sample is never more than a step late
+    # the clock jumps back: a sample is never more than two steps late
     clock.now = 500.0
     clock.slept.clear()
     state = collector.start_window("r-1.b0.post", 5.0, 1, {"time": 1000.0}, directory, 500.0)
     collector.run_window(state, lambda: {"time": 505.0}, directory, clock, clock.sleep)
-    assert clock.slept == [5.0]
+    assert clock.slept == [10.0]
     with pytest.raises(collector.WindowError, match="no samples on this host"):
         collector.read_window("r-2.b0.pre", directory, 0.0, clock, clock.sleep)
+    # anchored at the window's start on the controller: a host reached within half a step of
+    # it samples at anchor + k * every (its steps end with every other host's); one reached
+    # later (or whose clock is off) a step apart from its own first snapshot
+    for first, due in ((2002.4, [2005.0, 2010.0]), (1998.0, [2005.0, 2010.0]),
+                       (2002.6, [2007.6, 2012.6])):
+        clock.now = first
+        state = collector.start_window("r-3.b1.post", 5.0, 2, {"time": first}, directory,
+                                       first, anchor=2000.0)
+        seen: list = []
+        collector.run_window(state, lambda seen=seen: seen.append(clock.now) or
+                             {"time": clock.now}, directory, clock, clock.sleep)
+        assert seen == pytest.approx(due), first
 
 
 def test_a_window_started_again_stops_the_earlier_sampler(tmp_path: Path) -> None:

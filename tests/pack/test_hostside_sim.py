@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 import pytest
 import yaml
@@ -160,7 +161,8 @@ def test_a_window_sampled_on_the_hosts_through_ansible(lab):
     clock from the first, once they are all taken. A host without that window says so; a
     window started again replaces the earlier one (whose sampler stops)."""
     backend, side = lab
-    started = side.start_window(HOSTS, "r-1.b0.post", 2.0, 3)
+    anchor = time.time()
+    started = side.start_window(HOSTS, "r-1.b0.post", 2.0, 3, anchor)
     firsts = {name: started[name].result for name in HOSTS}
     assert all(started[name].ok for name in HOSTS), started
     assert all(doc["boot_id"] and doc["interfaces"] for doc in firsts.values())
@@ -171,8 +173,10 @@ def test_a_window_sampled_on_the_hosts_through_ansible(lab):
         doc = read[name].result
         assert read[name].ok and doc["done"] is True and doc["errors"] == {}, read[name]
         assert doc["t0"] == firsts[name]["time"] and (doc["every"], doc["samples"]) == (2.0, 3)
-        offsets = [snap["time"] - doc["t0"] for snap in doc["snapshots"]]
-        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.5), offsets
+        # due a step apart from the anchor (each host was reached within a second of it)
+        assert doc["anchor"] == pytest.approx(anchor, abs=0.001)
+        offsets = [snap["time"] - anchor for snap in doc["snapshots"]]
+        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.2), offsets
         assert {snap["host"] for snap in doc["snapshots"]} == {name}
         assert os.path.isfile(os.path.join(backend.sysroot(name), "var/tmp/fleet-rollout",
                                            "r-1.b0.post.json"))

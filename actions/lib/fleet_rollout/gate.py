@@ -48,6 +48,7 @@ COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of coun
 # seconds a host waits for its window's last sample beyond the window's start run's own time
 # (the read reaches the hosts in about the order the start did; clock skew)
 SAMPLE_SLACK = 1.0
+READ_LEAD = 2.0  # seconds a window's read starts before its end (at most half a step)
 
 
 def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
@@ -62,10 +63,12 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
 
     The hosts sample the window themselves: its start (`<window>_start`) snapshots every host
     and leaves a sampler on each that takes the window's other samples, a step apart
-    (canary.window_seconds / window_steps) on the host's clock from its first; the window's
-    end (`<window>_end`) reads them all and stores each step's collection. So a window costs
-    two Ansible runs whatever its steps, every host's window lasts what the profile says,
-    and a batch too big to read in a step still gets its steps. The collections of the steps
+    (canary.window_seconds / window_steps) on the host's clock from the window's start (from
+    its own first snapshot on a host reached more than half a step after it); the window's
+    end (`<window>_end`) reads them all (its run starts read_lead() seconds before the
+    window ends, each host waiting for its last sample) and stores each step's collection.
+    So a window costs two Ansible runs whatever its steps, every host's window lasts what the
+    profile says, and a batch too big to read in a step still gets its steps. The steps
     inside (`<window>_step_<k>`) only keep the workflow's pace: each waits for its step's
     due time and says the whole seconds to the next (`next_delay`, orquesta's task delay is
     an integer; the next collection waits the fraction left). `seconds`: the collection's
@@ -88,9 +91,24 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
         wait_until(due, limit=step)
         now = time.time()
         return {"label": label, "hosts": len(hosts), "on_hosts": True,
-                "seconds": round(max(0.0, now - due), 1), "next_delay": next_delay(due + step, now)}
-    wait_until(due, limit=steps * step)
-    return _read_window(ctx, index, window, hosts, started, step, steps)
+                "seconds": round(max(0.0, now - due), 1),
+                "next_delay": next_delay(_next_due(started, number + 1, step, steps), now)}
+    lead = read_lead(step)
+    wait_until(due - lead, limit=steps * step)
+    return _read_window(ctx, index, window, hosts, started, step, steps, lead)
+
+
+def _next_due(started: float, number: int, step: float, steps: int) -> float:
+    """When the window's collection `number` (1..steps) is to start: its step's end, the
+    window's end read_lead() before it."""
+    return started + number * step - (read_lead(step) if number == steps else 0.0)
+
+
+def read_lead(step: float) -> float:
+    """Seconds a window's read starts before the window ends: READ_LEAD, at most half a
+    step. Its hosts wait for their last sample, so the run's start and its first forks happen
+    while the window still runs."""
+    return min(READ_LEAD, step / 2.0)
 
 
 def window_id(ctx: RolloutContext, index: int, window: str) -> str:
@@ -101,32 +119,35 @@ def window_id(ctx: RolloutContext, index: int, window: str) -> str:
 def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
                   step: float, steps: int) -> Dict[str, Any]:
     started = time.time()
-    results = ctx.hostside.start_window(hosts, window_id(ctx, index, window), step, steps)
+    results = ctx.hostside.start_window(hosts, window_id(ctx, index, window), step, steps,
+                                        started)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     ended = time.time()
     save_collection(ctx, index, f"{window}_start", ended, snapshots, errors, started)
     return {"label": f"{window}_start", "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "seconds": round(max(0.0, ended - started), 1),
-            "next_delay": next_delay(started + step, ended)}
+            "next_delay": next_delay(_next_due(started, 1, step, steps), ended)}
 
 
 def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
-                 started: float, step: float, steps: int) -> Dict[str, Any]:
+                 started: float, step: float, steps: int, lead: float) -> Dict[str, Any]:
     """Read every started host's samples; one collection per step stored, the end's last."""
     head = load_collection(ctx, index, f"{window}_start")
     firsts = head.get("snapshots") or {}
     took = max(0.0, float(head.get("time") or started) - started)
     results = ctx.hostside.read_window([h for h in hosts if h in firsts],
                                        window_id(ctx, index, window),
-                                       took + step + SAMPLE_SLACK)
+                                       lead + took + step + SAMPLE_SLACK)
     taken: List[Dict[str, Any]] = [{} for _ in range(steps)]
     missed: List[Dict[str, str]] = [{} for _ in range(steps)]
     for host in hosts:
         entry = results.get(host)
-        if entry is None:
+        if host not in firsts:
             reason = (head.get("errors") or {}).get(host, "not collected")
             lost = f"the window did not start here: {reason}"
+        elif entry is None:
+            lost = "the window's samples were not read (the run gave no result for the host)"
         elif not entry.ok:
             lost = entry.error or "the window's samples could not be read"
         else:

@@ -420,14 +420,13 @@ def _own_dir(directory: str) -> None:
 
 
 def _write_json(path: str, doc: "Dict[str, Any]") -> None:
-    """Whole or not at all: a temp file, synced, renamed over the old one."""
+    """Whole or not at all for a reader: a temp file renamed over the old one. Not synced: a
+    window is read while its host runs (a crash loses the window anyway)."""
     temp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
                  0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(doc, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
     os.replace(temp, path)
 
 
@@ -451,10 +450,14 @@ def _remove_old(directory: str, now: float) -> None:
 
 
 def start_window(window: str, every: float, samples: int, first: "Dict[str, Any]",
-                 directory: str, now: float) -> "Dict[str, Any]":
+                 directory: str, now: float, anchor: "Optional[float]" = None
+                 ) -> "Dict[str, Any]":
     """Claim the window for this launch (a later launch of the same window takes it over: the
     sampler of an earlier one stops at its next sample) and write its state: the samples to
-    take after `first`, one `every` seconds from the first's time."""
+    take after `first`, `every` seconds apart. They are due at anchor + k * every (the window's
+    start on the controller: every host's steps end together) when the first snapshot is
+    within half a step of the anchor, else at first + k * every (a host the start reached
+    late, or whose clock is off, still gets whole steps)."""
     if not 0 < every <= MAX_EVERY:
         raise WindowError(f"--every {every!r}: more than 0, at most {MAX_EVERY:g} seconds")
     if not 1 <= samples <= MAX_SAMPLES:
@@ -463,8 +466,10 @@ def start_window(window: str, every: float, samples: int, first: "Dict[str, Any]
     _own_dir(directory)
     _remove_old(directory, now)
     token = f"{os.getpid()}-{first['time']:.3f}"
+    aligned = anchor is not None and abs(first["time"] - anchor) <= every / 2.0
     state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": first["time"],
-             "every": every, "samples": samples, "snapshots": [], "errors": {}, "done": False}
+             "anchor": anchor if aligned else first["time"], "every": every,
+             "samples": samples, "snapshots": [], "errors": {}, "done": False}
     _write_json(files["owner"], {"token": token})
     _write_json(files["samples"], state)
     return state
@@ -477,12 +482,15 @@ def _owns(files: "Dict[str, str]", token: str) -> bool:
 
 def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
                sleep=time.sleep) -> None:
-    """The sampler: each sample due one step after the one before it (from the window's first
-    snapshot), written after each; it stops when the window is done or another launch took it
+    """The sampler: each sample due one step after the one before it (from the window's
+    anchor), written after each; it stops when the window is done or another launch took it
     over. A failed sample is recorded (None, and its error) and the window goes on."""
     files = _window_files(directory, state["window"])
+    anchor = state.get("anchor", state["t0"])
     for number in range(1, state["samples"] + 1):
-        wait_until(state["t0"] + number * state["every"], state["every"], clock, sleep)
+        # at most two steps (the first is up to 1.5 from an anchored first snapshot): a clock
+        # that jumps back never stalls the window
+        wait_until(anchor + number * state["every"], 2 * state["every"], clock, sleep)
         if not _owns(files, state["token"]):
             return
         try:
@@ -565,6 +573,10 @@ def _arguments(argv: "Optional[List[str]]") -> "Any":
                              "/var/tmp/fleet-rollout)")
     parser.add_argument("--every", type=float, metavar="SECONDS")
     parser.add_argument("--samples", type=int, metavar="N")
+    parser.add_argument("--anchor", type=float, metavar="EPOCH",
+                        help="the window's start on the controller: the samples are due at "
+                             "ANCHOR + k * --every if this snapshot is within half a step of "
+                             "it (else a step apart from this snapshot)")
     parser.add_argument("--read", metavar="ID",
                         help="print the window's samples (JSON), once it is done or after "
                              "--max-wait seconds")
@@ -595,7 +607,7 @@ def main(argv: "Optional[List[str]]" = None) -> int:
             document = take()
             if args.window is not None:
                 state = start_window(args.window, args.every, args.samples, document,
-                                     directory, time.time())
+                                     directory, time.time(), args.anchor)
                 if _detach():
                     try:
                         run_window(state, take, directory)

@@ -119,16 +119,21 @@ class HostSide:
         return self._run("counters", hosts, {"fleet_collector_script": script})
 
     def start_window(self, hosts: Iterable[str], window: str, every: float, samples: int,
+                     anchor: Optional[float] = None,
                      script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
         """A counter window sampled on the hosts: each host's result is the window's first
         snapshot, taken now; a sampler left on the host takes `samples` more, `every` seconds
-        apart (read_window prints them). Up to SAMPLE_FORKS hosts (the configured forks if
-        more) are started at once, so the hosts' windows start close together."""
+        apart from `anchor` (time.time() when the window started; a host reached more than
+        half a step after it: from its first snapshot). read_window prints them. Up to
+        SAMPLE_FORKS hosts (the configured forks if more) are started at once, so the hosts'
+        windows start close together."""
         names = list(hosts)
-        return self._run("counters", names, {
-            "fleet_collector_script": script, "fleet_window": window,
-            "fleet_window_every": f"{float(every):.3f}",
-            "fleet_window_samples": str(int(samples))}, self._sample_forks(names))
+        extra = {"fleet_collector_script": script, "fleet_window": window,
+                 "fleet_window_every": f"{float(every):.3f}",
+                 "fleet_window_samples": str(int(samples))}
+        if anchor is not None:
+            extra["fleet_window_anchor"] = f"{float(anchor):.3f}"
+        return self._run("counters", names, extra, self._sample_forks(names))
 
     def read_window(self, hosts: Iterable[str], window: str, wait: float,
                     script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
