@@ -186,3 +186,22 @@ def test_a_pre_window_of_several_windows_is_collected_in_as_many_more_steps():
     # a plan stored before pre_windows existed: one window before, as then
     ctx.profile = {"canary": {"window_steps": 2}}
     assert gate.judge_input(ctx, 0)["pre_windows"] == 1
+
+
+def test_a_hosts_window_state_is_checked_before_its_samples_are_used():
+    """What a host prints for its window's samples is a host's answer: a state that is not a
+    window's, one started again since, or one with other steps is that host's error, never an
+    exception of the collection."""
+    from fleet_rollout.gate import window_problem
+
+    first = {"time": 1000.25}
+    good = {"t0": 1000.25, "every": 5.0, "samples": 2, "snapshots": [{}, {}], "done": True}
+    assert window_problem(good, first, 5.0, 2) is None
+    for doc, said in (([], "not a window's state"), ({"t0": 1}, "not a window's state"),
+                      (dict(good, t0=1040.0), "started again"),
+                      (dict(good, t0="1000.25"), "started again"),
+                      (dict(good, samples=3), "3 samples"),
+                      (dict(good, every="5"), "not 2 5 s apart"),
+                      (dict(good, every=None), "not 2 5 s apart"),
+                      (dict(good, every=2.5), "2.5 s apart")):
+        assert said in window_problem(doc, first, 5.0, 2), doc

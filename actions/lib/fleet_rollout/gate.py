@@ -180,7 +180,9 @@ def window_problem(doc: Any, first: Dict[str, Any], step: float, steps: int) -> 
     if not isinstance(doc.get("t0"), (int, float)) or abs(doc["t0"] - first.get("time", 0)) > 0.01:
         return "the host's window was started again after this collection's start (samples of " \
                "another start)"
-    if doc.get("samples") != steps or abs(float(doc.get("every") or 0) - step) > 0.001:
+    every = doc.get("every")
+    if doc.get("samples") != steps or not isinstance(every, (int, float)) or \
+            abs(every - step) > 0.001:
         return f"the host's window has {doc.get('samples')} samples {doc.get('every')} s apart, " \
                f"not {steps} {step:g} s apart"
     return None
