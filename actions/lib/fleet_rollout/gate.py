@@ -45,8 +45,9 @@ from fleet_rollout.store import key
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
 STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
-# seconds a host waits for its window's last sample beyond the window's start run's own time
-# (the read reaches the hosts in about the order the start did; clock skew)
+# seconds a host waits for its window's last sample beyond the read's lead and the window's
+# start run's own time (a host reached last by the start ends its window that much later; the
+# read reaches the hosts in about the order the start did); clock skew
 SAMPLE_SLACK = 1.0
 READ_LEAD = 2.0  # seconds a window's read starts before its end (at most half a step)
 
@@ -138,7 +139,7 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
     took = max(0.0, float(head.get("time") or started) - started)
     results = ctx.hostside.read_window([h for h in hosts if h in firsts],
                                        window_id(ctx, index, window),
-                                       lead + took + step + SAMPLE_SLACK)
+                                       lead + took + SAMPLE_SLACK)
     taken: List[Dict[str, Any]] = [{} for _ in range(steps)]
     missed: List[Dict[str, str]] = [{} for _ in range(steps)]
     for host in hosts:

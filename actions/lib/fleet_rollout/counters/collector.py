@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Host-side NIC drop counter collector: prints one JSON document (a counter snapshot).
+"""Host-side NIC drop counter collector: prints one JSON document (a counter snapshot); or
+starts a counter window sampled on the host (--window: the first snapshot printed, a sampler
+left running for the others) and prints its samples later (--read).
 
 This file is deliberately self-contained and uses the Python standard library only, so the very
 same code runs in three places:
