@@ -173,10 +173,13 @@ def test_a_window_sampled_on_the_hosts_through_ansible(lab):
         doc = read[name].result
         assert read[name].ok and doc["done"] is True and doc["errors"] == {}, read[name]
         assert doc["t0"] == firsts[name]["time"] and (doc["every"], doc["samples"]) == (2.0, 3)
-        # due a step apart from the anchor (each host was reached within a second of it)
-        assert doc["anchor"] == pytest.approx(anchor, abs=0.001)
-        offsets = [snap["time"] - anchor for snap in doc["snapshots"]]
-        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.2), offsets
+        # due a step apart from the anchor when the start reached the host within half a step
+        # of it, else from its own first snapshot (a loaded machine reaches hosts late)
+        aligned = abs(doc["t0"] - anchor) <= 1.0
+        start = anchor if aligned else doc["t0"]
+        assert doc["anchor"] == pytest.approx(start, abs=0.001), (aligned, doc["anchor"])
+        offsets = [snap["time"] - start for snap in doc["snapshots"]]
+        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.5), offsets
         assert {snap["host"] for snap in doc["snapshots"]} == {name}
         assert os.path.isfile(os.path.join(backend.sysroot(name), "var/tmp/fleet-rollout",
                                            "r-1.b0.post.json"))
