@@ -488,12 +488,11 @@ def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
     anchor), written after each; it stops when the window is done or another launch took it
     over. A failed sample is recorded (None, and its error) and the window goes on."""
     files = _window_files(directory, state["window"])
-    anchor = state.get("anchor", state["t0"])
     for number in range(1, state["samples"] + 1):
         # at most two steps (the first is up to 1.5 from an anchored first snapshot): a clock
         # that jumps back never stalls the window
-        wait_until(anchor + number * state["every"], 2 * state["every"], clock, sleep)
-        if not _owns(files, state["token"]):
+        wait_until(state["anchor"] + number * state["every"], 2 * state["every"], clock, sleep)
+        if not _owns(files, state["token"]):  # taken over: no sample for a window not its own
             return
         try:
             state["snapshots"].append(take())
@@ -501,7 +500,7 @@ def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
             state["snapshots"].append(None)
             state["errors"][str(number)] = f"{type(exc).__name__}: {exc}"[:300]
         state["done"] = number == state["samples"]
-        if not _owns(files, state["token"]):
+        if not _owns(files, state["token"]):  # taken over: the later start's state stays
             return
         _write_json(files["samples"], state)
 
