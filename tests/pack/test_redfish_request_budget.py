@@ -177,10 +177,14 @@ def test_first_look_after_a_reset_waits_for_the_expected_time() -> None:
     """Right after the reset POST nothing is to be seen: the first GET of the system comes after
     most of the expected reboot time, and it both confirms the restart and ends the POST wait."""
     with bmc_fleet(["supermicro"], reboot_seconds=1.0) as fleet:
-        slept: List[float] = []
+        slept: List[float] = []  # the client's waits once the BMC has accepted the reset
 
         def sleep(seconds: float) -> None:
-            slept.append(seconds)
+            # a loaded machine can leave the staging task unfinished at the client's first look,
+            # and the client then polls it (0.05 s) before the reset: those waits are not the
+            # one under test (a CI run saw one)
+            if state(fleet, 0)["resets"]:
+                slept.append(seconds)
             time.sleep(seconds)
 
         report = apply_bios(endpoint(fleet, 0), sample_desired("supermicro"),
