@@ -113,8 +113,8 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     broken, partial, restarted = hosts[-1], hosts[-2], hosts[-3]
     firsts: Dict[str, float] = {}
 
-    def start_window(names: Any, window: str, every: float, samples: int, anchor: float
-                     ) -> Dict[str, HostResult]:
+    def start_window(names: Any, window: str, every: float, samples: int, anchor: float,
+                     first_at: Any = None) -> Dict[str, HostResult]:
         calls.append(("start", list(names), window, every, samples, anchor))
         clock[0] += 1.5
         firsts.update({h: clock[0] for h in names})
@@ -183,14 +183,101 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
         assert "started again" in stored["errors"][restarted]
         assert (partial in stored["errors"]) == (number > 4)
     assert "stopped before it" in gate.load_collection(ctx, index, "pre_end")["errors"][partial]
-    # a clock that jumps back never holds a step longer than a step
+    # a clock that jumps back never holds a step longer than a step (the post window's
+    # anchor: the end of the soak)
     clock[0] = 2000.0
     gate.collect(ctx, index, "post_start")
-    assert calls[-1][2:] == (f"pace-1.b{index}.post", 5.0, 2, 2000.0)
+    assert calls[-1][2:] == (f"pace-1.b{index}.post", 5.0, 2, 2030.0)
     clock[0] = 1990.0
     slept.clear()
     gate.collect(ctx, index, "post_step_1")
     assert slept == [5.0]
+
+
+def test_the_post_window_starts_during_the_soak(tmp_path: Path, monkeypatch: Any):
+    """The post window's start runs as the soak begins (the workflow has no delay before it):
+    each host's first snapshot is due at the soak's end, taken there by its sampler
+    (start_window's first_at, the window's anchor), so the start's own run is hidden in the
+    soak. The start stores each host's claim (a host whose clock is past the anchor answers
+    with its snapshot); the read replaces the claims by the first snapshots the samplers took,
+    before it stores the steps. A claim whose first snapshot is missing, or whose window was
+    started again, is that host's error in every collection of the window. Hosts are a
+    stand-in, time is the test's clock (test_counters_collector and test_hostside_sim run the
+    samplers)."""
+    from fleet_rollout import gate
+    from fleet_rollout.hostside.ansible_run import HostResult
+
+    plan, store = stored_plan("soak-1", 20, window_seconds=10, window_steps=2, soak_seconds=20)
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state")}
+    ctx = service.context(config, store, "soak-1")
+    clock = [1000.0]
+    calls: List[Tuple[Any, ...]] = []
+    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
+    monkeypatch.setattr(gate.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] +
+                                                                             seconds))
+    index = next(i for i, b in enumerate(plan["batches"]) if len(b["hosts"]) > 1)
+    hosts = gate.batch_hosts(ctx, index) + service.controls_for_batch(ctx.plan, index)
+    ahead, failed, again = hosts[-1], hosts[-2], hosts[-3]
+
+    def claim(host: str) -> Dict[str, Any]:
+        return {"deferred": True, "anchor": 1020.0, "token": f"t-{host}",
+                "window": f"soak-1.b{index}.post", "schema": "fleet_rollout.counter-window/1"}
+
+    def start_window(names: Any, window: str, every: float, samples: int, anchor: float,
+                     first_at: Any = None) -> Dict[str, HostResult]:
+        calls.append(("start", list(names), window, every, samples, anchor, first_at))
+        clock[0] += 1.5
+        return {h: HostResult(h, ok=True, result={"host": h, "time": 1020.2} if h == ahead
+                              else claim(h)) for h in names}
+
+    def state(host: str) -> Dict[str, Any]:
+        t0 = 1020.2 if host == ahead else 1020.01
+        doc = {"token": "t-other" if host == again else f"t-{host}", "t0": t0,
+               "anchor": 1020.0, "every": 5.0, "samples": 2, "done": True, "errors": {},
+               "snapshots": [{"host": host, "time": 1020.0 + 5 * k} for k in (1, 2)]}
+        if host != ahead:
+            doc.update(deferred=True, first={"host": host, "time": t0})
+        if host == failed:
+            doc.update(first=None, t0=None, snapshots=[], errors={"0": "OSError: no ethtool"})
+        return doc
+
+    def read_window(names: Any, window: str, wait: float) -> Dict[str, HostResult]:
+        calls.append(("read", list(names), window, wait))
+        clock[0] += 0.8
+        return {h: HostResult(h, ok=True, result=state(h)) for h in names}
+    monkeypatch.setattr(ctx.hostside, "start_window", start_window)
+    monkeypatch.setattr(ctx.hostside, "read_window", read_window)
+
+    out = gate.collect(ctx, index, "post_start")
+    assert calls == [("start", hosts, f"soak-1.b{index}.post", 5.0, 2, 1020.0, 1020.0)]
+    # the soak and the first step: due 1025, asked at 1001.5
+    assert out["next_delay"] == 23 and out["collected"] == len(hosts)
+    assert gate.collection_started(ctx, index, "post_start") == 1020.0
+    started = gate.load_collection(ctx, index, "post_start")["snapshots"]
+    assert gate.is_claim(started[hosts[0]]) and not gate.is_claim(started[ahead])
+    # the start's claims are never judged as snapshots
+    assert gate.judge_input(ctx, index)["hosts"] == {}
+    clock[0] += out["next_delay"] + 0.2
+    out = gate.collect(ctx, index, "post_step_1")
+    assert clock[0] == pytest.approx(1025.0) and out["next_delay"] == 3  # the read at 1028
+    clock[0] += 3
+    out = gate.collect(ctx, index, "post_end")
+    assert calls[1] == ("read", hosts, f"soak-1.b{index}.post", pytest.approx(2.0 + 1.0))
+    first = gate.load_collection(ctx, index, "post_start")
+    assert first["snapshots"][hosts[0]] == {"host": hosts[0], "time": 1020.01}
+    assert first["snapshots"][ahead] == {"host": ahead, "time": 1020.2}
+    assert set(first["snapshots"]) == set(hosts) - {failed, again}
+    assert "first snapshot was not taken: OSError: no ethtool" in first["errors"][failed]
+    assert "started again" in first["errors"][again]
+    assert gate.collection_started(ctx, index, "post_start") == 1020.0
+    for label, at in (("post_step_1", 1025.0), ("post_end", 1030.0)):
+        stored = gate.load_collection(ctx, index, label)
+        assert set(stored["snapshots"]) == set(hosts) - {failed, again}, label
+        assert stored["snapshots"][hosts[0]]["time"] == at
+        assert "first snapshot was not taken" in stored["errors"][failed]
+        assert "started again" in stored["errors"][again]
+    assert out["collected"] == len(hosts) - 2
 
 
 def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):

@@ -209,6 +209,64 @@ def test_a_window_samples_a_step_apart_from_its_first_snapshot(tmp_path: Path) -
         assert seen == pytest.approx(due), first
 
 
+def test_a_window_whose_first_snapshot_is_due_later_is_all_sampled_there(tmp_path: Path
+                                                                           ) -> None:
+    """--first-at (the post window, started as the soak begins): the start writes the window's
+    claim and no snapshot; the sampler takes the first at the anchor (written at once, t0 its
+    time), then the others a step apart from the anchor. A first snapshot that fails ends the
+    window (no step can be measured from it), the read says why; one taken late (a loaded
+    host) gives whole steps from its own time; a taken-over window takes no first snapshot;
+    an anchor in the past or too far ahead is refused."""
+    clock = FakeClock(1000.0)
+    directory = str(tmp_path / "samples")
+    state = collector.start_window("r-1.b0.post", 5.0, 2, None, directory, 1000.0, 1020.0)
+    stored = json.loads((tmp_path / "samples" / "r-1.b0.post.json").read_text())
+    assert stored["deferred"] is True and stored["first"] is None and stored["t0"] is None
+    assert stored["anchor"] == 1020.0 and stored["token"] == state["token"]
+    seen: list = []
+
+    def take() -> dict:
+        seen.append(clock.now)
+        if len(seen) == 2:  # the first was written as soon as it was taken
+            assert json.loads((tmp_path / "samples" / "r-1.b0.post.json").read_text())[
+                "first"] == {"time": 1020.0}
+        return {"time": clock.now}
+    collector.run_window(state, take, directory, clock, clock.sleep)
+    assert seen == pytest.approx([1020.0, 1025.0, 1030.0])
+    doc = collector.read_window("r-1.b0.post", directory, 0.0, clock, clock.sleep)
+    assert doc["done"] is True and doc["first"] == {"time": 1020.0} and doc["t0"] == 1020.0
+    assert doc["snapshots"] == [{"time": 1025.0}, {"time": 1030.0}] and doc["errors"] == {}
+    # the first snapshot fails: the window ends there
+    clock.now = 2000.0
+    state = collector.start_window("r-1.b1.post", 5.0, 2, None, directory, 2000.0, 2010.0)
+
+    def broken() -> dict:
+        raise OSError("ethtool gone")
+    collector.run_window(state, broken, directory, clock, clock.sleep)
+    doc = collector.read_window("r-1.b1.post", directory, 0.0, clock, clock.sleep)
+    assert doc["done"] is True and doc["first"] is None and doc["snapshots"] == []
+    assert doc["errors"] == {"0": "OSError: ethtool gone"} and clock.now == 2010.0
+    # taken 3 s late (more than half a step): whole steps from its own time
+    clock.now = 3000.0
+    state = collector.start_window("r-1.b2.post", 5.0, 1, None, directory, 3000.0, 3010.0)
+    seen.clear()
+    collector.run_window(state, lambda: seen.append(clock.now + 3.0) or {"time": seen[-1]},
+                         directory, clock, clock.sleep)
+    doc = collector.read_window("r-1.b2.post", directory, 0.0, clock, clock.sleep)
+    assert doc["t0"] == 3013.0 and doc["anchor"] == 3013.0
+    # started again before its first snapshot: the earlier sampler takes none
+    old = collector.start_window("w", 5.0, 1, None, directory, 3000.0, 3010.0)
+    collector.start_window("w", 5.0, 1, None, directory, 3000.0, 3011.0)
+    seen.clear()
+    clock.now = 3000.0
+    collector.run_window(old, lambda: seen.append(1) or {"time": 0}, directory, clock,
+                         clock.sleep)
+    assert seen == []
+    for anchor in (2999.0, 3000.0 + 86401):
+        with pytest.raises(collector.WindowError, match="--first-at"):
+            collector.start_window("w2", 5.0, 1, None, directory, 3000.0, anchor)
+
+
 def test_a_window_started_again_stops_the_earlier_sampler(tmp_path: Path) -> None:
     """A second start of a window (an action retried) takes it over: the earlier sampler stops
     at its next sample and its samples are never read as the new window's."""
@@ -273,7 +331,29 @@ def test_the_window_command_leaves_a_sampler_and_returns(tmp_path: Path) -> None
     doc = json.loads(proc.stdout)
     assert doc["done"] is True and [s["host"] for s in doc["snapshots"]] == ["h1", "h1"]
     assert doc["snapshots"][1]["time"] - doc["t0"] == pytest.approx(2.0, abs=0.5)
+    # --first-at ahead: the claim now, every sample (the first too) by the sampler
+    import time
+
+    at = time.time() + 1.0
+    proc = subprocess.run(base + ["--window", "r-1.b4.post", "--every", "1", "--samples", "1",
+                                  "--first-at", f"{at:.3f}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    claim = json.loads(proc.stdout)
+    assert claim["deferred"] is True and claim["anchor"] == pytest.approx(at, abs=0.001)
+    assert "interfaces" not in claim and time.time() < at  # returned before the first is due
+    proc = subprocess.run(base + ["--read", "r-1.b4.post", "--max-wait", "10"],
+                          capture_output=True, text=True, timeout=60)
+    doc = json.loads(proc.stdout)
+    assert doc["done"] is True and doc["token"] == claim["token"]
+    assert doc["first"]["host"] == "h1" and doc["first"]["time"] == pytest.approx(at, abs=0.5)
+    assert doc["snapshots"][0]["time"] - doc["first"]["time"] == pytest.approx(1.0, abs=0.5)
+    for name in ("r-1.b4.post.json", "r-1.b4.post.owner"):
+        os.unlink(root / "var/tmp/fleet-rollout" / name)
     for bad, said in ((["--window", "w"], "--window needs --every and --samples"),
+                      (["--first-at", "1"], "--first-at goes with --window"),
+                      (["--window", "w", "--every", "1", "--samples", "1", "--anchor", "1",
+                        "--first-at", "1"], "--first-at goes with --window"),
                       (["--window", "../w", "--every", "1", "--samples", "1"], "window id"),
                       (["--read", "nope", "--max-wait", "0"], "no samples on this host")):
         proc = subprocess.run(base + bad, capture_output=True, text=True, timeout=60)

@@ -193,6 +193,33 @@ def test_a_window_sampled_on_the_hosts_through_ansible(lab):
     assert doc["done"] and len(doc["snapshots"]) == 1
 
 
+def test_a_window_whose_first_snapshot_is_due_later_through_ansible(lab):
+    """start_window with first_at (the post window, started as the soak begins): each host
+    answers with the window's claim before the first snapshot is due, and its sampler takes
+    the first at that time and the others a step apart from it; read_window has them all."""
+    _backend, side = lab
+    first_at = time.time() + 6.0
+    started = side.start_window(HOSTS, "r-2.b0.post", 1.0, 2, first_at=first_at)
+    claims = {name for name in HOSTS if started[name].result.get("deferred")}
+    # a loaded test machine may reach a host after first_at: it snapshots at once (as a start
+    # without it); the run itself never waits for the time
+    late = {name for name in HOSTS if started[name].result.get("time", 0) >= first_at}
+    assert claims | late == set(HOSTS) and claims, started
+    for name in claims:
+        claim = started[name].result
+        assert started[name].ok and claim["anchor"] == pytest.approx(first_at, abs=0.001)
+        assert "interfaces" not in claim
+    read = side.read_window(HOSTS, "r-2.b0.post", 20.0)
+    for name in claims:
+        doc = read[name].result
+        assert read[name].ok and doc["done"] is True and doc["errors"] == {}, read[name]
+        assert doc["token"] == started[name].result["token"]
+        assert doc["first"]["host"] == name and doc["first"]["interfaces"]
+        assert doc["t0"] == doc["first"]["time"] == pytest.approx(first_at, abs=0.5)
+        offsets = [snap["time"] - first_at for snap in doc["snapshots"]]
+        assert offsets == pytest.approx([1.0, 2.0], abs=0.5), offsets
+
+
 def test_a_window_starts_and_reads_many_hosts_at_once(monkeypatch):
     """A window's start and read reach up to 100 hosts at once (the configured forks if
     more): the hosts' windows start close together, and a host waiting for its samples holds
@@ -206,13 +233,17 @@ def test_a_window_starts_and_reads_many_hosts_at_once(monkeypatch):
     side.counters([f"h{i}" for i in range(30)])
     side.forks = 200
     side.start_window([f"h{i}" for i in range(150)], "w", 5.0, 2)
+    side.start_window([f"h{i}" for i in range(150)], "w", 5.0, 2, 1.0, first_at=9.0)
     start = ["fleet_collector_script", "fleet_window", "fleet_window_every",
              "fleet_window_samples"]
     assert seen == [("counters", 150, 100, start),
                     ("counters", 30, 30, ["fleet_collector_script", "fleet_window_read",
                                           "fleet_window_wait"]),
                     ("counters", 30, None, ["fleet_collector_script"]),
-                    ("counters", 150, 200, start)]
+                    ("counters", 150, 200, start),
+                    ("counters", 150, 200, start[:2] + ["fleet_window_every",
+                                                        "fleet_window_first_at",
+                                                        "fleet_window_samples"])]
 
 
 def test_drain_and_undrain_through_the_configured_command(tmp_path):

@@ -2,8 +2,10 @@
 sampled by the hosts themselves, then the judge.
 
     pre_start --window-- pre_end   (before the batch is drained)
-    ... change the batch ... soak ...
-    post_start --window-- post_end (after every host of the batch is back in service)
+    ... change the batch ...
+    post_start ... soak ... --window-- post_end (after every host of the batch is back in
+                                                 service; the start runs during the soak, the
+                                                 samplers take its first snapshot at its end)
 
 With the profile's canary.window_steps n > 1, each window is also collected at n - 1 steps
 inside it (post_step_1 .. post_step_<n-1>): the judge then has each host's drops per step
@@ -13,8 +15,9 @@ long), in p * n steps of the same length (pre_step_1 .. pre_step_<p*n-1>).
 
 Counter windows of canary and control hosts cover the same wall-clock times: a window's start
 reaches every host within its run (up to 100 at once), and each host then samples a step apart
-on its own clock; the window holding the reboot is never used (the post window starts after the
-soak). A host that cannot keep a sampler (or whose sampler stopped) misses those samples.
+on its own clock; the window holding the reboot is never used (the post window's first
+snapshot is due when the soak ends). A host that cannot keep a sampler (or whose sampler
+stopped) misses those samples.
 Snapshots live in the datastore under the batch; a host whose collection failed is simply
 missing (the judge's data guards decide).
 
@@ -119,9 +122,18 @@ def window_id(ctx: RolloutContext, index: int, window: str) -> str:
 
 def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
                   step: float, steps: int) -> Dict[str, Any]:
-    started = time.time()
-    results = ctx.hostside.start_window(hosts, window_id(ctx, index, window), step, steps,
-                                        started)
+    """The window's start on every host. The post window is started as the soak begins and
+    its first snapshot is due when the soak ends (each host's sampler takes it): the start's
+    run is hidden in the soak, and every host reached before its end samples at the same
+    moments. The start collection holds each host's snapshot or, for a first snapshot still
+    due, its claim ({"deferred": true, ...}), replaced by the snapshot when the window is read.
+    """
+    now = time.time()
+    soak = float(ctx.profile["canary"].get("soak_seconds") or 0) if window == "post" else 0.0
+    started = now + soak  # the window's anchor: when its first snapshot is due
+    wid = window_id(ctx, index, window)
+    results = (ctx.hostside.start_window(hosts, wid, step, steps, started, first_at=started)
+               if soak > 0 else ctx.hostside.start_window(hosts, wid, step, steps, started))
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     ended = time.time()
@@ -136,12 +148,15 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
     """Read every started host's samples; one collection per step stored, the end's last."""
     head = load_collection(ctx, index, f"{window}_start")
     firsts = head.get("snapshots") or {}
+    # how long after the anchor the start reached its last host (0 when it was done before)
     took = max(0.0, float(head.get("time") or started) - started)
     results = ctx.hostside.read_window([h for h in hosts if h in firsts],
                                        window_id(ctx, index, window),
                                        lead + took + SAMPLE_SLACK)
     taken: List[Dict[str, Any]] = [{} for _ in range(steps)]
     missed: List[Dict[str, str]] = [{} for _ in range(steps)]
+    given: Dict[str, Any] = {}  # first snapshots the samplers took (claims at the start)
+    gone: Dict[str, str] = {}  # claims whose first snapshot is missing, and why
     for host in hosts:
         entry = results.get(host)
         if host not in firsts:
@@ -153,6 +168,15 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
             lost = entry.error or "the window's samples could not be read"
         else:
             lost = window_problem(entry.result, firsts[host], step, steps)
+        if is_claim(firsts.get(host)):  # the first snapshot was the sampler's to take
+            first = None if lost else entry.result.get("first")
+            if isinstance(first, dict):
+                given[host] = first
+            else:
+                lost = lost or "the window's first snapshot was not taken: " + str(
+                    (entry.result.get("errors") or {}).get("0") or "its sampler stopped "
+                    "before it")[:300]
+                gone[host] = lost
         for number in range(steps):
             sample = None if lost else entry.result["snapshots"][number:number + 1]
             if sample and isinstance(sample[0], dict):
@@ -163,6 +187,10 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
                     or "not sampled: the window's sampler stopped before it (did the host "
                        "reboot?)")[:300]
     ended = time.time()
+    if given or gone:  # the start's claims become the hosts' first snapshots, before the steps
+        save_collection(ctx, index, f"{window}_start", float(head.get("time") or started),
+                        {h: given.get(h, doc) for h, doc in firsts.items() if h not in gone},
+                        dict(head.get("errors") or {}, **gone), started)
     for number in range(steps):  # the steps inside first, the end last (what readers wait for)
         label = f"{window}_step_{number + 1}" if number + 1 < steps else f"{window}_end"
         due = started + (number + 1) * step
@@ -173,14 +201,29 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
             "errors": missed[-1], "seconds": round(max(0.0, ended - due), 1), "next_delay": 0}
 
 
+def is_claim(doc: Any) -> bool:
+    """A window start's answer for a host whose first snapshot was still due (its sampler
+    takes it), not a snapshot."""
+    return isinstance(doc, dict) and doc.get("deferred") is True
+
+
 def window_problem(doc: Any, first: Dict[str, Any], step: float, steps: int) -> Optional[str]:
     """Why a host's window state is not this window's (None when it is): it must be the one
-    whose first snapshot the start stored, with the steps asked for."""
+    whose first snapshot (or claim) the start stored, with the steps asked for."""
     if not isinstance(doc, dict) or not isinstance(doc.get("snapshots"), list):
         return "the window's samples are not a window's state"
-    if not isinstance(doc.get("t0"), (int, float)) or abs(doc["t0"] - first.get("time", 0)) > 0.01:
-        return "the host's window was started again after this collection's start (samples of " \
-               "another start)"
+    again = "the host's window was started again after this collection's start (samples of " \
+            "another start)"
+    if is_claim(first):
+        if doc.get("token") != first.get("token"):
+            return again
+        taken = doc.get("first")
+        if taken is not None and (not isinstance(taken, dict) or taken.get("time") != doc.get("t0")
+                                  or not isinstance(doc.get("t0"), (int, float))):
+            return "the window's first snapshot is not a snapshot"
+    elif not isinstance(doc.get("t0"), (int, float)) or \
+            abs(doc["t0"] - first.get("time", 0)) > 0.01:
+        return again
     every = doc.get("every")
     if doc.get("samples") != steps or not isinstance(every, (int, float)) or \
             abs(every - step) > 0.001:
@@ -273,7 +316,7 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     hosts: Dict[str, Any] = {}
     for host in canary + control:
         snaps = [data[label].get("snapshots", {}).get(host) for label in LABELS]
-        if all(snaps):
+        if all(snaps) and not any(is_claim(doc) for doc in snaps):  # claims: a window not read
             hosts[host] = {"pre": {"start": snaps[0], "end": snaps[1]},
                            "post": {"start": snaps[2], "end": snaps[3]}}
             for window in ("pre", "post"):

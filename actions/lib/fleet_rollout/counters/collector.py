@@ -379,7 +379,9 @@ def wait_until(at: float, limit: float, clock=time.time, sleep=time.sleep) -> fl
 # --------------------------------------------------------------------------------------------
 # A window sampled on the host: the first snapshot at once (printed, as a plain collection), the
 # others by a sampler left running here, one step apart on this host's clock; a later command
-# (--read) prints them. A window of n steps costs two commands on the host, not n + 1.
+# (--read) prints them. A window of n steps costs two commands on the host, not n + 1. A window
+# whose first snapshot is due later (--first-at: the post window, started during the soak) has
+# all its samples taken by the sampler, the first one too.
 # --------------------------------------------------------------------------------------------
 
 WINDOW_SCHEMA = "fleet_rollout.counter-window/1"
@@ -451,7 +453,7 @@ def _remove_old(directory: str, now: float) -> None:
             pass
 
 
-def start_window(window: str, every: float, samples: int, first: "Dict[str, Any]",
+def start_window(window: str, every: float, samples: int, first: "Optional[Dict[str, Any]]",
                  directory: str, now: float, anchor: "Optional[float]" = None
                  ) -> "Dict[str, Any]":
     """Claim the window for this launch (a later launch of the same window takes it over: the
@@ -459,14 +461,25 @@ def start_window(window: str, every: float, samples: int, first: "Dict[str, Any]
     take after `first`, `every` seconds apart. They are due at anchor + k * every (the window's
     start on the controller: every host's steps end together) when the first snapshot is
     within half a step of the anchor, else at first + k * every (a host the start reached
-    late, or whose clock is off, still gets whole steps)."""
+    late, or whose clock is off, still gets whole steps). `first` None: the first snapshot is
+    due at the anchor, later (the sampler takes it: deferred; t0 is set when it is taken)."""
     if not 0 < every <= MAX_EVERY:
         raise WindowError(f"--every {every!r}: more than 0, at most {MAX_EVERY:g} seconds")
     if not 1 <= samples <= MAX_SAMPLES:
         raise WindowError(f"--samples {samples!r}: 1 to {MAX_SAMPLES}")
+    if first is None and (anchor is None or not 0 <= anchor - now <= MAX_EVERY):
+        raise WindowError(f"--first-at {anchor!r}: from now to {MAX_EVERY:g} seconds ahead")
     files = _window_files(directory, window)
     _own_dir(directory)
     _remove_old(directory, now)
+    if first is None:
+        token = f"{os.getpid()}-{anchor:.3f}"
+        state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": None,
+                 "first": None, "deferred": True, "anchor": anchor, "every": every,
+                 "samples": samples, "snapshots": [], "errors": {}, "done": False}
+        _write_json(files["owner"], {"token": token})
+        _write_json(files["samples"], state)
+        return state
     token = f"{os.getpid()}-{first['time']:.3f}"
     aligned = anchor is not None and abs(first["time"] - anchor) <= every / 2.0
     state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": first["time"],
@@ -488,6 +501,9 @@ def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
     anchor), written after each; it stops when the window is done or another launch took it
     over. A failed sample is recorded (None, and its error) and the window goes on."""
     files = _window_files(directory, state["window"])
+    if state.get("deferred") and state.get("first") is None and \
+            not _take_first(state, take, files, clock, sleep):
+        return
     for number in range(1, state["samples"] + 1):
         # at most two steps (the first is up to 1.5 from an anchored first snapshot): a clock
         # that jumps back never stalls the window
@@ -503,6 +519,27 @@ def run_window(state: "Dict[str, Any]", take, directory: str, clock=time.time,
         if not _owns(files, state["token"]):  # taken over: the later start's state stays
             return
         _write_json(files["samples"], state)
+
+
+def _take_first(state: "Dict[str, Any]", take, files: "Dict[str, str]", clock=time.time,
+                sleep=time.sleep) -> bool:
+    """A deferred window's first snapshot, at its anchor (written at once: a read sees it);
+    False when the window cannot go on (taken over, or the snapshot failed: no step can be
+    measured from it, the read says why)."""
+    wait_until(state["anchor"], MAX_EVERY, clock, sleep)
+    if not _owns(files, state["token"]):
+        return False
+    try:
+        state["first"] = take()
+        state["t0"] = state["first"]["time"]
+        if abs(state["t0"] - state["anchor"]) > state["every"] / 2.0:
+            state["anchor"] = state["t0"]  # taken late (a loaded host): whole steps from it
+    except Exception as exc:
+        state["errors"]["0"] = f"{type(exc).__name__}: {exc}"[:300]
+        state["done"] = True
+    if _owns(files, state["token"]):
+        _write_json(files["samples"], state)
+    return not state["done"]
 
 
 def read_window(window: str, directory: str, max_wait: float, clock=time.time,
@@ -578,6 +615,10 @@ def _arguments(argv: "Optional[List[str]]") -> "Any":
                         help="the window's start on the controller: the samples are due at "
                              "ANCHOR + k * --every if this snapshot is within half a step of "
                              "it (else a step apart from this snapshot)")
+    parser.add_argument("--first-at", type=float, metavar="EPOCH",
+                        help="the window's first snapshot is due at EPOCH (its anchor): while "
+                             "that is ahead the sampler takes it then, and this prints the "
+                             "window's claim, not a snapshot")
     parser.add_argument("--read", metavar="ID",
                         help="print the window's samples (JSON), once it is done or after "
                              "--max-wait seconds")
@@ -587,6 +628,8 @@ def _arguments(argv: "Optional[List[str]]") -> "Any":
         parser.error("--window needs --every and --samples")
     if args.window is not None and args.read is not None:
         parser.error("--window and --read: one of them")
+    if args.first_at is not None and (args.window is None or args.anchor is not None):
+        parser.error("--first-at goes with --window, without --anchor (it is the anchor)")
     return args
 
 
@@ -605,10 +648,15 @@ def main(argv: "Optional[List[str]]" = None) -> int:
         if args.read is not None:
             document = read_window(args.read, directory, args.max_wait)
         else:
-            document = take()
+            anchor = args.anchor if args.first_at is None else args.first_at
+            deferred = args.first_at is not None and args.first_at > time.time()
+            document = None if deferred else take()
             if args.window is not None:
                 state = start_window(args.window, args.every, args.samples, document,
-                                     directory, time.time(), args.anchor)
+                                     directory, time.time(), anchor)
+                if deferred:  # the claim: what the read is checked against
+                    document = {key: state[key] for key in ("schema", "window", "token",
+                                                            "anchor", "deferred")}
                 if _detach():
                     try:
                         run_window(state, take, directory)

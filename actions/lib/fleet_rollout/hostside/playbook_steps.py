@@ -119,19 +119,23 @@ class HostSide:
         return self._run("counters", hosts, {"fleet_collector_script": script})
 
     def start_window(self, hosts: Iterable[str], window: str, every: float, samples: int,
-                     anchor: Optional[float] = None,
+                     anchor: Optional[float] = None, first_at: Optional[float] = None,
                      script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
         """A counter window sampled on the hosts: each host's result is the window's first
         snapshot, taken now; a sampler left on the host takes `samples` more, `every` seconds
         apart from `anchor` (time.time() when the window started; a host reached more than
         half a step after it: from its first snapshot). read_window prints them. Up to
         SAMPLE_FORKS hosts (the configured forks if more) are started at once, so the hosts'
-        windows start close together."""
+        windows start close together. `first_at` (instead of `anchor`): the first snapshot is
+        due then; a host reached before it leaves it to its sampler and its result is the
+        window's claim ({"deferred": true, "anchor", "token"}; the read has the snapshot)."""
         names = list(hosts)
         extra = {"fleet_collector_script": script, "fleet_window": window,
                  "fleet_window_every": f"{float(every):.3f}",
                  "fleet_window_samples": str(int(samples))}
-        if anchor is not None:
+        if first_at is not None:
+            extra["fleet_window_first_at"] = f"{float(first_at):.3f}"
+        elif anchor is not None:
             extra["fleet_window_anchor"] = f"{float(anchor):.3f}"
         return self._run("counters", names, extra, self._sample_forks(names))
 
