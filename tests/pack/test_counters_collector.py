@@ -262,7 +262,7 @@ def test_a_window_whose_first_snapshot_is_due_later_is_all_sampled_there(tmp_pat
     collector.run_window(old, lambda: seen.append(1) or {"time": 0}, directory, clock,
                          clock.sleep)
     assert seen == []
-    for anchor in (2999.0, 3000.0 + 86401):
+    for anchor in (2999.0, 3000.0 + 2 * 86400 + 1):
         with pytest.raises(collector.WindowError, match="--first-at"):
             collector.start_window("w2", 5.0, 1, None, directory, 3000.0, anchor)
 

@@ -389,6 +389,7 @@ WINDOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 SAMPLES_DIR = os.path.join("var", "tmp", "fleet-rollout")  # under the sysroot; kept on reboot
 MAX_SAMPLES = 1000
 MAX_EVERY = 86400.0
+MAX_FIRST_AT = 2 * MAX_EVERY  # a soak of up to a day (the profile's limit), and clock skew
 KEEP_SECONDS = 7 * 86400  # window files older than this go when the next window starts
 READ_POLL = 0.1  # seconds between two looks of --read at a window not complete yet
 
@@ -467,8 +468,8 @@ def start_window(window: str, every: float, samples: int, first: "Optional[Dict[
         raise WindowError(f"--every {every!r}: more than 0, at most {MAX_EVERY:g} seconds")
     if not 1 <= samples <= MAX_SAMPLES:
         raise WindowError(f"--samples {samples!r}: 1 to {MAX_SAMPLES}")
-    if first is None and (anchor is None or not 0 <= anchor - now <= MAX_EVERY):
-        raise WindowError(f"--first-at {anchor!r}: from now to {MAX_EVERY:g} seconds ahead")
+    if first is None and (anchor is None or not 0 <= anchor - now <= MAX_FIRST_AT):
+        raise WindowError(f"--first-at {anchor!r}: from now to {MAX_FIRST_AT:g} seconds ahead")
     files = _window_files(directory, window)
     _own_dir(directory)
     _remove_old(directory, now)
@@ -526,7 +527,7 @@ def _take_first(state: "Dict[str, Any]", take, files: "Dict[str, str]", clock=ti
     """A deferred window's first snapshot, at its anchor (written at once: a read sees it);
     False when the window cannot go on (taken over, or the snapshot failed: no step can be
     measured from it, the read says why)."""
-    wait_until(state["anchor"], MAX_EVERY, clock, sleep)
+    wait_until(state["anchor"], MAX_FIRST_AT, clock, sleep)
     if not _owns(files, state["token"]):
         return False
     try:
