@@ -300,3 +300,9 @@ def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):
     ctx.profile["batches"]["parallel"] = 1000
     big = max(plan["batches"], key=lambda b: len(b["hosts"]))
     assert gather_peers(ctx, big["hosts"][0]) == len(big["hosts"])
+    # and its gatherer knows the batch (a run a host makes once per batch closes when all of
+    # it asked: test_hostside_coalesce)
+    from fleet_rollout.hoststeps import HostRun
+
+    run = HostRun(ctx, big["hosts"][1])
+    assert run.ctx.hostside.coalesce.batch == (f"peers-1.b{big['index']}", list(big["hosts"]))

@@ -485,3 +485,47 @@ def test_quiet_never_closes_a_gather_nobody_else_joined(lab):
     first.join(120)
     assert out["a"][HOSTS[0]].ok and out["b"][HOSTS[1]].ok
     assert [sorted(r["hosts"]) for r in _runs(lab)] == [HOSTS[:2]]  # one run for both
+
+
+def test_the_last_host_of_a_batch_does_not_wait_for_nobody(lab):
+    """A run a host makes once per batch (coalesce.ONCE_PER_BATCH: the probe, the undrain):
+    once every host of the batch has asked for it, the gatherer closes at once: the batch's
+    last host does not wait the window (60 s here) for a host that is not coming. A run a host
+    makes again and again (the wait step's health looks) keeps its window: a later request of
+    the same batch still joins it. The batch's marks go an hour after its last request."""
+    batch = ("r-1.b0", list(HOSTS))
+
+    def side(window: float, expected: int, quiet: float = 0.0) -> HostSide:
+        out = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+        out.coalesce = Coalescer(lab.root, window, expected, quiet, batch=batch)
+        return out
+
+    first = _concurrently({h: (lambda h=h: side(60, 2).undrain([h])) for h in HOSTS[:2]})
+    assert all(first[h][h].ok for h in HOSTS[:2]), first
+    start = time.monotonic()
+    last = side(60, 2).undrain([HOSTS[2]])  # alone, two expected: only the rule ends its wait
+    assert last[HOSTS[2]].ok and time.monotonic() - start < 60
+    assert [sorted(r["hosts"]) for r in _runs(lab)] == [HOSTS[:2], HOSTS[2:]]
+    # health: every host of the batch asked once, and a lone look still waits for company
+    burst = _concurrently({h: (lambda h=h: side(60, 3).health([h])) for h in HOSTS})
+    assert all(burst[h][h].ok for h in HOSTS)
+    out: Dict[str, Any] = {}
+    lone = threading.Thread(target=lambda: out.update(a=side(30, 0, 0.2).health([HOSTS[0]])))
+    lone.start()
+    _wait_for(lambda: _pending(lab) >= 1)
+    time.sleep(1.0)  # five times the quiet: still gathering
+    out.update(b=side(30, 0, 0.2).health([HOSTS[1]]))
+    lone.join(120)
+    assert out["a"][HOSTS[0]].ok and out["b"][HOSTS[1]].ok
+    assert [sorted(r["hosts"]) for r in _runs(lab)][-1] == HOSTS[:2]  # one run for both
+    # the undrain's marks of the batch: every host; swept once an hour old
+    keydirs = [os.path.join(lab.root, k) for k in os.listdir(lab.root)
+               if os.path.isdir(os.path.join(lab.root, k, "asked"))]
+    assert len(keydirs) == 1
+    marks = os.path.join(keydirs[0], "asked", "r-1.b0")
+    assert sorted(os.listdir(marks)) == HOSTS
+    hour_ago = time.time() - coalesce.STALE_RUN - 1
+    os.utime(marks, (hour_ago, hour_ago))
+    Coalescer(lab.root, 0.1, 0, batch=("r-1.b1", ["x"]))._sweep_asked(
+        os.path.join(keydirs[0], "asked"))
+    assert not os.path.exists(marks)

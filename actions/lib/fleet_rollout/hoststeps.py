@@ -171,8 +171,13 @@ class HostRun:
             return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
         quiet = getattr(self.ctx.config, "ansible_gather_quiet", coalesce.DEFAULT_QUIET)
+        batch = batch_of(self.ctx.plan, self.name)
+        members = None if batch is None else (
+            f"{self.ctx.rollout_id}.b{batch}",
+            list(next((b["hosts"] for b in self.ctx.plan["batches"] if b["index"] == batch), [])))
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
-                                           window, gather_peers(self.ctx, self.name), quiet)
+                                           window, gather_peers(self.ctx, self.name), quiet,
+                                           members)
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:

@@ -10,6 +10,9 @@ it is the pack's library: it works the same under StackStorm and the embedded ru
                                            process for as long as it lives (an unlocked one is
                                            stale: its process died, it is dropped)
     <root>/<spec key>/gather.lock          flock: the one gatherer of this spec at a time
+    <root>/<spec key>/asked/<batch>/<host> a host of that batch asked for this run (only the
+                                           playbooks a host runs once per batch:
+                                           ONCE_PER_BATCH); removed an hour after the last
     <root>/<spec key>/runs/<run>/          a gathered run: req-<id>.json (claimed requests),
                                            spec.json, hosts.json (all its hosts), run.lock
                                            (held by the run's process for as long as it runs),
@@ -18,7 +21,8 @@ it is the pack's library: it works the same under StackStorm and the embedded ru
 A request's process writes its request and takes gather.lock if it is free. The gatherer waits
 up to the gather window (not at all when the request's batch has one host; closed early once the
 batch's host count is pending, or once others' requests came and then none for `quiet` seconds:
-the steps of a batch ask in bursts, as the shared run before them ends), claims the pending
+the steps of a batch ask in bursts, as the shared run before them ends, or, for a run a host
+makes once per batch, once every host of the batch has asked for it), claims the pending
 requests (a rename: a request is in one run only; a request naming a host already claimed
 waits for the next run), and starts the run in a process of its own session (`python -m
 fleet_rollout.hostside.coalesce RUNDIR`): killing one step's process (timeout, cancel) never
@@ -54,6 +58,10 @@ DEFAULT_WINDOW = 1.0  # seconds (pack config ansible_gather_window)
 DEFAULT_QUIET = 0.25  # seconds (pack config ansible_gather_quiet)
 POLL = 0.02  # seconds between looks while a request waits to be gathered
 MAX_HOSTS = 500  # hosts per gathered run
+# the playbooks a host of a batch runs once (the verify's probe, the undrain): once every host
+# of the batch has asked for such a run, none is coming, and a gatherer waits no longer (a
+# playbook a host runs again and again, like the wait step's health looks, keeps its window)
+ONCE_PER_BATCH = ("probe.yml", "undrain.yml")
 STALE_RUN = 3600.0  # seconds: a finished run directory nobody collected is removed after this
 
 
@@ -117,14 +125,17 @@ class Coalescer:
     root: a private directory (the pack's state dir/ansible); window: seconds a gatherer waits
     for other requests; expected: hosts of the caller's batch (1: no wait at all; 0: unknown,
     the whole window); quiet: once another request came, the gather closes after this many
-    seconds without a new one (0: it waits the window or the whole batch)."""
+    seconds without a new one (0: it waits the window or the whole batch); batch: the name
+    and the hosts of the caller's batch (a run of ONCE_PER_BATCH is gathered only until every
+    one of them asked for it: the batch's last host does not wait the window for nobody)."""
 
     def __init__(self, root: str, window: float = DEFAULT_WINDOW, expected: int = 0,
-                 quiet: float = 0.0) -> None:
+                 quiet: float = 0.0, batch: Optional[Tuple[str, List[str]]] = None) -> None:
         self.root = root
         self.window = max(0.0, float(window))
         self.expected = max(0, int(expected))
         self.quiet = max(0.0, float(quiet))
+        self.batch = batch
         self._started: List[subprocess.Popen] = []  # run processes to reap once collected
 
     def run(self, spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
@@ -135,6 +146,9 @@ class Coalescer:
         self._after_runs_of(names)
         rid = uuid.uuid4().hex
         mine = os.path.join(pending, f"{rid}.json")
+        asked = self._asked_dir(spec, keydir)
+        if asked is not None:
+            self._mark_asked(asked, names)
         fd = self._request(pending, rid, names)
         try:
             while True:
@@ -197,6 +211,29 @@ class Coalescer:
                 finally:
                     os.close(fd)
 
+    def _asked_dir(self, spec: RunSpec, keydir: str) -> Optional[str]:
+        """Where the hosts of the caller's batch that asked for this run are marked (None:
+        not a run a host makes once per batch, or no batch known)."""
+        if self.batch is None or os.path.basename(spec.playbook) not in ONCE_PER_BATCH:
+            return None
+        return os.path.join(keydir, "asked", self.batch[0])
+
+    @staticmethod
+    def _mark_asked(asked: str, names: List[str]) -> None:
+        os.makedirs(asked, mode=0o700, exist_ok=True)
+        for name in names:
+            with open(os.path.join(asked, name), "a"):
+                pass
+
+    def _all_asked(self, asked: Optional[str]) -> bool:
+        """Every host of the caller's batch has asked for this run (pending, or run before)."""
+        if asked is None or self.batch is None:
+            return False
+        try:
+            return set(self.batch[1]) <= set(os.listdir(asked))
+        except FileNotFoundError:
+            return False
+
     @staticmethod
     def _request(pending: str, rid: str, names: List[str]) -> int:
         """The request file, locked before it appears (so it is never taken for stale)."""
@@ -238,7 +275,10 @@ class Coalescer:
         window = 0.0 if self.expected == 1 else self.window
         deadline = time.monotonic() + window
         seen, since = 1, time.monotonic()  # requests pending (this one), since when
+        asked = self._asked_dir(spec, keydir)
         while time.monotonic() < deadline:
+            if self._all_asked(asked):
+                break  # the batch's last asked: nobody else of it is coming
             waiting = sum(1 for e in os.listdir(pending) if e.endswith(".json") and
                           not e.startswith("."))  # a request has 1 host or more
             if self.expected and waiting >= self.expected and \
@@ -259,6 +299,7 @@ class Coalescer:
             chosen.append(other)
             taken.update(hosts)
         self._sweep(os.path.join(keydir, "runs"))
+        self._sweep_asked(os.path.join(keydir, "asked"))
         if len(chosen) == 1:
             os.unlink(os.path.join(pending, f"{rid}.json"))
             return True
@@ -359,6 +400,23 @@ class Coalescer:
             if fd is not None:  # not running
                 os.close(fd)
                 shutil.rmtree(path, ignore_errors=True)
+
+
+    @staticmethod
+    def _sweep_asked(root: str) -> None:
+        """The marks of batches nobody asked for in STALE_RUN seconds."""
+        try:
+            entries = os.listdir(root)
+        except FileNotFoundError:
+            return
+        now = time.time()
+        for entry in entries:
+            path = os.path.join(root, entry)
+            try:
+                if now - os.stat(path).st_mtime >= STALE_RUN:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                continue
 
 
 def _leave(rundir: str, rid: str) -> None:
