@@ -506,18 +506,21 @@ def test_the_last_host_of_a_batch_does_not_wait_for_nobody(lab):
     last = side(60, 2).undrain([HOSTS[2]])  # alone, two expected: only the rule ends its wait
     assert last[HOSTS[2]].ok and time.monotonic() - start < 60
     assert [sorted(r["hosts"]) for r in _runs(lab)] == [HOSTS[:2], HOSTS[2:]]
-    # health: every host of the batch asked once, and a lone look still waits for company
+    # health: every host of the batch asked once, and a lone look still waits for company;
+    # so does an undrain asked again (a restore, a rollback)
     burst = _concurrently({h: (lambda h=h: side(60, 3).health([h])) for h in HOSTS})
     assert all(burst[h][h].ok for h in HOSTS)
-    out: Dict[str, Any] = {}
-    lone = threading.Thread(target=lambda: out.update(a=side(30, 0, 0.2).health([HOSTS[0]])))
-    lone.start()
-    _wait_for(lambda: _pending(lab) >= 1)
-    time.sleep(1.0)  # five times the quiet: still gathering
-    out.update(b=side(30, 0, 0.2).health([HOSTS[1]]))
-    lone.join(120)
-    assert out["a"][HOSTS[0]].ok and out["b"][HOSTS[1]].ok
-    assert [sorted(r["hosts"]) for r in _runs(lab)][-1] == HOSTS[:2]  # one run for both
+    for again in ("health", "undrain"):
+        out: Dict[str, Any] = {}
+        lone = threading.Thread(target=lambda again=again, out=out: out.update(
+            a=getattr(side(30, 0, 0.2), again)([HOSTS[0]])))
+        lone.start()
+        _wait_for(lambda: _pending(lab) >= 1)
+        time.sleep(1.0)  # five times the quiet: still gathering
+        out.update(b=getattr(side(30, 0, 0.2), again)([HOSTS[1]]))
+        lone.join(120)
+        assert out["a"][HOSTS[0]].ok and out["b"][HOSTS[1]].ok, again
+        assert [sorted(r["hosts"]) for r in _runs(lab)][-1] == HOSTS[:2], again  # one run
     # the undrain's marks of the batch: every host; swept once an hour old
     keydirs = [os.path.join(lab.root, k) for k in os.listdir(lab.root)
                if os.path.isdir(os.path.join(lab.root, k, "asked"))]

@@ -127,7 +127,8 @@ class Coalescer:
     the whole window); quiet: once another request came, the gather closes after this many
     seconds without a new one (0: it waits the window or the whole batch); batch: the name
     and the hosts of the caller's batch (a run of ONCE_PER_BATCH is gathered only until every
-    one of them asked for it: the batch's last host does not wait the window for nobody)."""
+    one of them asked for it: the batch's last host does not wait the window for nobody; a
+    host asking again, as a restore after the step or a rollback does, is gathered as any)."""
 
     def __init__(self, root: str, window: float = DEFAULT_WINDOW, expected: int = 0,
                  quiet: float = 0.0, batch: Optional[Tuple[str, List[str]]] = None) -> None:
@@ -146,9 +147,11 @@ class Coalescer:
         self._after_runs_of(names)
         rid = uuid.uuid4().hex
         mine = os.path.join(pending, f"{rid}.json")
+        # the batch rule for a first ask only (a retry, or a restore after the step, asks
+        # again: gathered as any run)
         asked = self._asked_dir(spec, keydir)
-        if asked is not None:
-            self._mark_asked(asked, names)
+        if asked is not None and not self._mark_asked(asked, names):
+            asked = None
         fd = self._request(pending, rid, names)
         try:
             while True:
@@ -160,7 +163,7 @@ class Coalescer:
                     try:
                         if not os.path.exists(mine):
                             continue  # claimed meanwhile
-                        alone = self._gather(spec, keydir, rid, names)
+                        alone = self._gather(spec, keydir, rid, names, asked)
                     finally:
                         os.close(gate)  # releases the gather lock
                     if alone:
@@ -219,11 +222,17 @@ class Coalescer:
         return os.path.join(keydir, "asked", self.batch[0])
 
     @staticmethod
-    def _mark_asked(asked: str, names: List[str]) -> None:
+    def _mark_asked(asked: str, names: List[str]) -> bool:
+        """Mark `names` as having asked; True when none of them had asked before."""
         os.makedirs(asked, mode=0o700, exist_ok=True)
+        first = True
         for name in names:
-            with open(os.path.join(asked, name), "a"):
-                pass
+            try:
+                os.close(os.open(os.path.join(asked, name), os.O_WRONLY | os.O_CREAT |
+                                 os.O_EXCL, 0o600))
+            except FileExistsError:
+                first = False
+        return first
 
     def _all_asked(self, asked: Optional[str]) -> bool:
         """Every host of the caller's batch has asked for this run (pending, or run before)."""
@@ -268,14 +277,15 @@ class Coalescer:
         return found
 
     # ------------------------------------------------------------------ gatherer
-    def _gather(self, spec: RunSpec, keydir: str, rid: str, names: List[str]) -> bool:
-        """Holding gather.lock: wait for the window, claim the pending requests, start their
-        run. True: nobody else's request came, this process runs its own."""
+    def _gather(self, spec: RunSpec, keydir: str, rid: str, names: List[str],
+                asked: Optional[str] = None) -> bool:
+        """Holding gather.lock: wait for the window (or until every host of the batch has
+        asked, `asked`: the batch's marks), claim the pending requests, start their run.
+        True: nobody else's request came, this process runs its own."""
         pending = os.path.join(keydir, "pending")
         window = 0.0 if self.expected == 1 else self.window
         deadline = time.monotonic() + window
         seen, since = 1, time.monotonic()  # requests pending (this one), since when
-        asked = self._asked_dir(spec, keydir)
         while time.monotonic() < deadline:
             if self._all_asked(asked):
                 break  # the batch's last asked: nobody else of it is coming
