@@ -266,7 +266,11 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
                 assert set(batch["hosts"]) <= set(part["snapshots"]), (i, label)
                 times.append(head["time"])
                 starts.append(head["started"])
-            assert times == sorted(times), times
+            # each collection is due after the one before it, and each window's end is
+            # written last (a start's own time is when its run ended, which a loaded machine
+            # can take past the first step's due time)
+            assert starts == sorted(starts), starts
+            assert times[4] == max(times[:5]) and times[7] == max(times), times
             # the hosts sample a step (10 s / 2) apart from the window's start (gate.py), and
             # the window's end stores each step's collection
             pre, post = starts[:5], starts[5:]
