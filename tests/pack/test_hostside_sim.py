@@ -162,24 +162,26 @@ def test_a_window_sampled_on_the_hosts_through_ansible(lab):
     window started again replaces the earlier one (whose sampler stops)."""
     backend, side = lab
     anchor = time.time()
-    started = side.start_window(HOSTS, "r-1.b0.post", 2.0, 3, anchor)
+    # steps long enough that the early read (another Ansible run) comes before the window
+    # ends on a loaded machine (a CI run under load came after a window of 3 x 2 s)
+    started = side.start_window(HOSTS, "r-1.b0.post", 5.0, 3, anchor)
     firsts = {name: started[name].result for name in HOSTS}
     assert all(started[name].ok for name in HOSTS), started
     assert all(doc["boot_id"] and doc["interfaces"] for doc in firsts.values())
     early = side.read_window(HOSTS[:1], "r-1.b0.post", 0.0)[HOSTS[0]]
     assert early.ok and early.result["done"] is False and len(early.result["snapshots"]) < 3
-    read = side.read_window(HOSTS + ["ghost"], "r-1.b0.post", 15.0)
+    read = side.read_window(HOSTS + ["ghost"], "r-1.b0.post", 30.0)
     for name in HOSTS:
         doc = read[name].result
         assert read[name].ok and doc["done"] is True and doc["errors"] == {}, read[name]
-        assert doc["t0"] == firsts[name]["time"] and (doc["every"], doc["samples"]) == (2.0, 3)
+        assert doc["t0"] == firsts[name]["time"] and (doc["every"], doc["samples"]) == (5.0, 3)
         # due a step apart from the anchor when the start reached the host within half a step
         # of it, else from its own first snapshot (a loaded machine reaches hosts late)
-        aligned = abs(doc["t0"] - anchor) <= 1.0
+        aligned = abs(doc["t0"] - anchor) <= 2.5
         start = anchor if aligned else doc["t0"]
         assert doc["anchor"] == pytest.approx(start, abs=0.001), (aligned, doc["anchor"])
         offsets = [snap["time"] - start for snap in doc["snapshots"]]
-        assert offsets == pytest.approx([2.0, 4.0, 6.0], abs=0.5), offsets
+        assert offsets == pytest.approx([5.0, 10.0, 15.0], abs=0.5), offsets
         assert {snap["host"] for snap in doc["snapshots"]} == {name}
         assert os.path.isfile(os.path.join(backend.sysroot(name), "var/tmp/fleet-rollout",
                                            "r-1.b0.post.json"))
