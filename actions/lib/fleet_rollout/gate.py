@@ -132,8 +132,8 @@ def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str]
     soak = float(ctx.profile["canary"].get("soak_seconds") or 0) if window == "post" else 0.0
     started = now + soak  # the window's anchor: when its first snapshot is due
     wid = window_id(ctx, index, window)
-    results = (ctx.hostside.start_window(hosts, wid, step, steps, started, first_at=started)
-               if soak > 0 else ctx.hostside.start_window(hosts, wid, step, steps, started))
+    results = ctx.hostside.start_window(hosts, wid, step, steps, started,
+                                        first_at=started if soak > 0 else None)
     snapshots = {h: r.result for h, r in results.items() if r.ok}
     errors = {h: r.error for h, r in results.items() if not r.ok}
     ended = time.time()

@@ -131,13 +131,23 @@ class RolloutContext:
                         reboot=self.expected_reboot or None)
 
 
-def gather_peers(ctx: RolloutContext, host: str) -> int:
+def batch_members(ctx: RolloutContext, host: str) -> Optional[Tuple[str, List[str]]]:
+    """The name (<rollout>.b<index>) and the hosts of the host's batch; None outside them."""
+    batch = batch_of(ctx.plan, host)
+    if batch is None:
+        return None
+    hosts = next((b["hosts"] for b in ctx.plan["batches"] if b["index"] == batch), [])
+    return f"{ctx.rollout_id}.b{batch}", list(hosts)
+
+
+def gather_peers(ctx: RolloutContext, host: str,
+                 members: Optional[Tuple[str, List[str]]] = None) -> int:
     """How many hosts' identical runs a gatherer waits for: the host's batch, or as many of it
     as are changed at a time (the profile's batches.parallel). Waiting for the whole batch
     when only `parallel` of it run at once held every run of a big batch for the whole gather
-    window."""
-    batch = batch_of(ctx.plan, host)
-    size = next((len(b["hosts"]) for b in ctx.plan["batches"] if b["index"] == batch), 1)
+    window. `members`: batch_members(ctx, host), when the caller has it."""
+    members = members or batch_members(ctx, host)
+    size = len(members[1]) if members and members[1] else 1
     parallel = int((ctx.profile.get("batches") or {}).get("parallel") or size)
     return max(1, min(size, parallel))
 
@@ -171,13 +181,10 @@ class HostRun:
             return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
         window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
         quiet = getattr(self.ctx.config, "ansible_gather_quiet", coalesce.DEFAULT_QUIET)
-        batch = batch_of(self.ctx.plan, self.name)
-        members = None if batch is None else (
-            f"{self.ctx.rollout_id}.b{batch}",
-            list(next((b["hosts"] for b in self.ctx.plan["batches"] if b["index"] == batch), [])))
+        members = batch_members(self.ctx, self.name)
         side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
-                                           window, gather_peers(self.ctx, self.name), quiet,
-                                           members)
+                                           window, gather_peers(self.ctx, self.name, members),
+                                           quiet, members)
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:

@@ -137,6 +137,7 @@ class Coalescer:
         self.expected = max(0, int(expected))
         self.quiet = max(0.0, float(quiet))
         self.batch = batch
+        self._batch_hosts = frozenset(batch[1]) if batch else frozenset()
         self._started: List[subprocess.Popen] = []  # run processes to reap once collected
 
     def run(self, spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
@@ -239,7 +240,7 @@ class Coalescer:
         if asked is None or self.batch is None:
             return False
         try:
-            return set(self.batch[1]) <= set(os.listdir(asked))
+            return self._batch_hosts <= set(os.listdir(asked))
         except FileNotFoundError:
             return False
 
