@@ -287,6 +287,7 @@ def host_backend(manifest: Dict[str, Any], host: Dict[str, Any]) -> str:
 
 
 BACKEND_GROUPS = {"vm": "lab_vm", "sim": "lab_sim"}  # inventory groups by backend
+VM_SSH_RETRIES = 2  # connection failures (ssh exit 255) tried again per task on the lab VMs
 # A sim server's python: the system's, as a server has it (no pack installed; else this
 # interpreter outside the venv). The venv's site-packages cost every host-side script 15 ms
 # more to start (25 against 10), and the counter collector would import the pack's library
@@ -310,7 +311,11 @@ def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> N
         }
         kind = host_backend(manifest, host)
         if kind == "vm":
+            # ansible_ssh_retries: a TCG guest on a loaded machine can take longer than the
+            # 30 s ConnectTimeout to answer an SSH banner (a CI run lost a canary's counter
+            # window to that); ssh's exit 255 is tried again, up to twice
             entry.update({"ansible_host": "127.0.0.1", "ansible_port": host["ssh_port"],
+                          "ansible_ssh_retries": VM_SSH_RETRIES,
                           "fleet_health_port": host["health_port"],
                           "fleet_udp_port": host["udp_port"]})
         else:

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Tuple
@@ -79,11 +80,13 @@ def sshd(tmp_path: Path) -> Iterator[Tuple[int, str, Path, Path]]:
         log.close()
 
 
-def _side(tmp_path: Path, port: int, key: Path, sysroot: Path, known: str) -> HostSide:
+def _side(tmp_path: Path, port: int, key: Path, sysroot: Path, known: str,
+          **host_vars: object) -> HostSide:
     inventory = tmp_path / "ssh-inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"ssh-001": {
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"ssh-001": dict({
         "ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root",
-        "ansible_python_interpreter": sys.executable, "fleet_sysroot": str(sysroot)}}}}))
+        "ansible_python_interpreter": sys.executable, "fleet_sysroot": str(sysroot)},
+        **host_vars)}}}))
     known_hosts = tmp_path / f"known_hosts-{len(list(tmp_path.glob('known_hosts-*')))}"
     known_hosts.write_text(known)
     return HostSide(str(inventory), str(key), known_hosts=str(known_hosts))
@@ -115,6 +118,76 @@ def test_known_host_key_works(tmp_path, sshd):
     assert entry.ok, entry
     assert entry.result["boot_id"] == (sysroot / "proc/sys/kernel/random/boot_id").read_text(
     ).strip()
+
+
+class _Refuser:
+    """A loopback TCP relay to the sshd that closes its first `refuse` connections before the
+    SSH banner (as a guest too slow to answer one: ssh exits 255), then relays the rest."""
+
+    def __init__(self, target: int, refuse: int) -> None:
+        self.target, self.refuse, self.accepted = target, refuse, 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = int(self.sock.getsockname()[1])
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.refuse:
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@needs_sshd
+@pytest.mark.parametrize("retries", [0, lab.VM_SSH_RETRIES])
+def test_the_lab_vms_retries_get_past_connections_lost_before_the_banner(tmp_path, sshd,
+                                                                          retries):
+    """The lab's VM hosts carry ansible_ssh_retries (lab.VM_SSH_RETRIES): through the pack's
+    own run path (resolved host vars, run inventory, ssh args) a host whose first connections
+    end before the SSH banner is reached on a later try; without retries it is unreachable."""
+    port, pub, key, sysroot = sshd
+    relay = _Refuser(port, refuse=2)
+    try:
+        side = _side(tmp_path, relay.port, key, sysroot, f"[127.0.0.1]:{relay.port} {pub}\n",
+                     ansible_ssh_retries=retries)
+        entry = side.health(["ssh-001"])["ssh-001"]
+    finally:
+        relay.close()
+    if retries:
+        assert entry.ok, entry
+        assert relay.accepted >= 3  # two lost, then the one that worked
+    else:
+        assert not entry.ok and entry.unreachable, entry
+        assert relay.accepted == 1
 
 
 def test_ssh_args_always_check_host_keys():
@@ -158,5 +231,8 @@ def test_lab_inventory_and_pack_config_name_the_known_hosts(tmp_path):
                            "udp_port": 2}]}
     path = tmp_path / "inventory.yml"
     lab.write_inventory(manifest, lab.LabConfig(hosts=1, backend="vm"), str(path))
-    common = yaml.safe_load(path.read_text())["all"]["vars"]["ansible_ssh_common_args"]
+    doc = yaml.safe_load(path.read_text())
+    common = doc["all"]["vars"]["ansible_ssh_common_args"]
+    entry = doc["all"]["children"]["site_a"]["hosts"]["lab-001"]
+    assert entry["ansible_ssh_retries"] == lab.VM_SSH_RETRIES > 0  # see the retries test
     assert "StrictHostKeyChecking=yes" in common and "UserKnownHostsFile=/s/known_hosts" in common
