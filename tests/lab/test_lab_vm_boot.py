@@ -132,6 +132,14 @@ def test_interleaving_disabled_gives_one_node_per_socket(lab: VmBackend) -> None
     assert "fleet.snoop=home" in cmdline and "fleet.rate=4000" in cmdline
 
 
+def test_the_guest_keeps_time_with_the_tsc(lab: VmBackend) -> None:
+    """tsc=reliable: a multi-vCPU TCG guest otherwise marks its TSC unstable ("TSCs
+    unsynchronized") and falls back to the emulated HPET, whose every read QEMU emulates."""
+    source = lab.ssh("vm-numa", "cat /sys/devices/system/clocksource/clocksource0/"
+                     "current_clocksource").stdout.strip()
+    assert source == "tsc", source
+
+
 def test_cluster_on_die_gives_two_nodes_per_socket(lab: VmBackend) -> None:
     count, distances = numa_hardware(lab, "vm-cod")
     assert count == 4

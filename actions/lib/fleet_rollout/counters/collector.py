@@ -473,19 +473,15 @@ def start_window(window: str, every: float, samples: int, first: "Optional[Dict[
     files = _window_files(directory, window)
     _own_dir(directory)
     _remove_old(directory, now)
-    if first is None:
+    if first is None:  # deferred: the sampler takes the first snapshot at the anchor
         token = f"{os.getpid()}-{anchor:.3f}"
-        state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": None,
-                 "first": None, "deferred": True, "anchor": anchor, "every": every,
-                 "samples": samples, "snapshots": [], "errors": {}, "done": False}
-        _write_json(files["owner"], {"token": token})
-        _write_json(files["samples"], state)
-        return state
-    token = f"{os.getpid()}-{first['time']:.3f}"
-    aligned = anchor is not None and abs(first["time"] - anchor) <= every / 2.0
-    state = {"schema": WINDOW_SCHEMA, "window": window, "token": token, "t0": first["time"],
-             "anchor": anchor if aligned else first["time"], "every": every,
-             "samples": samples, "snapshots": [], "errors": {}, "done": False}
+        state = {"t0": None, "first": None, "deferred": True, "anchor": anchor}
+    else:
+        token = f"{os.getpid()}-{first['time']:.3f}"
+        aligned = anchor is not None and abs(first["time"] - anchor) <= every / 2.0
+        state = {"t0": first["time"], "anchor": anchor if aligned else first["time"]}
+    state = dict({"schema": WINDOW_SCHEMA, "window": window, "token": token}, **state,
+                 every=every, samples=samples, snapshots=[], errors={}, done=False)
     _write_json(files["owner"], {"token": token})
     _write_json(files["samples"], state)
     return state
