@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from net_support import LoopbackListener
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm import persist
@@ -121,30 +121,18 @@ def test_persistent_disk_round_trip(tmp_path: Path) -> None:
     assert persist.read_file(disk, "/etc/fleet/maintenance") is None
 
 
-class _SlowSshd:
-    """A loopback listener that answers every connection with an SSH banner after `delay`
-    seconds, as a starved guest's sshd does (it re-execs itself per connection); it counts the
-    connections it was given."""
+class _SlowSshd(LoopbackListener):
+    """Answers every connection with an SSH banner after `delay` seconds, as a starved guest's
+    sshd does (it re-execs itself per connection); it counts the connections it was given."""
 
     def __init__(self, port: int, delay: float) -> None:
-        self.sock = socket.create_server(("127.0.0.1", port))
         self.delay = delay
-        self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(port)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            time.sleep(self.delay)
-            with conn:
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-
-    def close(self) -> None:
-        self.sock.close()
+    def handle(self, conn: socket.socket) -> None:
+        time.sleep(self.delay)
+        with conn:
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
 
 
 def test_up_probe_waits_for_the_console_then_for_a_slow_banner(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Iterator, Tuple
 
 import pytest
 import yaml
+from net_support import LoopbackListener
 
 from fleet_lab import lab
 from fleet_lab.hosts import boot_config
@@ -120,31 +121,21 @@ def test_known_host_key_works(tmp_path, sshd):
     ).strip()
 
 
-class _Refuser:
-    """A loopback TCP relay to the sshd that closes its first `refuse` connections before the
-    SSH banner (as a guest too slow to answer one: ssh exits 255), then relays the rest."""
+class _Refuser(LoopbackListener):
+    """A relay to the sshd that closes its first `refuse` connections before the SSH banner
+    (as a guest too slow to answer one: ssh exits 255), then relays the rest."""
 
     def __init__(self, target: int, refuse: int) -> None:
-        self.target, self.refuse, self.accepted = target, refuse, 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = int(self.sock.getsockname()[1])
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.target, self.refuse = target, refuse
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            if self.accepted <= self.refuse:
-                client.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        if self.accepted <= self.refuse:
+            conn.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.target))
+        for src, dst in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -162,9 +153,6 @@ class _Refuser:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @needs_sshd
