@@ -277,3 +277,43 @@ def test_stage_after_snapshot_reads_nothing_again(fleet):
     assert [m for m, _ in after] == ["PATCH", "GET", "GET"]
     assert [p for _, p in after[1:]] == [ctx.bios_uri, ctx.settings_uri]
     assert sum(1 for m, p in reads if p == ctx.bios_uri) == 1  # discovery's read served both
+
+
+def test_the_environment_proxy_is_honoured_and_read_once_per_session(monkeypatch):
+    """HTTPS_PROXY and NO_PROXY decide, as requests decides per request, but are read when the
+    session opens (requests otherwise reads the environment at every request: 0.5 ms of
+    CPU each). A proxy that closes every connection stands in for one that cannot reach the BMC."""
+    from net_support import LoopbackListener
+
+    proxy = LoopbackListener()
+    try:
+        with bmc_fleet(["generic"]) as own:
+            monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
+            monkeypatch.delenv("NO_PROXY", raising=False)
+            monkeypatch.delenv("no_proxy", raising=False)
+            with pytest.raises(RedfishError):
+                RedfishSession(endpoint(own, 0, get_retries=0)).open()
+            assert proxy.accepted >= 1  # the request went to the proxy
+            seen = proxy.accepted
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            with RedfishSession(endpoint(own, 0)) as session:
+                assert session._client._session.trust_env is False
+                monkeypatch.delenv("NO_PROXY")  # read once: later requests go direct still
+                discover(session)
+            assert proxy.accepted == seen
+    finally:
+        proxy.close()
+
+
+def test_a_netrc_entry_for_the_bmc_does_not_replace_the_configured_credentials(tmp_path,
+                                                                               monkeypatch):
+    """requests puts ~/.netrc's entry for a URL's host on every request of a session that
+    trusts the environment: a basic-auth BMC session then logged in as whoever .netrc names."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login intruder password not-the-bmc-password\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    with bmc_fleet(["generic"]) as own:
+        with RedfishSession(endpoint(own, 0, auth="basic")) as session:
+            assert session.auth == "basic"
+            discover(session)  # answered: the configured credentials went on the wire
