@@ -71,7 +71,6 @@ def test_ircd_people_talk_in_the_channel(irc: ircd.IrcServer) -> None:
         assert "oncall" in sre.names(CHANNEL)
 
 
-@pytest.mark.timeout(300)
 def _ask_until_answered(client: IrcClient, command: str, pattern: str, every: float,
                         within: float) -> object:
     """Say `command` in the channel until the bot answers with `pattern`; the answer line."""
@@ -87,6 +86,7 @@ def _ask_until_answered(client: IrcClient, command: str, pattern: str, every: fl
                 raise
 
 
+@pytest.mark.timeout(300)
 def test_errbot_joins_and_answers_the_sre(tmp_path: Path, venv: Path,
                                           irc: ircd.IrcServer) -> None:
     # err-stackstorm configured against an st2 API that is not there: the plugin fails to
