@@ -45,13 +45,16 @@ def _stats(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _stall_half_of_every_second(pid: int, done: threading.Event) -> None:
-    """Stop the receiver for 0.5 s of every second until `done` (then continue it)."""
+def _stall_half_of_every_second(pid: int, done: threading.Event, stalls: list) -> None:
+    """Stop the receiver for 0.5 s of every second until `done` (then continue it); `stalls`
+    gets each stop's actual length (a loaded machine wakes this thread late)."""
     try:
         while not done.is_set():
             os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
             done.wait(0.5)
             os.kill(pid, signal.SIGCONT)
+            stalls.append(time.monotonic() - stopped)
             done.wait(0.5)
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -59,10 +62,13 @@ def _stall_half_of_every_second(pid: int, done: threading.Event) -> None:
 
 def _send_with_stalls(proc: subprocess.Popen, port: int, seconds: float, stats: Path) -> tuple:
     """Send PPS datagrams/s for `seconds` while the receiver is stopped half of every second.
-    Returns (datagrams sent, snapshots of the stats file taken about once a second)."""
+    Returns (datagrams sent, snapshots of the stats file taken about once a second, the
+    stalls' actual lengths)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     done = threading.Event()
-    staller = threading.Thread(target=_stall_half_of_every_second, args=(proc.pid, done))
+    stalls: list = []
+    staller = threading.Thread(target=_stall_half_of_every_second,
+                               args=(proc.pid, done, stalls))
     sent, snapshots = 0, []
     start = time.monotonic()
     next_snapshot = start + 1.0
@@ -80,7 +86,7 @@ def _send_with_stalls(proc: subprocess.Popen, port: int, seconds: float, stats: 
         done.set()
         staller.join()
         sock.close()
-    return sent, snapshots
+    return sent, snapshots, stalls
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -98,16 +104,50 @@ def _read_rate(snapshots: list) -> float:
     return (last["received"] - first["received"]) / span
 
 
+# A run counts when the machine kept to the test's stalls: none of them stretched past 1 s, and
+# the receiver wrote its stats (once a second when it runs) at most 2.5 s apart. Under a loaded
+# CI run (load 19 on 2 cores) one run's receiver wrote nothing for several seconds: what it owed
+# then exceeded MAX_CATCH_UP, which no receiver of this design makes up.
+ATTEMPTS, LONGEST_STALL, LONGEST_SILENCE = 3, 1.0, 2.5
+
+
+def _disturbed(snapshots: list, stalls: list) -> str:
+    """Why the machine did not give this run its conditions ('' if it did)."""
+    if stalls and max(stalls) > LONGEST_STALL:
+        return f"a stall lasted {max(stalls):.1f} s"
+    times = sorted({snap["time"] for snap in snapshots if "time" in snap})
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    if gaps and max(gaps) > LONGEST_SILENCE:
+        return f"the receiver wrote no stats for {max(gaps):.1f} s"
+    return ""
+
+
+def _run(tmp_path: Path, rate: int, drain: bool) -> tuple:
+    """Up to ATTEMPTS runs of 10 s (a fresh receiver each) until one is undisturbed:
+    (sent, snapshots, received after the backlog is read, why earlier runs did not count)."""
+    skipped = []
+    for attempt in range(ATTEMPTS):
+        workdir = tmp_path / f"run{attempt}"
+        workdir.mkdir()
+        proc, stats = _start(workdir, rate=rate)
+        try:
+            sent, snapshots, stalls = _send_with_stalls(proc, _stats(stats)["port"], 10.0, stats)
+            deadline = time.monotonic() + (10 if drain else 0)
+            while _stats(stats)["received"] < sent and time.monotonic() < deadline:
+                time.sleep(0.2)  # the backlog of the last stall is read, then stats written
+            received = _stats(stats)["received"]
+        finally:
+            _stop(proc)
+        why = _disturbed(snapshots, stalls)
+        if not why:
+            return sent, snapshots, received, skipped
+        skipped.append(why)
+    raise AssertionError(f"no undisturbed run in {ATTEMPTS}: {skipped}")
+
+
 def test_stalls_cost_no_packets_when_the_rate_is_above_the_traffic(tmp_path):
-    proc, stats = _start(tmp_path, rate=115)  # 1.15 x the traffic, as Home Snoop in the demo
-    try:
-        sent, snapshots = _send_with_stalls(proc, _stats(stats)["port"], 10.0, stats)
-        deadline = time.monotonic() + 10
-        while _stats(stats)["received"] < sent and time.monotonic() < deadline:
-            time.sleep(0.2)  # the backlog of the last stall is read, then stats written
-        received = _stats(stats)["received"]
-    finally:
-        _stop(proc)
+    # 1.15 x the traffic, as Home Snoop in the demo
+    sent, snapshots, received, _ = _run(tmp_path, rate=115, drain=True)
     assert sent >= 0.9 * PPS * 10
     # the reads keep pace with the traffic through the stalls; a receiver that kept its rate
     # only while it ran reads 0.5 s x 115 + a burst of 0.2 s x 115 a second: 80 of the 100
@@ -118,13 +158,17 @@ def test_stalls_cost_no_packets_when_the_rate_is_above_the_traffic(tmp_path):
 
 def test_the_rate_holds_over_wall_clock_time_when_the_traffic_is_above_it(tmp_path):
     rate = 60
-    proc, stats = _start(tmp_path, rate=rate)
-    try:
-        _, snapshots = _send_with_stalls(proc, _stats(stats)["port"], 10.0, stats)
-    finally:
-        _stop(proc)
+    _, snapshots, _, _ = _run(tmp_path, rate=rate, drain=False)
     read_rate = _read_rate(snapshots)
     # the stalls' share is read after each stall (the socket buffer is never empty); not faster
     # than the rate: the traffic's 100 would be. A receiver that kept its rate only while it ran
     # reads 0.5 s x 60 + a burst of 0.2 s x 60 a second: 42
     assert 0.85 * rate <= read_rate <= 1.15 * rate, (read_rate, snapshots)
+
+
+def test_a_run_the_machine_disturbed_does_not_count():
+    nominal = [{"time": t, "received": 0} for t in (1.0, 2.0, 3.1, 4.6)]
+    assert _disturbed(nominal, [0.5, 0.52, 0.61]) == ""
+    assert "stall lasted 1.4 s" in _disturbed(nominal, [0.5, 1.4])
+    silent = nominal + [{"time": 8.0, "received": 0}]
+    assert "no stats for 3.4 s" in _disturbed(silent, [0.5])
