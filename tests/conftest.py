@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.process_support import command_lines
+from tests.process_support import BASE_NICE, LOWER_PRIORITY, command_lines, set_nice
 from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
 
 # Never the user's: a test that names no runtime home or host-vars cache of its own gets this
@@ -61,6 +61,16 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
 # (CPU-bound TCG guests on two cores). The VM demo is not in their group: behind them on one
 # worker it would make the suite's critical path longer than the suite.
 VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The VM modules' tests (their guests are booted by module fixtures, after this autouse one)
+    at the session's priority, every other module's below it (tests/process_support.py); the
+    VM demo raises its own subprocess back (tests/e2e/test_demo.py)."""
+    name = os.path.basename(str(request.node.fspath))
+    set_nice(BASE_NICE if name in VM_MODULES else BASE_NICE + LOWER_PRIORITY)
+    yield
 
 
 # tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's

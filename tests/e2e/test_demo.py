@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+from process_support import at_base_priority
 from rollout_support import ROOT
 
 
@@ -28,8 +29,10 @@ def test_make_demo_end_to_end(tmp_path, backend):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
                DEMO_SIM_HOSTS="10", DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
                DEMO_INVENTORY=str(tmp_path / "inventory.yml"))  # not the repo's .lab/
+    # the VM demo's guests at the session's priority, above the other tests (conftest.py)
     proc = subprocess.run([sys.executable, "-m", "fleet_lab.demo"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=2700)
+                          capture_output=True, text=True, timeout=2700,
+                          preexec_fn=at_base_priority if backend == "vm" else None)
     out = proc.stdout
     assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]
     assert "servers up: 16/16" in out  # the 6 targets and the 10 controls
