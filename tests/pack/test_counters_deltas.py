@@ -125,11 +125,48 @@ def test_window_without_any_drop_counter() -> None:
         (snapshot(0.0, boot_id=""), snapshot(1.0), "boot_id missing"),
         (snapshot(0.0), snapshot(float("nan")), "time must be a number"),
         (snapshot(0.0), snapshot(1.0, host="h2"), "start is from host 'h1', end from 'h2'"),
+        (snapshot(0.0, uptime_seconds="5"), snapshot(1.0), "uptime_seconds must be a non-neg"),
     ],
 )
 def test_window_bad_snapshots(start, end, message) -> None:
     with pytest.raises(ConfigError, match=message):
         window_from_snapshots(start, end, DEFAULT_METRIC)
+
+
+def test_a_wall_clock_stepped_inside_the_window_is_measured_by_the_uptime() -> None:
+    start = snapshot(1000.0, uptime_seconds=500.0)
+    # NTP stepped the host's clock 40 s forward in a 30 s window: 70 s by the wall clock
+    ahead = window_from_snapshots(start, bumped(start, 1070.0, uptime_seconds=530.0),
+                                  DEFAULT_METRIC, expected_seconds=60.0)
+    assert ahead.usable and ahead.seconds == pytest.approx(30.0)
+    assert ahead.coverage == pytest.approx(0.5)  # not 1.0: the window was half as long
+    assert ahead.clock_step == pytest.approx(40.0) and ahead.to_dict()["clock_step"] == 40.0
+    # stepped back 45 s: the end's time is before the start's, the uptime still says 30 s
+    behind = window_from_snapshots(start, bumped(start, 985.0, uptime_seconds=530.0),
+                                   DEFAULT_METRIC, expected_seconds=30.0)
+    assert behind.usable and behind.seconds == pytest.approx(30.0)
+    assert behind.clock_step == pytest.approx(-45.0)
+
+
+def test_a_steady_clock_keeps_the_wall_clock_length() -> None:
+    start = snapshot(1000.0, uptime_seconds=500.0)
+    # within the tolerance (1 s or 2%): no step, the wall clock's length (ms resolution)
+    counts = window_from_snapshots(start, bumped(start, 1060.25, uptime_seconds=560.0),
+                                   DEFAULT_METRIC, expected_seconds=60.0)
+    assert counts.clock_step is None and counts.seconds == pytest.approx(60.25)
+    assert "clock_step" not in counts.to_dict()
+    # a reboot inside the window: the uptimes are of two boots and say nothing
+    reboot = window_from_snapshots(start, bumped(start, 1060.0, boot_id="b2", uptime_seconds=9.0),
+                                   DEFAULT_METRIC)
+    assert reboot.clock_step is None and reboot.seconds == pytest.approx(60.0)
+    assert "reboot" in reboot.problem
+    # snapshots without an uptime (older collectors): the wall clock as before
+    legacy = window_from_snapshots(start, bumped(start, 1070.0, uptime_seconds=None),
+                                   DEFAULT_METRIC)
+    assert legacy.clock_step is None and legacy.seconds == pytest.approx(70.0)
+    # an uptime that stands still (the lab's sim hosts: a fixed /proc/uptime): the wall clock
+    fixed = window_from_snapshots(start, bumped(start, 1070.0), DEFAULT_METRIC)
+    assert fixed.clock_step is None and fixed.seconds == pytest.approx(70.0)
 
 
 # --- metric definition ------------------------------------------------------------------------

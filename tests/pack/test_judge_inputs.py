@@ -219,6 +219,31 @@ def test_snapshots_between_give_the_window_in_steps() -> None:
         judge_input_from_dict(extra)
 
 
+def test_a_clock_stepped_inside_a_window_gives_its_length_by_uptime_and_no_steps() -> None:
+    """NTP stepped c1's clock 600 s forward during its pre window's second step: the window was
+    3600 s by its uptime (coverage 1, not more); its host took its samples by the stepped clock,
+    so the steps are unequal and not used (the sums are)."""
+    pre = {"start": _snapshot(0, "b1", 0, 0, 0), "end": _snapshot(4200, "b1", 10**6, 30, 6),
+           "between": [_snapshot(1200, "b1", 3 * 10**5, 4, 0),
+                       _snapshot(3000, "b1", 6 * 10**5, 20, 2)]}
+    for snap, uptime in zip((pre["start"], *pre["between"], pre["end"]), (10, 1210, 2410, 3610)):
+        snap["uptime_seconds"] = float(uptime)
+    post = {"start": _snapshot(7200, "b1", 10**6, 30, 6),
+            "end": _snapshot(10800, "b1", 2 * 10**6, 60, 6)}
+    doc = {"windows": {"pre": {"start": 0, "end": 3600}, "post": {"start": 7200, "end": 10800}},
+           "canary": ["c1"], "control": ["k1"], "hosts": {"c1": {"pre": pre, "post": post}}}
+    data = judge_input_from_dict(doc).hosts["c1"]
+    assert data.pre.usable and data.pre.drops == 36
+    assert data.pre.seconds == pytest.approx(3600.0) and data.pre.coverage == 1.0
+    assert data.pre.clock_step == pytest.approx(600.0)
+    assert data.steps_pre is None
+    steady = copy.deepcopy(doc)
+    steady["hosts"]["c1"]["pre"]["between"][1]["time"] = 2400
+    steady["hosts"]["c1"]["pre"]["end"]["time"] = 3600
+    again = judge_input_from_dict(steady).hosts["c1"]
+    assert again.pre.clock_step is None and again.steps_pre == [4.0, 18.0, 14.0]
+
+
 def test_a_pre_window_several_windows_long_is_declared_and_checked() -> None:
     """pre_windows (1-4, default 1): the pre window lasts that many post windows; with time
     windows given, their lengths must say the same; anything else names the field."""

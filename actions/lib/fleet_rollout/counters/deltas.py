@@ -13,6 +13,11 @@ Rules (the same for snapshots from the host collector and for Prometheus samples
   and the reset is reported.
 * Deltas are taken per series (interface, CPU) and then summed, so one CPU's wrap is not hidden
   by another CPU's growth.
+* A window's length comes from the host's wall clock (``time``), which NTP can step. Within one
+  boot the snapshots' ``uptime_seconds`` (/proc/uptime, never stepped) tell how long it really
+  was: where the two disagree by more than CLOCK_STEP_TOLERANCE the uptime's length counts
+  (and so the window's coverage), the step is reported, and the window's per-step drops are
+  not used (its host scheduled its samples by the stepped clock, so its steps are unequal).
 """
 from __future__ import annotations
 
@@ -24,6 +29,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from fleet_rollout.counters.collector import SCHEMA
 from fleet_rollout.counters.metric import CounterTerm, MetricDefinition, series_values
 from fleet_rollout.errors import ConfigError
+
+# Seconds (or this share of the window, if larger) by which the wall clock may disagree with the
+# uptime over one window before it counts as stepped: /proc/uptime has 10 ms resolution, and a
+# snapshot's time is the middle of its own reading
+CLOCK_STEP_TOLERANCE, CLOCK_STEP_SHARE = 1.0, 0.02
 
 
 class CounterReset(Exception):
@@ -75,6 +85,7 @@ class WindowCounts:
     seconds: Optional[float] = None
     coverage: float = 1.0
     problem: Optional[str] = None
+    clock_step: Optional[float] = None  # wall clock minus uptime over the window, when stepped
     wraps: int = 0
     resets: int = 0
     detail: Dict[str, int] = field(default_factory=dict)
@@ -90,6 +101,8 @@ class WindowCounts:
             out["seconds"] = round(self.seconds, 3)
         if self.problem:
             out["problem"] = self.problem
+        if self.clock_step is not None:
+            out["clock_step"] = round(self.clock_step, 3)
         if self.wraps:
             out["wraps"] = self.wraps
         if self.resets:
@@ -114,6 +127,10 @@ def check_snapshot(doc: Any, where: str) -> Mapping[str, Any]:
     when = doc.get("time")
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise ConfigError(f"{where}: time must be a number (unix seconds)")
+    uptime = doc.get("uptime_seconds")
+    if uptime is not None and (isinstance(uptime, bool) or not isinstance(uptime, (int, float))
+                               or not math.isfinite(uptime) or uptime < 0):
+        raise ConfigError(f"{where}: uptime_seconds must be a non-negative number or null")
     if not isinstance(doc.get("interfaces"), Mapping):
         raise ConfigError(f"{where}: interfaces must be an object")
     for iface, entry in doc["interfaces"].items():
@@ -194,6 +211,26 @@ def _term_delta(term: CounterTerm, start: Mapping[str, Any], end: Mapping[str, A
     return total
 
 
+def _window_seconds(start: Mapping[str, Any], end: Mapping[str, Any], counts: WindowCounts,
+                    where: str) -> float:
+    """How long the window was: by the wall clock, or by the uptime where the wall clock was
+    stepped within the boot (sets counts.clock_step)."""
+    wall = float(end["time"]) - float(start["time"])
+    up_start, up_end = start.get("uptime_seconds"), end.get("uptime_seconds")
+    if start["boot_id"] == end["boot_id"] and up_start is not None and up_end is not None:
+        elapsed = float(up_end) - float(up_start)
+        # an uptime that stands still says nothing (a fake tree's fixed /proc/uptime, as the
+        # lab's sim hosts have): the wall clock alone, as without one
+        if elapsed > 0 and abs(wall - elapsed) > max(CLOCK_STEP_TOLERANCE,
+                                                     CLOCK_STEP_SHARE * elapsed):
+            counts.clock_step = wall - elapsed
+            return elapsed
+    if wall <= 0:
+        raise ConfigError(f"{where}: end snapshot (time {end['time']}) is not later than the "
+                          f"start snapshot (time {start['time']})")
+    return wall
+
+
 def window_from_snapshots(start: Any, end: Any, metric: MetricDefinition,
                           expected_seconds: Optional[float] = None,
                           where: str = "window") -> WindowCounts:
@@ -204,10 +241,7 @@ def window_from_snapshots(start: Any, end: Any, metric: MetricDefinition,
     if start.get("host") and end.get("host") and start["host"] != end["host"]:
         raise ConfigError(f"{where}: start is from host {start['host']!r}, end from "
                           f"{end['host']!r}")
-    seconds = float(end["time"]) - float(start["time"])
-    if seconds <= 0:
-        raise ConfigError(f"{where}: end snapshot (time {end['time']}) is not later than the "
-                          f"start snapshot (time {start['time']})")
+    seconds = _window_seconds(start, end, counts, where)
     counts.seconds = seconds
     if expected_seconds:
         counts.coverage = max(0.0, min(1.0, seconds / expected_seconds))

@@ -189,20 +189,21 @@ def _steps(value: Any, where: str, metric: MetricDefinition,
 def _snapshot_steps(value: Mapping[str, Any], where: str, metric: MetricDefinition,
                     window: Optional[WindowCounts]) -> Optional[List[float]]:
     """The drops between consecutive snapshots of a window (start, between..., end); None when
-    the window or one of its steps has a problem (a reboot or reset shows in the window)."""
+    the window or one of its steps has a problem (a reboot or reset shows in the window) or a
+    stepped clock (its steps are not equal)."""
     between = value["between"]
     if not isinstance(between, list) or not 1 <= len(between) < MAX_STEPS:
         raise ConfigError(f"{where}.between: must be a list of 1 to {MAX_STEPS - 1} snapshots "
                           "taken inside the window, in order")
-    if window is None or window.problem or window.drops is None:
-        return None
+    if window is None or window.problem or window.drops is None or window.clock_step is not None:
+        return None  # a stepped clock also made its host's sample times (the steps) unequal
     chain = [value["start"], *between, value["end"]]
     steps = []
     for i in range(len(chain) - 1):
         # named by the snapshot that ends the step
         name = f"{where}.between[{i}]" if i < len(between) else f"{where}.end"
         step = window_from_snapshots(chain[i], chain[i + 1], metric, None, name)
-        if step.problem or step.drops is None:
+        if step.problem or step.drops is None or step.clock_step is not None:
             return None
         steps.append(float(step.drops))
     return steps
