@@ -64,13 +64,12 @@ VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cpu_share(request: pytest.FixtureRequest) -> Iterator[None]:
+def _cpu_share(request: pytest.FixtureRequest) -> None:
     """The VM modules' tests (their guests are booted by module fixtures, after this autouse one)
     at the session's priority, every other module's below it (tests/process_support.py); the
     VM demo raises its own subprocess back (tests/e2e/test_demo.py)."""
     name = os.path.basename(str(request.node.fspath))
     set_nice(BASE_NICE if name in VM_MODULES else BASE_NICE + LOWER_PRIORITY)
-    yield
 
 
 # tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's

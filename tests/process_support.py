@@ -49,14 +49,13 @@ BASE_NICE = int(os.environ.setdefault("FLEET_TESTS_BASE_NICE",
                                       str(os.getpriority(os.PRIO_PROCESS, 0))))
 
 
-def set_nice(value: int) -> bool:
-    """This thread's (and so its future children's) nice value; False where lowering it needs a
-    privilege this user lacks (then it stays as it is)."""
+def set_nice(value: int) -> None:
+    """This thread's (and so its future children's) nice value; where lowering it needs a
+    privilege this user lacks it stays as it is."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, value)
     except PermissionError:
-        return False
-    return True
+        pass
 
 
 def at_base_priority() -> None:
