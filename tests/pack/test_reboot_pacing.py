@@ -24,6 +24,24 @@ def test_observed_reboot_is_the_median_of_changed_hosts():
     assert observed_reboot(hosts[:3]) == 120.0
 
 
+def _seen(started: float, at: float, post: object) -> dict:
+    host = _host(started, at)
+    host["steps"]["wait"]["detail"] = {"post_after_reset": post, "boot_id": "b"}
+    return host
+
+
+def test_observed_reboot_is_the_reboot_the_bmcs_showed():
+    """The reset to POST seen finished, not to the wait step's end (the OS's start and its
+    health check after POST would make every look of the next batch come that much late)."""
+    hosts = [_seen(100, 190, 40.0), _seen(100, 220, 50.0), _seen(100, 400, 45.5)]
+    assert observed_reboot(hosts) == 45.5
+    # a host whose wait step did not record it (an older rollout's) counts its whole span
+    assert observed_reboot(hosts[:2] + [_host(0, 80)]) == 50.0
+    # a value that is no number of seconds is not taken either
+    for bad in (None, True, "40", -3, 0):
+        assert observed_reboot([_seen(100, 190, bad)]) == 90.0, bad
+
+
 def test_observed_reboot_ignores_hosts_without_a_finished_reboot():
     hosts = [_host(100, 190, ok=False), _host(100, 190, needs_reboot=False), {},
              {"steps": {"reboot": {"ok": True, "started": 1}}, "needs_reboot": True},

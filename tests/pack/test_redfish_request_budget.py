@@ -193,3 +193,6 @@ def test_first_look_after_a_reset_waits_for_the_expected_time() -> None:
     assert report["applied"]["ok"] and report["reset"]["sent"] == ["GracefulRestart"]
     assert slept and slept[0] == pytest.approx(0.75, abs=0.05)
     assert report["reset"]["after"] is not None  # the look that showed the restart, handed on
+    # the wait for POST, apart from reading the BIOS back (a rollout learns its reboots by it)
+    applied = report["applied"]
+    assert 0 <= applied["post_seconds"] <= applied["seconds"], applied

@@ -594,13 +594,17 @@ class HostRun:
             with RedfishSession(ep) as session:
                 ctx = discover(session, ep.vendor)
                 job = stage.get("commit", {}).get("job_id")
+                since_reset = self._since_reset(state)
                 applied = wait_bios_applied(
                     session, ctx, stage.get("targets", {}), stage.get("settings_time_before"),
                     [job] if job else [], timeouts, self.ctx.sleep,
                     host_boot_id=self._boot_id_via(session, ctx),
                     boot_id_before=state.get("boot_id_before"),
-                    since_reset=self._since_reset(state), expected=timeouts.reboot)
+                    since_reset=since_reset, expected=timeouts.reboot)
                 out["bios"] = applied.to_dict()
+                # the reboot as the BMC shows it: the reset to POST seen finished (what the
+                # next batches' looks are paced by, timeouts.observed_reboot)
+                out["post_after_reset"] = round(since_reset + (applied.post_seconds or 0.0), 1)
                 health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
                                        osgate.look_with(session, ctx))
         else:

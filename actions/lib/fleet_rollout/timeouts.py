@@ -66,14 +66,24 @@ def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> D
 
 
 def observed_reboot(host_states: Iterable[Dict[str, Any]]) -> Optional[float]:
-    """The median reboot of hosts already changed: their reboot step's start (the reset sent)
-    to their wait step's end (settings applied, OS back); None without any. What the next
-    batches' waits are paced by (Redfish looks sparse while a reboot is expected to go on)."""
+    """The median reboot of hosts already changed, as their BMCs showed it: the reset (their
+    reboot step's start) to POST seen finished (the wait step's `post_after_reset`); for a host
+    whose wait step did not record it, to its wait step's end (settings applied, OS back). None
+    without any. What the next batches' Redfish looks are paced by (sparse while a reboot is
+    expected to go on): the OS's own start after POST (seconds of health checks) is not part of
+    it, or every look would come that much late. The looks that saw POST finished set it, so a
+    learned time too long comes down at the next batch (its first look, at 3/4 of it, sees POST
+    finished sooner)."""
     spans = []
     for state in host_states:
         steps = (state or {}).get("steps") or {}
         reboot, wait = steps.get("reboot") or {}, steps.get("wait") or {}
         if not (reboot.get("ok") and wait.get("ok") and state.get("needs_reboot")):
+            continue
+        detail = wait.get("detail")
+        post = detail.get("post_after_reset") if isinstance(detail, dict) else None
+        if isinstance(post, (int, float)) and not isinstance(post, bool) and post > 0:
+            spans.append(float(post))
             continue
         try:
             span = float(wait["at"]) - float(reboot["started"])

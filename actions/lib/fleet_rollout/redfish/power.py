@@ -387,6 +387,8 @@ class AppliedResult:
     settings_time: Optional[str]
     seconds: float
     problems: List[str] = field(default_factory=list)
+    # seconds of `seconds` spent until POST was seen finished (the rest: reading the BIOS back)
+    post_seconds: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -481,6 +483,7 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
     started = time.monotonic()
     wait_post(session, ctx, timeout, poll, sleep, host_boot_id, boot_id_before, expected,
               since_reset, seen)
+    post_seconds = round(time.monotonic() - started, 3)
     bios = fetch(session, ctx.bios_uri)
     values = attributes_of(bios.body, ctx.personality.flat_body, ctx.host, ctx.bios_uri)
     annotation = bios.obj("@Redfish.Settings")
@@ -516,7 +519,8 @@ def wait_applied(session: RedfishSession, ctx: BmcContext, targets: Dict[str, An
                                 f"processor and memory settings unless it is {unlocked}, whatever "
                                 "the BMC answered to the change")
     result = AppliedResult(ctx.host, not problems, {k: values.get(k) for k in targets},
-                           settings_time, round(time.monotonic() - started, 3), problems)
+                           settings_time, round(time.monotonic() - started, 3), problems,
+                           post_seconds)
     if problems:
         raise RedfishError("; ".join(problems), ctx.host)
     return result
