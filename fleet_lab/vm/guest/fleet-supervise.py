@@ -1,15 +1,18 @@
 """fleet-lab guest supervisor (runs as PID 1 after /init): starts sshd and the guest services,
-restarts them when they die, and reaps every process that ends up orphaned."""
+restarts them when they die, and reaps every process that ends up orphaned.
+
+Services start through os.posix_spawn: the subprocess module took 1.4 s of a TCG guest's CPU to
+import at every boot. The supervisor's own files are not inherited (Python opens them
+close-on-exec); each service gets /dev/null as stdin and its log as stdout and stderr."""
 import os
-import subprocess
 import sys
 import time
 
 PY = sys.executable or "/usr/bin/python3"
 SERVICES = {
     "sshd": ["/usr/sbin/sshd", "-D", "-e"],
-    "health": [PY, "/usr/local/sbin/fleet-health.py"],
-    "udprecv": [PY, "/usr/local/sbin/fleet-udprecv.py"],
+    "health": [PY, "-I", "-S", "/usr/local/sbin/fleet-health.py"],
+    "udprecv": [PY, "-I", "-S", "/usr/local/sbin/fleet-udprecv.py"],
 }
 
 
@@ -25,13 +28,12 @@ def console(message):
 
 def start(name):
     os.makedirs("/run/sshd", exist_ok=True)
-    log = open(f"/var/log/fleet/{name}.log", "ab", buffering=0)
-    try:
-        proc = subprocess.Popen(SERVICES[name], stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, close_fds=True)
-    finally:
-        log.close()
-    return proc.pid
+    argv = SERVICES[name]
+    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, f"/var/log/fleet/{name}.log",
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+               (os.POSIX_SPAWN_DUP2, 1, 2)]
+    return os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=actions)
 
 
 def main():

@@ -53,7 +53,7 @@ def cmdline_value(name, default):
 def write_stats(stats, path):
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
-        json.dump(stats, handle)
+        handle.write(json.dumps(stats))  # dumps: the C encoder (dump runs the Python one)
     os.replace(tmp, path)
 
 
