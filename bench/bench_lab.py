@@ -121,7 +121,13 @@ def main() -> int:
         rows.append(f"  one Redfish reset until the guest's SSH answers: "
                     f"{v['redfish_reset_to_ssh_seconds']} s")
         rows.append(f"  Ansible, one task (health) on one VM: {v['ansible_seconds_per_task']} s")
-        rows.append(f"  VM boot bench: {json.dumps(out.get('vm_boot'))[:400]}")
+        boot = dict(out.get("vm_boot") or {})
+        cost = boot.pop("guest_cpu", None)
+        rows.append(f"  VM boot bench: {json.dumps(boot)[:400]}")
+        if cost:
+            rows.append(f"  one guest's QEMU: boot until SSH {cost['boot_cpu_s']} CPU-s, idle "
+                        f"{cost['idle_cores']} cores, {cost['health_check_cpu_ms']} CPU-ms per "
+                        "health check")
     s = out["sim"]
     rows.append(f"sim lab: {s['hosts']} hosts up in {s['up_seconds']} s, daemon RSS "
                 f"{s['daemon_rss_mb']} MB")

@@ -2,8 +2,9 @@
 
 Prints: the guest image build time (cold: when the cache is empty, or always with --cold, which
 builds into a fresh temporary cache), the time to bring up N VMs at once until SSH answers on all
-of them (N = 1, 3, 6 by default), and the time of a power_off + power_on (new BIOS settings) until
-SSH answers again.
+of them (N = 1, 3, 6 by default), the time of a power_off + power_on (new BIOS settings) until
+SSH answers again, and what one guest costs its QEMU process in host CPU: its boot (until SSH
+answers), idle (no traffic), and per health check (the lab's load balancer asks every 2 s).
 
     .venv/bin/python bench/bench_lab_vm.py [--sizes 1,3,6] [--cold] [--json]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+from fleet_lab import traffic
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm.backend import VmBackend
 from fleet_lab.vm.image import default_cache_dir, ensure_image
@@ -59,6 +62,36 @@ def power_cycle(image: Any, cache: Path) -> Dict[str, Any]:
                     "off_on_until_ssh_s": round(time.monotonic() - start, 1)}
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def guest_cpu(image: Any, cache: Path, requests: int = 100) -> Dict[str, Any]:
+    """One guest's QEMU process: CPU-s until SSH answers, cores while idle (20 s, 10 s after
+    that), CPU-ms per health check beyond idle (`requests` at 10 a second)."""
+    with tempfile.TemporaryDirectory(prefix="bench-lab-vm-") as state:
+        with VmBackend(Path(state), cache_dir=cache, image=image) as lab:
+            lab.power_on(boot_config("bench-c", "home", "disabled"))
+            lab.wait_up(["bench-c"], timeout=600)
+            pid = int(json.loads((lab.host_dir("bench-c") / "qemu.pid").read_text())["pid"])
+            boot = _cpu_seconds(pid)
+            time.sleep(10)  # the services' start is over
+            cpu, start = _cpu_seconds(pid), time.monotonic()
+            time.sleep(20)
+            idle = (_cpu_seconds(pid) - cpu) / (time.monotonic() - start)
+            port = lab.ports("bench-c").health
+            cpu, start = _cpu_seconds(pid), time.monotonic()
+            answered = 0
+            for _ in range(requests):
+                answered += traffic.health_ok(port, timeout=5.0) is True
+                time.sleep(0.1)
+            spent = _cpu_seconds(pid) - cpu - idle * (time.monotonic() - start)
+            return {"boot_cpu_s": round(boot, 1), "idle_cores": round(idle, 4),
+                    "health_check_cpu_ms": round(1000.0 * spent / requests, 1),
+                    "health_checks_answered": answered}
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,3,6", help="VM counts to bring up (default 1,3,6)")
@@ -78,12 +111,15 @@ def main(argv: List[str]) -> int:
             manifests = sorted(cache.glob("base-*/manifest.json"))
             if manifests:
                 build["last_base_build_s"] = json.loads(manifests[0].read_text()).get("seconds")
-        results: Dict[str, Any] = {"image": build, "bring_up": [], "power_cycle": None}
+        results: Dict[str, Any] = {"image": build, "bring_up": [], "power_cycle": None,
+                                   "guest_cpu": None}
         for count in sizes:
             log(f"bringing up {count} VM(s)...")
             results["bring_up"].append(bring_up(image, cache, count))
         log("power cycle...")
         results["power_cycle"] = power_cycle(image, cache)
+        log("one guest's CPU...")
+        results["guest_cpu"] = guest_cpu(image, cache)
     finally:
         if tmp_cache is not None:
             shutil.rmtree(tmp_cache, ignore_errors=True)
@@ -104,6 +140,10 @@ def main(argv: List[str]) -> int:
     print()
     print(f"power_off: {cycle['power_off_s']} s; power_off + power_on until SSH answers: "
           f"{cycle['off_on_until_ssh_s']} s")
+    cost = results["guest_cpu"]
+    print(f"one guest's QEMU: boot until SSH {cost['boot_cpu_s']} CPU-s, idle "
+          f"{cost['idle_cores']} cores, {cost['health_check_cpu_ms']} CPU-ms per health check "
+          f"({cost['health_checks_answered']}/100 answered)")
     return 0
 
 
