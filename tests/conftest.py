@@ -61,7 +61,6 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
 # (CPU-bound TCG guests on two cores). The VM demo is not in their group: behind them on one
 # worker it would make the suite's critical path longer than the suite.
 VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
-VM_DEMO = "tests/e2e/test_demo.py::test_make_demo_end_to_end[vm]"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -85,12 +84,6 @@ def pytest_collection_modifyitems(items: list) -> None:
     # slower (fresh-clone CI 25m54s against 22m32s: the VM demo 1,269 s against 854 s, with the
     # whole mix of other tests beside it for its whole run)
     items.sort(key=lambda item: os.path.basename(str(item.fspath)))
-    # The VM demo first, on a worker of its own (the VM group goes first too: xdist puts its
-    # largest scope ahead). Taken in turn by name it started 8.8 minutes into a 25.6-minute run
-    # (fresh-clone CI at ef3e811) and was the run's end: its 904 s went on after every other
-    # test but a few. Before the priorities (_cpu_share) the demo first was slower (25m54s
-    # against 22m32s at stop 43): starved by the tests beside it, its guests' receivers dropped.
-    items.sort(key=lambda item: item.nodeid != VM_DEMO)
     for item in items:
         name = os.path.basename(str(item.fspath))
         if name in VM_MODULES:

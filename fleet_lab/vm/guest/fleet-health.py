@@ -23,7 +23,6 @@ UDP_STATS = "/run/fleet/udp.json"
 # or dripping one holds the next ones only that long. The lab's load balancer waits 1 s.
 CLIENT_SECONDS = 2.0
 MAX_REQUEST = 8192  # bytes of request line and headers
-LINGER_SECONDS, LINGER_BYTES = 0.5, 65536  # after the answer, until the client closes
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            503: "Service Unavailable"}
 
@@ -81,22 +80,6 @@ def serve_one(conn, flag, udp_stats):
              f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
              "Connection: close\r\n\r\n").encode()
     conn.sendall(reply if method == "HEAD" else reply + data)
-    linger(conn)
-
-
-def linger(conn):
-    """Close gracefully: say we are done (FIN), then read what the client still sends until it
-    closes too (at most LINGER_BYTES, LINGER_SECONDS). Closed with unread input (a request
-    refused before its end), the kernel would reset the connection, and the client could lose
-    the answer before reading it."""
-    conn.shutdown(socket.SHUT_WR)
-    conn.settimeout(LINGER_SECONDS)
-    left = LINGER_BYTES
-    while left > 0:
-        chunk = conn.recv(4096)
-        if not chunk:
-            return
-        left -= len(chunk)
 
 
 def serve(sock, flag, udp_stats):
