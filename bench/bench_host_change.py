@@ -164,16 +164,16 @@ def _ansible_log(path: str) -> Dict[str, Any]:
 def _server_cpu(warm_dir: str) -> float:
     """CPU-seconds of the warm ansible-playbook servers themselves (their forked runs are in
     the run log's warm_cpu): read from /proc before they are stopped, then stopped."""
+    from cpu_account import process_cpu_seconds
+
     from fleet_rollout.hostside import warm_ansible
 
     total = 0.0
     for pid in warm_ansible.server_pids(warm_dir):
+        total += process_cpu_seconds(pid)
         try:
-            with open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             os.kill(pid, 15)
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
     return total
 

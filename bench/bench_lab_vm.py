@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -20,9 +19,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+from cpu_account import process_cpu_seconds
+
 from fleet_lab import traffic
 from fleet_lab.hosts import boot_config
-from fleet_lab.vm.backend import VmBackend
+from fleet_lab.vm.backend import VmBackend, running_vms
 from fleet_lab.vm.image import default_cache_dir, ensure_image
 
 
@@ -62,11 +63,6 @@ def power_cycle(image: Any, cache: Path) -> Dict[str, Any]:
                     "off_on_until_ssh_s": round(time.monotonic() - start, 1)}
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def guest_cpu(image: Any, cache: Path, requests: int = 100) -> Dict[str, Any]:
     """One guest's QEMU process: CPU-s until SSH answers, cores while idle (20 s, 10 s after
     that), CPU-ms per health check beyond idle (`requests` at 10 a second)."""
@@ -74,22 +70,22 @@ def guest_cpu(image: Any, cache: Path, requests: int = 100) -> Dict[str, Any]:
         with VmBackend(Path(state), cache_dir=cache, image=image) as lab:
             lab.power_on(boot_config("bench-c", "home", "disabled"))
             lab.wait_up(["bench-c"], timeout=600)
-            pid = int(json.loads((lab.host_dir("bench-c") / "qemu.pid").read_text())["pid"])
-            boot = _cpu_seconds(pid)
+            pid = running_vms(lab.state_dir)["bench-c"]
+            boot = process_cpu_seconds(pid)
             time.sleep(10)  # the services' start is over
-            cpu, start = _cpu_seconds(pid), time.monotonic()
+            cpu, start = process_cpu_seconds(pid), time.monotonic()
             time.sleep(20)
-            idle = (_cpu_seconds(pid) - cpu) / (time.monotonic() - start)
+            idle = (process_cpu_seconds(pid) - cpu) / (time.monotonic() - start)
             port = lab.ports("bench-c").health
-            cpu, start = _cpu_seconds(pid), time.monotonic()
+            cpu, start = process_cpu_seconds(pid), time.monotonic()
             answered = 0
             for _ in range(requests):
                 answered += traffic.health_ok(port, timeout=5.0) is True
                 time.sleep(0.1)
-            spent = _cpu_seconds(pid) - cpu - idle * (time.monotonic() - start)
+            spent = process_cpu_seconds(pid) - cpu - idle * (time.monotonic() - start)
             return {"boot_cpu_s": round(boot, 1), "idle_cores": round(idle, 4),
                     "health_check_cpu_ms": round(1000.0 * spent / requests, 1),
-                    "health_checks_answered": answered}
+                    "health_checks": requests, "health_checks_answered": answered}
 
 
 def main(argv: List[str]) -> int:
@@ -143,7 +139,7 @@ def main(argv: List[str]) -> int:
     cost = results["guest_cpu"]
     print(f"one guest's QEMU: boot until SSH {cost['boot_cpu_s']} CPU-s, idle "
           f"{cost['idle_cores']} cores, {cost['health_check_cpu_ms']} CPU-ms per health check "
-          f"({cost['health_checks_answered']}/100 answered)")
+          f"({cost['health_checks_answered']}/{cost['health_checks']} answered)")
     return 0
 
 

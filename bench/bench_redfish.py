@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List
 
 import requests
+from cpu_account import process_cpu_seconds
 
 from fleet_lab.bmcsim.bmc_state import Timing
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS, sample_desired, vendor
@@ -192,12 +193,13 @@ def fleet_apply(hosts: int, reboot: float, poll: float) -> Dict[str, Any]:
                     return {"ok": False, "seconds": time.monotonic() - t0, "error": str(err),
                             "vendor": bmc["vendor"]}
 
-            cpu0 = _cpu_seconds(os.getpid()), _cpu_seconds(proc.pid)
+            cpu0 = process_cpu_seconds(os.getpid()), process_cpu_seconds(proc.pid)
             started = time.monotonic()
             with ThreadPoolExecutor(max_workers=hosts) as pool:
                 results = list(pool.map(one, manifest["bmcs"]))
             wall = time.monotonic() - started
-            cpu = _cpu_seconds(os.getpid()) - cpu0[0], _cpu_seconds(proc.pid) - cpu0[1]
+            cpu = (process_cpu_seconds(os.getpid()) - cpu0[0],
+                   process_cpu_seconds(proc.pid) - cpu0[1])
         finally:
             proc.terminate()
             proc.wait(10)
@@ -222,16 +224,6 @@ def fleet_apply(hosts: int, reboot: float, poll: float) -> Dict[str, Any]:
             "slowest_host_seconds": round(max(r["seconds"] for r in results), 2),
             "client_cpu_seconds": round(cpu[0], 1), "sim_cpu_seconds": round(cpu[1], 1),
             "cpus": os.cpu_count()}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 BUDGET = 20  # requests per host for one apply (issue 14)

@@ -15,6 +15,16 @@ from typing import Callable, Optional
 CPUACCT = "/sys/fs/cgroup/cpuacct"
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc); 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class CpuAccount:
     def __init__(self, label: str = "fleet-bench") -> None:
         self.path: Optional[str] = os.path.join(CPUACCT, f"{label}-{uuid.uuid4().hex[:8]}")

@@ -6,7 +6,7 @@ without a body. One request per connection (HTTP/1.0), answered in this one thre
 
 Small on purpose: the lab's load balancer asks every 2 s, and in a TCG guest http.server cost
 54 ms of a host core per request (a thread per request, the email package parsing the headers)
-and 2.7 s to import at each boot; this imports only os, socket and sys.
+and 2.7 s to import at each boot; this imports only os, socket, sys and time.
 
 Options (for tests on the host; the guest runs it without any): --bind ADDR, --port N,
 --flag PATH, --udp-stats PATH.
