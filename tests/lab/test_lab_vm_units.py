@@ -105,7 +105,7 @@ def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> No
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev == ("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2201-:22,"
                       "hostfwd=tcp:127.0.0.1:8001-:8080,hostfwd=udp:127.0.0.1:9001-:9999")
-    assert "-accel tcg,thread=multi" in joined and "-no-reboot" not in joined
+    assert "-accel tcg,thread=single" in joined and "-no-reboot" not in joined
     with pytest.raises(ConfigError, match="web-01: memory_mb 256"):
         qemu_argv(boot_config("web-01", "home", "disabled", memory_mb=256), tmp_path / "k",
                   tmp_path / "i", tmp_path / "d", tmp_path / "c", Ports(1, 2, 3), "tcg", "")
