@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.process_support import BASE_NICE, LOWER_PRIORITY, command_lines, session_shares, set_nice
+from tests.process_support import BASE_NICE, LOWER_PRIORITY, command_lines, set_nice
 from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
 
 # Never the user's: a test that names no runtime home or host-vars cache of its own gets this
@@ -70,10 +70,6 @@ def _cpu_share(request: pytest.FixtureRequest) -> None:
     VM demo raises its own subprocess back (tests/e2e/test_demo.py)."""
     name = os.path.basename(str(request.node.fspath))
     set_nice(BASE_NICE if name in VM_MODULES else BASE_NICE + LOWER_PRIORITY)
-    # and the sessions its servers and daemons start (their own autogroups, where this
-    # process's nice does not reach; tests/process_support.py)
-    session_shares().lowered = None if name in VM_MODULES else BASE_NICE + LOWER_PRIORITY
-
 
 
 # tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's

@@ -23,30 +23,18 @@ import pytest
 from process_support import at_base_priority
 from rollout_support import ROOT
 
-from tests.process_support import session_shares
-
 
 @pytest.mark.parametrize("backend", ["sim", "vm"])
 def test_make_demo_end_to_end(tmp_path, backend):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
                DEMO_SIM_HOSTS="10", DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
                DEMO_INVENTORY=str(tmp_path / "inventory.yml"))  # not the repo's .lab/
-    # the VM demo's guests at the session's priority, above the other tests (conftest.py), and
-    # so are the sessions it starts (its lab daemon with the guests, its engine, API and chat)
-    proc = subprocess.Popen([sys.executable, "-m", "fleet_lab.demo"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=at_base_priority if backend == "vm" else None)
-    shares = session_shares()
-    if backend == "vm":
-        shares.exempt.add(proc.pid)
-    try:
-        out, err = proc.communicate(timeout=2700)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        shares.exempt.discard(proc.pid)
-    assert proc.returncode == 0, out[-8000:] + err[-3000:]
+    # the VM demo's guests at the session's priority, above the other tests (conftest.py)
+    proc = subprocess.run([sys.executable, "-m", "fleet_lab.demo"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=2700,
+                          preexec_fn=at_base_priority if backend == "vm" else None)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]
     assert "servers up: 16/16" in out  # the 6 targets and the 10 controls
     if backend == "vm":
         assert re.search(r"servers up: 16/16 \(vm 6/6, sim 10/10", out)
