@@ -24,7 +24,7 @@ from fleet_rollout.plan import build_plan
 from fleet_rollout.profile import load_profile
 from fleet_rollout.states import WORKFLOW_STEPS
 
-PARTS = ("approval_wait", "overhead", "windows", "host_work", "soak")
+PARTS = ("approval_wait", "overhead", "windows", "window_runs", "host_work", "soak")
 
 
 def fleet(n: int, sites: int = 20, racks: int = 40) -> List[FleetHost]:
@@ -90,6 +90,33 @@ def test_expected_parts_follow_the_profile(small: Dict[str, Any]) -> None:
     assert row["soak"] == profile["canary"]["soak_seconds"]
     assert row["approval_wait"] == Assumptions().approval_response
     assert est["assumptions"]["approval_response"] == 600.0
+
+
+def test_window_runs_follow_the_collected_hosts_and_the_forks(small: Dict[str, Any]) -> None:
+    """Each window's start and read are Ansible runs over the batch's hosts and its controls,
+    ansible_forks at a time: what they take beyond the read's lead adds to the batch, twice."""
+    from fleet_rollout.plan import controls_for_batch
+    from fleet_rollout.profile import read_lead, step_seconds
+
+    assume = Assumptions(ansible_run=4.0)
+    lead = read_lead(step_seconds(small["profile"]["canary"]))
+    for forks in (1, 5, 20, 500):
+        est = estimate_plan(small, assume, forks=forks)
+        assert est["forks"] == forks
+        for row in est["batches"]:
+            collected = row["hosts"] + len(controls_for_batch(small, row["index"]))
+            assert row["collected"] == collected
+            run = -(-collected // forks) * assume.ansible_run
+            assert row["window_runs"] == pytest.approx(round(2 * max(0.0, run - lead), 1))
+    few, many = (estimate_plan(small, assume, forks=f)["totals"] for f in (5, 500))
+    assert few["window_runs"] > many["window_runs"] > 0
+    assert few["expected"] - many["expected"] == pytest.approx(
+        few["window_runs"] - many["window_runs"])
+    # a run that ends within the lead adds nothing
+    quick = estimate_plan(small, Assumptions(ansible_run=lead / 2), forks=500)
+    assert quick["totals"]["window_runs"] == 0
+    assert "for their Ansible runs, 5 host(s) at once" in render_estimate(
+        estimate_plan(small, assume, forks=5))
 
 
 def test_more_soak_takes_longer(small: Dict[str, Any]) -> None:

@@ -25,6 +25,13 @@ after batch, nothing overlapping:
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
   windows = (canary.pre_windows + 1) x canary.window_seconds (the pre window lasts
           pre_windows windows, the post window one)
+  window runs = 2 x max(0, collection run - read lead): what each window's two Ansible runs
+          (its start, its read) add to it. A run over the batch's hosts and its controls takes
+          ceil(hosts / forks) x an Ansible run (pack config ansible_forks). The read starts
+          read_lead() before the window ends and its hosts wait for their last sample; a host
+          the start reached late ends its window that much later (gate.collect), so a window
+          ends about a run after its start, less the lead. The post window's start is in the
+          soak.
   overhead = (BATCH_ACTIONS + pre steps - 1 + window_steps - 1) x action start (batch_info,
           announce, the answer, the counter collections: each window's start and end and its
           steps, judge, verdict post)
@@ -42,9 +49,10 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
-from fleet_rollout.profile import pre_windows, window_steps
+from fleet_rollout.profile import pre_windows, read_lead, step_seconds, window_steps
 from fleet_rollout.states import PREPARE, WORKFLOW_STEPS
 
+DEFAULT_FORKS = 20  # the pack config's ansible_forks default (config.PackConfig)
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
 
@@ -111,15 +119,29 @@ def controller_bound(hosts: int, assume: Assumptions) -> float:
     return hosts * assume.controller_cpu_per_host / max(1.0, assume.controller_cores)
 
 
+def collection_run(hosts: int, forks: int, assume: Assumptions) -> float:
+    """Seconds one counter collection's Ansible run takes over `hosts` hosts (a batch and its
+    controls), `forks` at a time."""
+    return waves(hosts, forks) * assume.ansible_run
+
+
+def window_runs(hosts: int, forks: int, profile: Dict[str, Any], assume: Assumptions) -> float:
+    """Seconds a batch's two counter windows take beyond their length: each window's start
+    and read run over `hosts` hosts, less the read's lead (see the module's docstring)."""
+    lead = read_lead(step_seconds(profile["canary"]))
+    return 2 * max(0.0, collection_run(hosts, forks, assume) - lead)
+
+
 def _racks(plan: Dict[str, Any], names: List[str]) -> int:
     info = plan.get("hosts") or {}
     return len({(info.get(h, {}).get("site"), info.get(h, {}).get("rack")) for h in names})
 
 
-def estimate_plan(plan: Dict[str, Any],
-                  assume: Optional[Assumptions] = None) -> Dict[str, Any]:
+def estimate_plan(plan: Dict[str, Any], assume: Optional[Assumptions] = None,
+                  forks: int = DEFAULT_FORKS) -> Dict[str, Any]:
     """Seconds per batch (its parts, `seconds` expected, `best_case`, `cumulative`) and totals
-    (sums of the batches' parts), from a stored plan (plan.build_plan) and its profile."""
+    (sums of the batches' parts), from a stored plan (plan.build_plan) and its profile; `forks`:
+    the pack config's ansible_forks (hosts one Ansible run works on at once)."""
     assume = assume or Assumptions()
     if assume.controller_cores <= 0:
         assume = replace(assume, controller_cores=float(os.cpu_count() or 1))
@@ -134,6 +156,7 @@ def estimate_plan(plan: Dict[str, Any],
     windows = window * (1 + pre_windows(profile["canary"]))
     overhead = round((BATCH_ACTIONS + pre_steps - 1 + post_steps - 1) * assume.action_start, 1)
     rows: List[Dict[str, Any]] = []
+    unchanged = set(plan.get("control") or [])
     cumulative = best_cumulative = 0.0
     for batch in plan["batches"]:
         count = len(batch["hosts"])
@@ -141,9 +164,12 @@ def estimate_plan(plan: Dict[str, Any],
         approval = min(assume.approval_response, ttl) if approval_needed(
             profile, batch["index"]) else 0.0
         work = max(rounds * per_host, controller_bound(count, assume))
+        unchanged.difference_update(batch["hosts"])  # plan.controls_for_batch, in one pass
+        collected = count + len(unchanged)
         parts = {"approval_wait": round(approval, 1), "overhead": overhead,
-                 "windows": round(windows, 1), "host_work": round(work, 1),
-                 "soak": round(soak, 1)}
+                 "windows": round(windows, 1),
+                 "window_runs": round(window_runs(collected, forks, profile, assume), 1),
+                 "host_work": round(work, 1), "soak": round(soak, 1)}
         seconds = round(sum(parts.values()), 1)
         best = round(seconds - parts["approval_wait"], 1)
         cumulative = round(cumulative + seconds, 1)
@@ -151,9 +177,10 @@ def estimate_plan(plan: Dict[str, Any],
         rows.append({"index": batch["index"], "canary": bool(batch.get("canary")),
                      "hosts": count, "sites": len(batch.get("sites") or []),
                      "racks": _racks(plan, batch["hosts"]), "in_flight": min(count, parallel),
-                     "waves": rounds, **parts, "seconds": seconds, "best_case": best,
+                     "collected": collected, "waves": rounds, **parts, "seconds": seconds,
+                     "best_case": best,
                      "cumulative": cumulative, "best_case_cumulative": best_cumulative})
-    keys = ("approval_wait", "overhead", "windows", "host_work", "soak")
+    keys = ("approval_wait", "overhead", "windows", "window_runs", "host_work", "soak")
     totals: Dict[str, Any] = {k: round(sum(r[k] for r in rows), 1) for k in keys}
     totals.update(batches=len(rows), hosts=sum(r["hosts"] for r in rows),
                   waves=sum(r["waves"] for r in rows),
@@ -169,6 +196,7 @@ def estimate_plan(plan: Dict[str, Any],
                      f"exceeds approval.ttl_minutes ({duration(ttl)}): such a batch is "
                      "rejected, the rollout ends there")
     return {"unit": "seconds", "per_host": per_host, "host_steps": steps, "parallel": parallel,
+            "forks": int(forks),
             "batches": rows, "totals": totals,
             "assumptions": assume.to_dict(),
             "profile": {"window_seconds": window, "pre_windows": pre_windows(profile["canary"]),
@@ -206,16 +234,20 @@ def render_estimate(estimate: Dict[str, Any]) -> str:
         where = f"{r['sites']}/{r['racks']}"
         lines.append(f"{label:<7}{r['hosts']:>6}  {where:>11}{r['waves']:>6}  "
                      f"{duration(r['approval_wait']):>9}{duration(r['host_work']):>9}"
-                     f"{duration(r['windows'] + r['soak']):>9}{duration(r['seconds']):>10}"
+                     f"{duration(r['windows'] + r['window_runs'] + r['soak']):>9}"
+                     f"{duration(r['seconds']):>10}"
                      f"{duration(r['cumulative']):>12}")
-    lines.append("* canary batch; WINDOWS: counter windows before and after, and the soak")
+    lines.append("* canary batch; WINDOWS: counter windows before and after (with their Ansible "
+                 "runs) and the soak")
     lines.append(f"total: {t['hosts']} host(s) in {t['batches']} batch(es), {t['waves']} wave(s)"
                  f" of at most {estimate['parallel']} host(s): expected "
                  f"{duration(t['expected'])} ({t['expected_hours']:.1f} h, "
                  f"{t['expected_days']:.2f} days); best case (every approval instant) "
                  f"{duration(t['best_case'])} ({t['best_case_hours']:.1f} h)")
     lines.append(f"of which: approval waits {duration(t['approval_wait'])}, host work "
-                 f"{duration(t['host_work'])}, counter windows {duration(t['windows'])}, "
+                 f"{duration(t['host_work'])}, counter windows {duration(t['windows'])} "
+                 f"(+ {duration(t['window_runs'])} for their Ansible runs, "
+                 f"{estimate['forks']} host(s) at once), "
                  f"soak {duration(t['soak'])}, action overhead {duration(t['overhead'])}")
     lines.append(f"assumed: an approver answers in {duration(a['approval_response'])}, a reboot "
                  f"takes {duration(a['reboot'])}, a drain {duration(a['drain'])}; one host "

@@ -39,6 +39,7 @@ from fleet_rollout.profile import (
     MAX_PRE_WINDOWS,
     MAX_WINDOW_STEPS,
     pre_windows,
+    read_lead,
     step_seconds,
     window_steps,
 )
@@ -52,7 +53,6 @@ COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of coun
 # start run's own time (a host reached last by the start ends its window that much later; the
 # read reaches the hosts in about the order the start did); clock skew
 SAMPLE_SLACK = 1.0
-READ_LEAD = 2.0  # seconds a window's read starts before its end (at most half a step)
 
 
 def batch_hosts(ctx: RolloutContext, index: int) -> List[str]:
@@ -106,13 +106,6 @@ def _next_due(started: float, number: int, step: float, steps: int) -> float:
     """When the window's collection `number` (1..steps) is to start: its step's end, the
     window's end read_lead() before it."""
     return started + number * step - (read_lead(step) if number == steps else 0.0)
-
-
-def read_lead(step: float) -> float:
-    """Seconds a window's read starts before the window ends: READ_LEAD, at most half a
-    step. Its hosts wait for their last sample, so the run's start and its first forks happen
-    while the window still runs."""
-    return min(READ_LEAD, step / 2.0)
 
 
 def window_id(ctx: RolloutContext, index: int, window: str) -> str:

@@ -306,6 +306,16 @@ def step_seconds(canary: Dict[str, Any]) -> float:
     return float(canary["window_seconds"]) / window_steps(canary)[1]
 
 
+READ_LEAD = 2.0  # seconds a window's read starts before its end (at most half a step)
+
+
+def read_lead(step: float) -> float:
+    """Seconds a window's read starts before the window ends: READ_LEAD, at most half a
+    step. Its hosts wait for their last sample, so the run's start and its first forks happen
+    while the window still runs."""
+    return min(READ_LEAD, step / 2.0)
+
+
 def _check_canary(canary: Dict[str, Any], where: str) -> None:
     steps = int(canary["window_steps"])
     if steps > 1 and canary["window_seconds"] / steps < MIN_STEP_SECONDS:

@@ -116,7 +116,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     state.update_meta(status=PLANNED, planned_at=time.time(), started=time.time(),
                       planned_by=user, started_by=user,
                       profile=prof.name, batches=len(plan["batches"]))
-    estimate = estimate_plan(plan)
+    estimate = estimate_plan(plan, forks=config.ansible_forks)
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
             "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
