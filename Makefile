@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.t
 
 # The st2 CLI (st2client) pins its own dependencies: a virtualenv of its own.
 $(ST2CLI_STAMP): requirements-st2client.txt $(STAMP)
-	test -x $(ST2CLI_VENV)/bin/python || $(PYTHON) -m venv $(ST2CLI_VENV)
+	./scripts/make-venv.sh $(ST2CLI_VENV) $(PYTHON)
 	./scripts/pip-install.sh $(ST2CLI_VENV)/bin/python -r requirements-st2client.txt
 	touch $@
 
@@ -37,7 +37,9 @@ CHATOPS_STAMP := .cache/chatops-venv/.fleet-chatops-stamp
 $(CHATOPS_STAMP): requirements-chatops.txt $(STAMP)
 	$(VPY) -c 'from fleet_lab.chatops import bot; bot.ensure_venv()' && touch $@
 
-install: $(STAMP) $(ST2CLI_STAMP) $(CHATOPS_STAMP)
+# the st2 CLI's and the chat-ops' virtualenvs are independent: built side by side
+install: $(STAMP)
+	@$(MAKE) -s -j2 $(ST2CLI_STAMP) $(CHATOPS_STAMP)
 
 probe: install
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi

@@ -20,14 +20,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
 from fleet_rollout.inventory import load_fleet
 from fleet_rollout.judge import Policy, judge, judge_input_from_dict
 from fleet_rollout.plan import build_plan
-from fleet_rollout.profile import load_profile
+from fleet_rollout.profile import load_profile, pre_windows
 from fleet_rollout.store import MemoryStore, RolloutState
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
@@ -231,9 +231,9 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             context = _largest_context(env["FLEET_ROLLOUT_HOME"])
             largest_value = _largest_value(env["FLEET_ROLLOUT_HOME"])
             changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
-            estimate = _estimate_check(plan, hosts, bench, total,
-                                       controller_cpu / changed if changed else 0.0)
             phases = batch_phases(env["FLEET_ROLLOUT_HOME"])
+            estimate = _estimate_check(plan, hosts, bench, total,
+                                       controller_cpu / changed if changed else 0.0, phases)
         finally:
             cpu.close()
             if host_side:
@@ -445,8 +445,6 @@ def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     `canary.pre_windows` windows long (measured: what the hosts took); and the same with each
     host's part being only the sim's reboot plus the probe budget (pure: what no controller can
     avoid, however fast)."""
-    from fleet_rollout.profile import pre_windows
-
     windows = 1 + pre_windows((plan.get("profile") or {}).get("canary") or {})
     measured = pure = 0.0
     for batch in plan.get("batches") or []:
@@ -508,7 +506,8 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
 
 
 def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
-                    bench: RolloutBench, total: float, cpu_per_host: float) -> Dict[str, Any]:
+                    bench: RolloutBench, total: float, cpu_per_host: float,
+                    phases: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """The plan's estimate (fleet_rollout.estimate) against the measured time: with the sim's
     own reboot and drain times and the default assumptions for the rest (a real fleet's BMC
     sessions, Ansible runs and st2 action starts); with every assumption fitted to this run
@@ -529,14 +528,23 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
     fitted = fitted_assumptions(hosts, cpu_per_host, bench.probe_budget_ms / 1000.0)
-    fit = estimate_plan(plan, fitted)["totals"]["expected"]
+    fitted_estimate = estimate_plan(plan, fitted)
+    fit = fitted_estimate["totals"]["expected"]
+    # what the counter windows took beyond their length (pre: its windows; post: the soak and
+    # its window), against the estimate's window runs with the fitted assumptions
+    canary = plan["profile"]["canary"]
+    pre_length = float(canary["window_seconds"]) * pre_windows(canary)
+    post_length = float(canary["soak_seconds"]) + float(canary["window_seconds"])
+    beyond = [round(p["pre"] - pre_length + p["post"] - post_length, 1) for p in phases or []]
     return {"estimate_seconds": t["expected"], "estimate_per_host": stated["per_host"],
             "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,
             "fitted_assumptions": asdict(fitted), "fitted_seconds": fit,
             "fitted_vs_measured": round(fit / total, 2) if total else None,
             "measured_host_median": round(median, 1),
             "model_with_measured_host_seconds": round(model, 1),
-            "model_vs_measured": round(model / total, 2) if total else None}
+            "model_vs_measured": round(model / total, 2) if total else None,
+            "windows_beyond_length": beyond,
+            "fitted_window_runs": [r["window_runs"] for r in fitted_estimate["batches"]]}
 
 
 PHASES = (("lead", ("info", "announce", "approval", "auto_approved", "record_approval")),
@@ -616,6 +624,9 @@ def describe(r: Dict[str, Any]) -> str:
         f"{e.get('model_vs_measured')} x measured; with every assumption fitted to this run "
         f"{e.get('fitted_seconds')} s = {e.get('fitted_vs_measured')} x measured "
         f"({json.dumps(e.get('fitted_assumptions'))})",
+        f"  counter windows beyond their length per batch: measured "
+        f"{e.get('windows_beyond_length')} s, the fitted estimate's window runs "
+        f"{e.get('fitted_window_runs')} s",
         f"  (lab up {r['lab_up_seconds']} s, not counted)",
         "  per batch (s): " + "; ".join(
             f"{i + 1}: {p['seconds']} = lead {p['lead']} + pre {p['pre']} + change "

@@ -16,4 +16,6 @@ if [ -x "$uv" ]; then
     fi
     echo "pip-install: uv failed; pip instead" >&2
 fi
+# a venv that uv made has no pip: seed it first
+"$python" -m pip --version > /dev/null 2>&1 || "$python" -m ensurepip --default-pip > /dev/null
 exec "$python" -m pip install -q --disable-pip-version-check "$@"

@@ -34,6 +34,7 @@ REPO = REPO_ROOT
 REQUIREMENTS = REPO / "requirements-chatops.txt"
 DEFAULT_VENV = REPO / ".cache" / "chatops-venv"
 PIP_INSTALL = REPO / "scripts" / "pip-install.sh"  # uv when `make install` has it, else pip
+MAKE_VENV = REPO / "scripts" / "make-venv.sh"  # uv venv when `make install` has uv, else venv
 DEFAULT_NICK = "fleetbot"
 DEFAULT_ADMINS = ("sre!*@*",)
 PLUGIN_DIR_NAME = "err-stackstorm"  # the wheel installs site-packages/err-stackstorm/st2.plug
@@ -89,7 +90,7 @@ def ensure_venv(venv: Optional[Path] = None, requirements: Optional[Path] = None
         if have == want and (venv / "bin" / "errbot").exists():
             return venv
         if not _venv_python(venv).exists():
-            subprocess.run([python, "-m", "venv", str(venv)], check=True,
+            subprocess.run([str(MAKE_VENV), str(venv), python], check=True,
                            stdin=subprocess.DEVNULL)
         out = subprocess.run(
             [str(PIP_INSTALL), str(_venv_python(venv)), "-r", str(requirements)],

@@ -320,9 +320,13 @@ class VmBackend:
                           f"nodes={len(nodes)} accel={self.accel}\n")
                 if repaired:
                     out.write(f"=== e2fsck repaired the persistent disk:\n{repaired}\n")
+            # a session of its own: where the kernel groups CPU time by session (autogroups,
+            # CONFIG_SCHED_AUTOGROUP), each guest gets a share of its own instead of all of a
+            # lab's guests sharing the one of the process that started them
             with open(host_dir / "qemu.log", "ab") as qlog:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog,
-                                        stderr=subprocess.STDOUT, close_fds=True)
+                                        stderr=subprocess.STDOUT, close_fds=True,
+                                        start_new_session=True)
             self._procs[host] = proc
             self.boot_gate.admit(host, proc.pid)
             pidfile = {"pid": proc.pid, "start_ticks": _start_ticks(proc.pid),
