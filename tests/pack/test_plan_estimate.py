@@ -92,12 +92,22 @@ def test_expected_parts_follow_the_profile(small: Dict[str, Any]) -> None:
     assert est["assumptions"]["approval_response"] == 600.0
 
 
-def test_window_runs_follow_the_collected_hosts_and_the_forks(small: Dict[str, Any]) -> None:
+def test_window_runs_follow_the_collected_hosts_and_the_forks() -> None:
     """Each window's start and read are Ansible runs over the batch's hosts and its controls,
-    ansible_forks at a time: what they take beyond the read's lead adds to the batch, twice."""
+    up to 100 at a time (ansible_forks if more, as the host side runs them): what they take
+    beyond the read's lead adds to the batch, twice."""
+    from fleet_rollout.hostside.playbook_steps import HostSide
     from fleet_rollout.plan import controls_for_batch
-    from fleet_rollout.profile import read_lead, step_seconds
+    from fleet_rollout.profile import SAMPLE_FORKS, read_lead, step_seconds, window_forks
 
+    profile = load_profile("home-snoop")
+    profile.data["batches"].update({"canary_size": 20, "max_batch": 120, "parallel": 40,
+                                    "max_unavailable_per_site": 120,
+                                    "max_unavailable_per_rack": 30})
+    hosts = fleet(600, sites=2, racks=12)
+    # 300 targets, the other 300 unchanged: controls for every batch
+    small = build_plan(profile, "inventories/x.yaml", "all", hosts[:300], hosts,
+                       {h.name: {"compliant": False} for h in hosts[:300]}, rollout_id="est-w")
     assume = Assumptions(ansible_run=4.0)
     lead = read_lead(step_seconds(small["profile"]["canary"]))
     for forks in (1, 5, 20, 500):
@@ -106,8 +116,11 @@ def test_window_runs_follow_the_collected_hosts_and_the_forks(small: Dict[str, A
         for row in est["batches"]:
             collected = row["hosts"] + len(controls_for_batch(small, row["index"]))
             assert row["collected"] == collected
-            run = -(-collected // forks) * assume.ansible_run
+            at_once = max(forks, min(collected, SAMPLE_FORKS))
+            assert window_forks(forks, collected) == at_once
+            run = -(-collected // at_once) * assume.ansible_run
             assert row["window_runs"] == pytest.approx(round(2 * max(0.0, run - lead), 1))
+    assert max(r["collected"] for r in est["batches"]) > SAMPLE_FORKS
     few, many = (estimate_plan(small, assume, forks=f)["totals"] for f in (5, 500))
     assert few["window_runs"] > many["window_runs"] > 0
     assert few["expected"] - many["expected"] == pytest.approx(
@@ -115,8 +128,13 @@ def test_window_runs_follow_the_collected_hosts_and_the_forks(small: Dict[str, A
     # a run that ends within the lead adds nothing
     quick = estimate_plan(small, Assumptions(ansible_run=lead / 2), forks=500)
     assert quick["totals"]["window_runs"] == 0
-    assert "for their Ansible runs, 5 host(s) at once" in render_estimate(
+    assert "for their Ansible runs, up to 100 host(s) at once" in render_estimate(
         estimate_plan(small, assume, forks=5))
+    assert "up to 500 host(s) at once" in render_estimate(estimate_plan(small, forks=500))
+    # the rule the host side runs windows by
+    side = HostSide("inventories/x.yaml", forks=20)
+    assert side._sample_forks([f"h{i}" for i in range(250)]) == window_forks(20, 250) == 100
+    assert side._sample_forks(["a", "b"]) == window_forks(20, 2) == 20
 
 
 def test_more_soak_takes_longer(small: Dict[str, Any]) -> None:

@@ -27,7 +27,8 @@ after batch, nothing overlapping:
           pre_windows windows, the post window one)
   window runs = 2 x max(0, collection run - read lead): what each window's two Ansible runs
           (its start, its read) add to it. A run over the batch's hosts and its controls takes
-          ceil(hosts / forks) x an Ansible run (pack config ansible_forks). The read starts
+          ceil(hosts / window forks) x an Ansible run (window forks: up to 100 hosts at once,
+          the pack config's ansible_forks if more; profile.window_forks). The read starts
           read_lead() before the window ends and its hosts wait for their last sample; a host
           the start reached late ends its window that much later (gate.collect), so a window
           ends about a run after its start, less the lead. The post window's start is in the
@@ -49,7 +50,13 @@ import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
-from fleet_rollout.profile import pre_windows, read_lead, step_seconds, window_steps
+from fleet_rollout.profile import (
+    pre_windows,
+    read_lead,
+    step_seconds,
+    window_forks,
+    window_steps,
+)
 from fleet_rollout.states import PREPARE, WORKFLOW_STEPS
 
 DEFAULT_FORKS = 20  # the pack config's ansible_forks default (config.PackConfig)
@@ -120,9 +127,9 @@ def controller_bound(hosts: int, assume: Assumptions) -> float:
 
 
 def collection_run(hosts: int, forks: int, assume: Assumptions) -> float:
-    """Seconds one counter collection's Ansible run takes over `hosts` hosts (a batch and its
-    controls), `forks` at a time."""
-    return waves(hosts, forks) * assume.ansible_run
+    """Seconds one counter window's start or read run takes over `hosts` hosts (a batch and its
+    controls), profile.window_forks() at a time."""
+    return waves(hosts, window_forks(forks, hosts)) * assume.ansible_run
 
 
 def window_runs(hosts: int, forks: int, profile: Dict[str, Any], assume: Assumptions) -> float:
@@ -246,8 +253,8 @@ def render_estimate(estimate: Dict[str, Any]) -> str:
                  f"{duration(t['best_case'])} ({t['best_case_hours']:.1f} h)")
     lines.append(f"of which: approval waits {duration(t['approval_wait'])}, host work "
                  f"{duration(t['host_work'])}, counter windows {duration(t['windows'])} "
-                 f"(+ {duration(t['window_runs'])} for their Ansible runs, "
-                 f"{estimate['forks']} host(s) at once), "
+                 f"(+ {duration(t['window_runs'])} for their Ansible runs, up to "
+                 f"{window_forks(estimate['forks'], 1 << 30)} host(s) at once), "
                  f"soak {duration(t['soak'])}, action overhead {duration(t['overhead'])}")
     lines.append(f"assumed: an approver answers in {duration(a['approval_response'])}, a reboot "
                  f"takes {duration(a['reboot'])}, a drain {duration(a['drain'])}; one host "

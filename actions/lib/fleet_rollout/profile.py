@@ -316,6 +316,15 @@ def read_lead(step: float) -> float:
     return min(READ_LEAD, step / 2.0)
 
 
+SAMPLE_FORKS = 100  # hosts a window's start and read work on at once (the configured forks if more)
+
+
+def window_forks(forks: int, hosts: int) -> int:
+    """Hosts a counter window's start or read run works on at once: up to SAMPLE_FORKS (or the
+    configured `forks` if more), so that the hosts' windows start close together."""
+    return max(int(forks), min(int(hosts), SAMPLE_FORKS))
+
+
 def _check_canary(canary: Dict[str, Any], where: str) -> None:
     steps = int(canary["window_steps"])
     if steps > 1 and canary["window_seconds"] / steps < MIN_STEP_SECONDS:

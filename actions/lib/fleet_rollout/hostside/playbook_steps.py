@@ -14,12 +14,12 @@ from fleet_rollout.hostside.ansible_run import (
 )
 from fleet_rollout.hostside.coalesce import Coalescer
 from fleet_rollout.paths import LIBRARY_DIR
+from fleet_rollout.profile import window_forks
 
 COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
 KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
 # hosts a window's start or read reaches at once (its forks; the configured forks if more): the
 # hosts' windows start close together, and a host waiting for its window's end holds no other
-SAMPLE_FORKS = 100
 
 
 class HostSide:
@@ -125,7 +125,7 @@ class HostSide:
         snapshot, taken now; a sampler left on the host takes `samples` more, `every` seconds
         apart from `anchor` (time.time() when the window started; a host reached more than
         half a step after it: from its first snapshot). read_window prints them. Up to
-        SAMPLE_FORKS hosts (the configured forks if more) are started at once, so the hosts'
+        profile.SAMPLE_FORKS hosts (the configured forks if more) are started at once, so the hosts'
         windows start close together. `first_at` (instead of `anchor`): the first snapshot is
         due then; a host reached before it leaves it to its sampler and its result is the
         window's claim ({"deferred": true, "anchor", "token"}; the read has the snapshot)."""
@@ -150,7 +150,7 @@ class HostSide:
             "fleet_window_wait": f"{max(0.0, float(wait)):.3f}"}, self._sample_forks(names))
 
     def _sample_forks(self, names: List[str]) -> int:
-        return max(self.forks, min(len(names), SAMPLE_FORKS))
+        return window_forks(self.forks, len(names))
 
 
 def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostResult]:
