@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import yaml
 
@@ -507,7 +507,7 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
 
 def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
                     bench: RolloutBench, total: float, cpu_per_host: float,
-                    phases: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+                    phases: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The plan's estimate (fleet_rollout.estimate) against the measured time: with the sim's
     own reboot and drain times and the default assumptions for the rest (a real fleet's BMC
     sessions, Ansible runs and st2 action starts); with every assumption fitted to this run
@@ -535,7 +535,7 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     canary = plan["profile"]["canary"]
     pre_length = float(canary["window_seconds"]) * pre_windows(canary)
     post_length = float(canary["soak_seconds"]) + float(canary["window_seconds"])
-    beyond = [round(p["pre"] - pre_length + p["post"] - post_length, 1) for p in phases or []]
+    beyond = [round(p["pre"] - pre_length + p["post"] - post_length, 1) for p in phases]
     return {"estimate_seconds": t["expected"], "estimate_per_host": stated["per_host"],
             "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,
             "fitted_assumptions": asdict(fitted), "fitted_seconds": fit,

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import FleetHost
+from fleet_rollout.profile import DEFAULT_FORKS
 from fleet_rollout.redfish.client import AUTH_MODES, BmcEndpoint
 
 
@@ -40,7 +41,7 @@ class PackConfig:
     ansible_gather_quiet: float = 0.25
     # hosts one ansible-playbook run works on at once (its --forks); a shared run of a batch
     # of 200 hosts with 20 forks runs 20 at a time, each as soon as one finishes (strategy free)
-    ansible_forks: int = 20
+    ansible_forks: int = DEFAULT_FORKS
     # ansible-playbook forked from a server that imported Ansible once (hostside.warm_ansible)
     ansible_warm: bool = True
     pack_dir: str = ""
@@ -116,7 +117,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
             ansible_gather_quiet=_window(data.get("ansible_gather_quiet", 0.25),
                                          "ansible_gather_quiet"),
-            ansible_forks=_forks(data.get("ansible_forks", 20)),
+            ansible_forks=_forks(data.get("ansible_forks", DEFAULT_FORKS)),
             ansible_warm=_flag(data, "ansible_warm", True),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:

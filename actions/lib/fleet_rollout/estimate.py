@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, List, Optional
 
 from fleet_rollout.profile import (
+    DEFAULT_FORKS,
+    SAMPLE_FORKS,
     pre_windows,
     read_lead,
     step_seconds,
@@ -59,7 +61,6 @@ from fleet_rollout.profile import (
 )
 from fleet_rollout.states import PREPARE, WORKFLOW_STEPS
 
-DEFAULT_FORKS = 20  # the pack config's ansible_forks default (config.PackConfig)
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
 
@@ -254,7 +255,7 @@ def render_estimate(estimate: Dict[str, Any]) -> str:
     lines.append(f"of which: approval waits {duration(t['approval_wait'])}, host work "
                  f"{duration(t['host_work'])}, counter windows {duration(t['windows'])} "
                  f"(+ {duration(t['window_runs'])} for their Ansible runs, up to "
-                 f"{window_forks(estimate['forks'], 1 << 30)} host(s) at once), "
+                 f"{window_forks(estimate['forks'], SAMPLE_FORKS)} host(s) at once), "
                  f"soak {duration(t['soak'])}, action overhead {duration(t['overhead'])}")
     lines.append(f"assumed: an approver answers in {duration(a['approval_response'])}, a reboot "
                  f"takes {duration(a['reboot'])}, a drain {duration(a['drain'])}; one host "

@@ -316,12 +316,14 @@ def read_lead(step: float) -> float:
     return min(READ_LEAD, step / 2.0)
 
 
+DEFAULT_FORKS = 20  # the pack config's ansible_forks when it gives none (config.PackConfig)
 SAMPLE_FORKS = 100  # hosts a window's start and read work on at once (the configured forks if more)
 
 
 def window_forks(forks: int, hosts: int) -> int:
     """Hosts a counter window's start or read run works on at once: up to SAMPLE_FORKS (or the
-    configured `forks` if more), so that the hosts' windows start close together."""
+    configured `forks` if more), so that the hosts' windows start close together, and a host
+    waiting for its window's end holds no other."""
     return max(int(forks), min(int(hosts), SAMPLE_FORKS))
 
 

@@ -18,8 +18,6 @@ from fleet_rollout.profile import window_forks
 
 COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
 KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
-# hosts a window's start or read reaches at once (its forks; the configured forks if more): the
-# hosts' windows start close together, and a host waiting for its window's end holds no other
 
 
 class HostSide:
