@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -176,6 +177,7 @@ class RolloutBench:
     probe_budget_ms: int = 300
     workers: int = 0  # the runtime's action workers; 0: parallel + 16 (every host in flight)
     rate_scale: float = 1.0  # the lab's traffic (sim counters) scale
+    keep_db: str = ""  # a path: the run's runtime database is copied there (for a closer look)
 
 
 def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
@@ -232,6 +234,10 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             largest_value = _largest_value(env["FLEET_ROLLOUT_HOME"])
             changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
             phases = batch_phases(env["FLEET_ROLLOUT_HOME"])
+            spans = host_spans(plan, hosts)
+            if bench.keep_db:
+                shutil.copyfile(os.path.join(env["FLEET_ROLLOUT_HOME"], "runtime.db"),
+                                bench.keep_db)
             estimate = _estimate_check(plan, hosts, bench, total,
                                        controller_cpu / changed if changed else 0.0, phases)
         finally:
@@ -255,7 +261,7 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             if host_cpu is not None and changed else None,
             "cpu_method": cpu.method, "largest_context_bytes": context,
             "largest_datastore_value_bytes": largest_value, "estimate": estimate,
-            "phases": phases}
+            "phases": phases, "host_spans": spans}
 
 
 SHELL_WRAPPER = """#!/bin/sh
@@ -582,6 +588,31 @@ def batch_phases(home: str) -> List[Dict[str, Any]]:
     return out
 
 
+HOST_SPANS = (("prepare", "precheck", "started", "stage", "at"),
+              ("to_reboot", "stage", "at", "reboot", "started"),
+              ("reset_verified", "reboot", "started", "verify", "at"),
+              ("to_undrain", "verify", "at", "undrain", "started"),
+              ("undrain", "undrain", "started", "undrain", "at"))
+
+
+def host_spans(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Where each batch's change phase went, from the hosts' recorded steps: per span (prepare:
+    precheck started to stage done; to_reboot: the next action's start; reset_verified: the
+    critical path's part; to_undrain; undrain) its median and largest seconds over the batch."""
+    out: List[Dict[str, Any]] = []
+    for batch in plan.get("batches") or []:
+        row: Dict[str, Any] = {}
+        for name, first, first_at, last, last_at in HOST_SPANS:
+            values = []
+            for host in batch["hosts"]:
+                steps = (hosts.get(host) or {}).get("steps") or {}
+                if first in steps and last in steps:
+                    values.append(steps[last][last_at] - steps[first][first_at])
+            row[name] = [round(_median(values), 1), round(max(values), 1)] if values else None
+        out.append(row)
+    return out
+
+
 def _largest_value(home: str) -> Dict[str, Any]:
     """The largest datastore value (bytes) and its key."""
     db = sqlite3.connect(os.path.join(home, "runtime.db"))
@@ -632,7 +663,10 @@ def describe(r: Dict[str, Any]) -> str:
             f"{i + 1}: {p['seconds']} = lead {p['lead']} + pre {p['pre']} + change "
             f"{p['change']} + post {p['post']} + judge {p['judge']} ({p['collections']} "
             f"collections, {p['collecting']} s of them; gap before {p['gap_before']})"
-            for i, p in enumerate(r.get("phases") or []))])
+            for i, p in enumerate(r.get("phases") or [])),
+        "  per batch, the hosts' spans (median/largest s): " + "; ".join(
+            f"{i + 1}: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in row.items() if v)
+            for i, row in enumerate(r.get("host_spans") or []))])
 
 
 def main() -> int:
@@ -643,6 +677,8 @@ def main() -> int:
     parser.add_argument("--skip-scale", action="store_true",
                         help="only the rollout (not the 20,000-host plan and judge)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep-db", metavar="PATH", default="",
+                        help="copy the rollout's runtime database (executions, datastore) here")
     parser.add_argument("--plan-only", type=int, metavar="HOSTS", default=0,
                         help="only the plan scale measure, with this many inventory hosts")
     args = parser.parse_args()
@@ -653,7 +689,8 @@ def main() -> int:
         "plan": plan_scale(20000), "judge": judge_scale(4000, 16000)}
     if not args.skip_rollout:
         out["rollout"] = rollout_scale(RolloutBench(hosts=args.hosts,
-                                                    reboot=args.reboot_seconds))
+                                                    reboot=args.reboot_seconds,
+                                                    keep_db=args.keep_db))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
