@@ -52,6 +52,7 @@ class FakeHostSide:
         self.calls: List[str] = []
         self.fail: Dict[str, str] = {}
         self.probe_doc: Optional[str] = None  # a probe fixture to answer instead of the BIOS's
+        self.early_boot_id: Optional[str] = None  # the boot id a wait's probe says it ran on
 
     def _entry(self, what: str, result: Any) -> Dict[str, HostResult]:
         self.calls.append(what)
@@ -85,8 +86,11 @@ class FakeHostSide:
     def health(self, hosts: List[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
                in_maintenance: bool = False,
-               drain: Optional[Any] = None) -> Dict[str, HostResult]:
-        """As fleet_host.py's health [--then kernel-...] [--then-drain] in one process."""
+               drain: Optional[Any] = None,
+               probe_budget_ms: Optional[int] = None) -> Dict[str, HostResult]:
+        """As fleet_host.py's health [--then kernel-...] [--then-drain] in one process; with
+        `probe_budget_ms` as health_probe.yml: the probe's document in "probe" (left out when
+        `fail` names "early probe", as a failed probe task is)."""
         boot_id = self._boot_id()
         if boot_id is None:
             self.calls.append("health")
@@ -106,6 +110,10 @@ class FakeHostSide:
                 doc = {"ok": True, "changed": True, "drained": True, "established": 0}
             result["drain"] = {"rc": 0 if doc["ok"] else 1, "stdout": json.dumps(doc),
                                "stderr": ""}
+        if probe_budget_ms is not None:
+            if "early probe" not in self.fail:
+                result["probe"] = dict(self._probe_doc(), boot_id=self.early_boot_id or boot_id)
+            return self._entry("health+probe", result)
         return self._entry("health", result)
 
     def drain(self, hosts: List[str], timeout: float = 300,
@@ -125,14 +133,17 @@ class FakeHostSide:
                settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         return self._entry(f"kernel {action}", self._kernel(action, settings))
 
-    def probe(self, hosts: List[str], budget_ms: int = 5000,
-              binary: Optional[str] = None) -> Dict[str, HostResult]:
+    def _probe_doc(self) -> Dict[str, Any]:
         logical = state(self.fleet, 0)["logical"]
         name = self.probe_doc or (f"sim-{logical['snoop_mode']}-interleave-"
                                   f"{'on' if logical['node_interleaving'] == 'enabled' else 'off'}")
         doc = load_fixture(name + ".json")
         doc["host"] = self.name
-        return self._entry("probe", doc)
+        return doc
+
+    def probe(self, hosts: List[str], budget_ms: int = 5000,
+              binary: Optional[str] = None) -> Dict[str, HostResult]:
+        return self._entry("probe", self._probe_doc())
 
 
 @pytest.fixture()
@@ -185,9 +196,14 @@ def test_every_step_in_order_changes_the_bios_once_and_puts_the_host_back_in_ser
     assert bmc["logical"] == {"snoop_mode": "home", "node_interleaving": "disabled"}
     assert bmc["boot_count"] == boots + 1 and len(bmc["resets"]) >= 1
     assert side.sysctl[SYSCTL] == "16777216" and not side.drained
+    # the probe ran in the wait's health read as the BMC saw the OS start (one Ansible run)
     assert side.calls.index("drain") < side.calls.index("kernel apply") < side.calls.index(
-        "probe") < side.calls.index("undrain")
+        "health+probe") < side.calls.index("undrain")
+    assert "probe" not in side.calls
+    assert results[6]["detail"]["probe_with"] == "wait"
+    assert results[6]["detail"]["probe"]["ok"] is True
     saved = host_run.load()
+    assert "early_probe" not in saved  # used once, by the verify step
     assert saved["status"] == DONE and saved["step"] == HOST_STEPS[-1]
     assert all(saved["steps"][s]["ok"] for s in HOST_STEPS)
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
@@ -225,6 +241,28 @@ def test_verify_refuses_a_probe_that_shows_other_settings(run: Any, fleet: Any) 
     saved = host_run.load()
     assert saved["status"] == FAILED and saved["probe"]["ok"] is False
     assert side.drained  # a failed host stays drained until it is restored
+
+
+@pytest.mark.parametrize("why", ["the wait's probe failed", "it ran on another boot",
+                                 "kernel settings are re-applied first"])
+def test_verify_probes_itself_when_the_waits_probe_cannot_be_used(run: Any, fleet: Any,
+                                                                  why: str) -> None:
+    host_run, side = run
+    if why == "the wait's probe failed":
+        side.fail["early probe"] = "probe exited 2"
+    elif why == "it ran on another boot":
+        side.early_boot_id = "a-boot-before-the-reset"
+    else:  # the probe after the IRQ affinity's re-application (verify's order)
+        host_run.ctx.profile["kernel"]["irq_affinity"] = "numa-local"
+    results = _steps(host_run)
+    assert results[6]["detail"]["probe_with"] == "verify"
+    if "kernel" in why:
+        assert "health+probe" not in side.calls  # the wait took no probe it cannot use
+        assert side.calls.index("probe") > side.calls.index("kernel reapply")
+    else:
+        assert side.calls.index("probe") > side.calls.index("health+probe")
+    saved = host_run.load()
+    assert saved["status"] == DONE and "early_probe" not in saved
 
 
 @pytest.mark.parametrize("leave, status", [(False, RESTORED), (True, LEFT_DRAINED)])

@@ -2,6 +2,7 @@
 against `sim` hosts: fake trees reached through Ansible's local connection with a sysroot."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -356,3 +357,28 @@ def test_health_does_not_drain_a_host_that_drains_through_a_command(tmp_path):
     entry = side.health(["sim-001"], drain=(5, 0))["sim-001"]
     assert entry.ok and drain_outcome(entry) is None
     assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))
+
+
+def test_health_then_the_probe_in_one_run(lab, monkeypatch):
+    """The wait's ask (health_probe.yml): the health read, then the real probe on each host
+    that answered, its document in the result's "probe" (taken on the host's current boot); an
+    unreachable host runs no probe; a probe that fails leaves the health read a success without
+    "probe" (the verify step probes on its own then)."""
+    from fleet_rollout.probe import parse_output
+
+    backend, side = lab
+    results = side.health(["sim-001", "sim-002", "ghost"], probe_budget_ms=300)
+    for name in ("sim-001", "sim-002"):
+        entry = results[name]
+        assert entry.ok and entry.tasks == ["Read host state", "Run the probe"], entry
+        parsed = parse_output(json.dumps(entry.result["probe"]), name)
+        assert parsed["topology"]["sockets"] >= 1
+        assert entry.result["probe"]["boot_id"] == entry.result["boot_id"]
+    assert not results["ghost"].ok and results["ghost"].result is None
+    with pytest.raises(ValueError, match="no kernel action or drain"):
+        side.health(["sim-001"], kernel_action="snapshot", probe_budget_ms=300)
+
+    monkeypatch.setattr("fleet_rollout.probe.build.ensure_probe", lambda: "/bin/false")
+    failed = side.health(["sim-001"], probe_budget_ms=300)["sim-001"]
+    assert failed.ok and failed.error is None and "probe" not in failed.result
+    assert failed.result["boot_id"] == results["sim-001"].result["boot_id"]

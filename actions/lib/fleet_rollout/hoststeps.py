@@ -71,6 +71,10 @@ from fleet_rollout.store import RolloutState, Store
 
 steps = StepRegistry()  # each HostRun step_* says which step it is
 
+# the host state's key for a probe the wait step took with the OS's first answer, until the
+# verify step uses it
+EARLY_PROBE = "early_probe"
+PROBE_ASKS = 2  # a wait's first asks of the OS that run the probe too
 # seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
 # the next step: BMCs time idle sessions out (Redfish lets SessionTimeout go down to 30 s), and a
 # drain can take minutes; past this the next step logs in again
@@ -533,16 +537,18 @@ class HostRun:
                                 lambda session: discover(session, ep.vendor))
 
     def _wait_os(self, boot_id_before: Optional[str], timeout: float,
-                 look: Optional[osgate.Look] = None) -> Dict[str, Any]:
+                 look: Optional[osgate.Look] = None,
+                 probe_ms: Optional[int] = None) -> Dict[str, Any]:
         """Until the host answers the health check (with another boot id than
         `boot_id_before`, when given). Each try is an Ansible run: the BMC is looked at first
         (`look`, else a session of its own) and the host is asked only when the BMC does not
         show it down (in POST, powered off), at least every STALE_ASK seconds in any case;
         tries that find no OS are spaced out (Pacer). Without a reboot (no boot_id_before) the
-        host is asked at once."""
+        host is asked at once. `probe_ms`: the first PROBE_ASKS asks run the topology probe
+        (that budget) in the same run, on a host that answers (the result's "probe")."""
         if look is None:
             with self._bmc_look() as own:
-                return self._wait_os(boot_id_before, timeout, own)
+                return self._wait_os(boot_id_before, timeout, own, probe_ms)
         poll = max(1.0, self.ctx.profile["redfish"]["poll"])
         start = time.monotonic()
         deadline = start + timeout
@@ -550,6 +556,7 @@ class HostRun:
         next_ask = start  # no earlier try to space from
         last_ask = start  # a host down from the start is asked after STALE_ASK
         first = boot_id_before is None  # no reboot: ask the host before looking at the BMC
+        probes = PROBE_ASKS if probe_ms is not None else 0  # asks that may run the probe
         was = None
         last = "no answer"
         while True:
@@ -563,7 +570,11 @@ class HostRun:
             stale = now - last_ask >= self.STALE_ASK  # in case the BMC's data is stale
             if (bmc != osgate.DOWN and now >= next_ask) or late or stale:
                 last_ask = now
-                entry = self.ctx.hostside.health([self.name])[self.name]
+                # the probe in the first asks only (a host that answers from its old boot
+                # ran it for nothing; one that does not answer does not run it)
+                entry = (self.ctx.hostside.health([self.name], probe_budget_ms=probe_ms)
+                         if probes > 0 else self.ctx.hostside.health([self.name]))[self.name]
+                probes -= 1
                 if entry.ok and (boot_id_before is None
                                  or entry.result["boot_id"] != boot_id_before):
                     return entry.result
@@ -606,11 +617,36 @@ class HostRun:
                 # next batches' looks are paced by, timeouts.observed_reboot)
                 out["post_after_reset"] = round(since_reset + (applied.post_seconds or 0.0), 1)
                 health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
-                                       osgate.look_with(session, ctx))
+                                       osgate.look_with(session, ctx), self._early_probe_ms())
         else:
             health = self._wait_os(None, timeouts.boot)
         out["boot_id"] = health["boot_id"]
+        probe = health.get("probe")
+        if isinstance(probe, dict):  # the verify step's probe, taken with the OS's answer
+            state[EARLY_PROBE] = probe
+            out["probe"] = "taken with the OS's first answer"
         return out
+
+    def _reapplies_irq(self) -> bool:
+        """The verify step re-applies the kernel's IRQ affinity before its probe."""
+        return (self.ctx.profile.get("kernel") or {}).get("irq_affinity") == "numa-local"
+
+    def _early_probe_ms(self) -> Optional[int]:
+        """The probe's budget when the wait may take the verify step's probe; None when the
+        verify step re-applies kernel settings first (IRQ affinity), the probe after them."""
+        return None if self._reapplies_irq() else int(self.ctx.profile["probe"]["budget_ms"])
+
+    def _probe_doc(self, state: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
+        """The verify step's probe document and whether the wait took it: the wait's, when it
+        ran on the boot the wait saw come up (its own boot id says so), else a probe run now.
+        Either way the wait's is used once (a verify run again probes again)."""
+        early = state.pop(EARLY_PROBE, None)
+        wait = (state["steps"].get("wait") or {}).get("detail") or {}
+        if isinstance(early, dict) and early.get("boot_id") and \
+                early.get("boot_id") == wait.get("boot_id") and not self._reapplies_irq():
+            return early, True
+        budget = self.ctx.profile["probe"]["budget_ms"]
+        return self._ansible(self.ctx.hostside.probe([self.name], budget), "probe"), False
 
     @steps.step("verify")
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -620,10 +656,9 @@ class HostRun:
         if not check["compliant"]:
             raise RedfishError(f"BIOS read-back does not match the profile: wants "
                                f"{check['targets']}", self.name)
-        if (self.ctx.profile.get("kernel") or {}).get("irq_affinity") == "numa-local":
+        if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
-        budget = self.ctx.profile["probe"]["budget_ms"]
-        doc = self._ansible(self.ctx.hostside.probe([self.name], budget), "probe")
+        doc, early = self._probe_doc(state)
         parsed = parse_output(json.dumps(doc), self.name)
         logical = dict(state["bios_snapshot"]["logical"])
         logical.update(self.targets())
@@ -645,7 +680,8 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        return {"bios": check["targets"], "probe": result.to_dict()}
+        return {"bios": check["targets"], "probe": result.to_dict(),
+                "probe_with": "wait" if early else "verify"}
 
     @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:

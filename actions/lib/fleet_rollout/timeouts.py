@@ -38,7 +38,8 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
         "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
         "stage": 2 * bmc + ANSIBLE,
         "reboot": reset + ANSIBLE,
-        "wait": 2 * boot + bmc + ANSIBLE,     # settings applied (boot), then the OS (boot)
+        # settings applied (boot), then the OS (boot); the OS's first answer may run the probe
+        "wait": 2 * boot + bmc + ANSIBLE + probe,
         "verify": bmc + 2 * ANSIBLE + probe,
         "undrain": ANSIBLE,
         # health, kernel restore, BIOS restore with its reset and apply wait, a reset for the

@@ -62,14 +62,22 @@ class HostSide:
     def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
                in_maintenance: bool = False,
-               drain: Optional[Tuple[float, int]] = None) -> Dict[str, HostResult]:
+               drain: Optional[Tuple[float, int]] = None,
+               probe_budget_ms: Optional[int] = None) -> Dict[str, HostResult]:
         """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
         restore): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
         "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host.
         `drain` (timeout, threshold): then the drain, on a host not in maintenance whose kernel
         action (if any) succeeded, through the maintenance flag (a host whose inventory drains
-        through a command is not drained here); its outcome in "drain" (drain_outcome)."""
+        through a command is not drained here); its outcome in "drain" (drain_outcome).
+        `probe_budget_ms`: then the topology probe on every host whose health read succeeded, in
+        the same run (health_probe.yml; not with a kernel action or a drain): its document in
+        the result's "probe", left out when the probe failed (the caller runs probe() then)."""
+        if probe_budget_ms is not None:
+            if kernel_action is not None or drain is not None:
+                raise ValueError("a health read with the probe takes no kernel action or drain")
+            return self._run("health_probe", hosts, self._probe_vars(probe_budget_ms))
         extra: Dict[str, Any] = {}
         if kernel_action is not None:
             if kernel_action not in ("snapshot", "restore"):
@@ -106,10 +114,14 @@ class HostSide:
     def probe(self, hosts: Iterable[str], budget_ms: int = 5000,
               binary: Optional[str] = None) -> Dict[str, HostResult]:
         """Run fleet-probe on the hosts (built on first use: st2 pack install builds nothing)."""
+        return self._run("probe", hosts, self._probe_vars(budget_ms, binary))
+
+    @staticmethod
+    def _probe_vars(budget_ms: int, binary: Optional[str] = None) -> Dict[str, Any]:
         from fleet_rollout.probe.build import ensure_probe
 
-        return self._run("probe", hosts, {"fleet_probe_binary": binary or ensure_probe(),
-                                          "fleet_probe_budget_ms": int(budget_ms)})
+        return {"fleet_probe_binary": binary or ensure_probe(),
+                "fleet_probe_budget_ms": int(budget_ms)}
 
     def counters(self, hosts: Iterable[str],
                  script: str = COLLECTOR_SCRIPT) -> Dict[str, HostResult]:
