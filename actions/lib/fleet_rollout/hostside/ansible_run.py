@@ -208,11 +208,8 @@ def _take_result(entry: HostResult, res: Dict[str, Any], task: str) -> None:
         entry.result = facts["fleet_result"]
         return
     stdout = str(res.get("stdout") or "")
-    try:
-        doc = json.loads(stdout)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
+    doc = _stdout_doc(res)
+    if doc is not None:
         entry.result = doc
     else:
         entry.failed_task = entry.failed_task or task
@@ -224,12 +221,18 @@ def _take_probe(entry: HostResult, res: Dict[str, Any]) -> None:
     """A probe run after the host's result (health_probe.yml): its JSON document becomes the
     result's "probe". Anything else is left out, never an error: the caller runs the probe on
     its own then, where a failure is reported."""
+    doc = _stdout_doc(res)
+    if doc is not None and isinstance(entry.result, dict):
+        entry.result["probe"] = doc
+
+
+def _stdout_doc(res: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The JSON document a task printed, None when its output is not one."""
     try:
         doc = json.loads(str(res.get("stdout") or ""))
     except ValueError:
-        return
-    if isinstance(doc, dict) and isinstance(entry.result, dict):
-        entry.result["probe"] = doc
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
