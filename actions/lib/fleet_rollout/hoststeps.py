@@ -74,7 +74,7 @@ steps = StepRegistry()  # each HostRun step_* says which step it is
 # the host state's key for a probe the wait step took with the OS's first answer, until the
 # verify step uses it
 EARLY_PROBE = "early_probe"
-PROBE_ASKS = 2  # a wait's first asks of the OS that run the probe too
+PROBE_ASKS = 2  # a wait's first answered asks of the OS that run the probe too
 # seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
 # the next step: BMCs time idle sessions out (Redfish lets SessionTimeout go down to 30 s), and a
 # drain can take minutes; past this the next step logs in again
@@ -544,8 +544,9 @@ class HostRun:
         (`look`, else a session of its own) and the host is asked only when the BMC does not
         show it down (in POST, powered off), at least every STALE_ASK seconds in any case;
         tries that find no OS are spaced out (Pacer). Without a reboot (no boot_id_before) the
-        host is asked at once. `probe_ms`: the first PROBE_ASKS asks run the topology probe
-        (that budget) in the same run, on a host that answers (the result's "probe")."""
+        host is asked at once. `probe_ms`: the first PROBE_ASKS answered asks run the
+        topology probe (that budget) in the same run (the result's "probe"); asks the host
+        did not answer ran none and do not count."""
         if look is None:
             with self._bmc_look() as own:
                 return self._wait_os(boot_id_before, timeout, own, probe_ms)
@@ -570,11 +571,12 @@ class HostRun:
             stale = now - last_ask >= self.STALE_ASK  # in case the BMC's data is stale
             if (bmc != osgate.DOWN and now >= next_ask) or late or stale:
                 last_ask = now
-                # the probe in the first asks only (a host that answers from its old boot
-                # ran it for nothing; one that does not answer does not run it)
+                # the probe in the first answered asks only (a host that answers from its
+                # old boot ran it for nothing; one that does not answer does not run it)
                 entry = (self.ctx.hostside.health([self.name], probe_budget_ms=probe_ms)
                          if probes > 0 else self.ctx.hostside.health([self.name]))[self.name]
-                probes -= 1
+                if entry.ok:  # a host that did not answer ran no probe: the next ask may
+                    probes -= 1
                 if entry.ok and (boot_id_before is None
                                  or entry.result["boot_id"] != boot_id_before):
                     return entry.result
