@@ -72,13 +72,6 @@ def _cpu_share(request: pytest.FixtureRequest) -> None:
     set_nice(BASE_NICE if name in VM_MODULES else BASE_NICE + LOWER_PRIORITY)
 
 
-def _run_as(item: pytest.Item) -> str:
-    """The module name a test is ordered by: its own, or a `run_as` mark's (to keep two long
-    tests of one module apart)."""
-    mark = item.get_closest_marker("run_as")
-    return str(mark.args[0]) if mark else os.path.basename(str(item.fspath))
-
-
 # tryfirst: xdist's own hook (--dist loadgroup) reads the xdist_group marks to name each test's
 # group, so the marks must be on the items before it runs; added after, they are ignored
 @pytest.hookimpl(tryfirst=True)
@@ -90,7 +83,7 @@ def pytest_collection_modifyitems(items: list) -> None:
     # demo's verdicts changed in a CI run). Starting the VM group first instead was measured
     # slower (fresh-clone CI 25m54s against 22m32s: the VM demo 1,269 s against 854 s, with the
     # whole mix of other tests beside it for its whole run)
-    items.sort(key=_run_as)
+    items.sort(key=lambda item: os.path.basename(str(item.fspath)))
     for item in items:
         name = os.path.basename(str(item.fspath))
         if name in VM_MODULES:
