@@ -24,10 +24,7 @@ from process_support import at_base_priority
 from rollout_support import ROOT
 
 
-# the VM demo first: it is the suite's longest test, and xdist gives a worker both runs in
-# order; behind the sim demo it started 4 minutes late and ended last (fresh-clone run: the
-# VM demo from 345 s to 1,104 s of a 1,135 s suite)
-@pytest.mark.parametrize("backend", ["vm", "sim"])
+@pytest.mark.parametrize("backend", ["sim", "vm"])
 def test_make_demo_end_to_end(tmp_path, backend):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
                DEMO_SIM_HOSTS="10", DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
