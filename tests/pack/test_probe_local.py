@@ -8,7 +8,7 @@ import statistics
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable, Dict, List, TypeVar
+from typing import Dict, List
 
 import locations
 import pytest
@@ -31,9 +31,7 @@ MAX_ATTEMPTS = 16  # a loaded CI run rejected 7 of 10 (budget overruns, CV above
 
 
 import probe_helpers as helpers  # noqa: E402
-from process_support import BASE_NICE, set_nice  # noqa: E402
-
-T = TypeVar("T")
+from process_support import at_base_priority  # noqa: E402
 
 sysfs_tree = helpers.load_module("sysfs_tree")
 
@@ -151,23 +149,14 @@ def test_real_run_is_measured_and_consistent(real: Dict) -> None:
         assert real["c2c_ns"]["within_socket"]["median"] > 0
 
 
-def _at_base_priority(call: Callable[[], T]) -> T:
-    """`call` with this thread (so the processes it starts) at the session's own priority."""
-    lowered = os.getpriority(os.PRIO_PROCESS, 0)
-    set_nice(BASE_NICE)
-    try:
-        return call()
-    finally:
-        set_nice(lowered)
-
-
 def test_repeated_runs_are_stable() -> None:
     """Run-to-run CV of the local latency median below RUN_TO_RUN_CV_BOUND (stated above)."""
     helpers.build()
     local: List[float] = []
     rejected: List[List[str]] = []
     for _ in range(MAX_ATTEMPTS):
-        doc = _at_base_priority(lambda: helpers.run_json(["--budget-ms", str(STABLE_BUDGET_MS)]))
+        doc = helpers.run_json(["--budget-ms", str(STABLE_BUDGET_MS)],
+                               preexec_fn=at_base_priority)
         assert helpers.schema_problems(doc) == []
         q = doc["quality"]
         llc = (doc["topology"]["llc"] or {}).get("bytes", 0)

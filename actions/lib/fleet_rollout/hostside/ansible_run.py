@@ -207,11 +207,11 @@ def _take_result(entry: HostResult, res: Dict[str, Any], task: str) -> None:
     if "fleet_result" in facts:
         entry.result = facts["fleet_result"]
         return
-    stdout = str(res.get("stdout") or "")
     doc = _stdout_doc(res)
     if doc is not None:
         entry.result = doc
     else:
+        stdout = str(res.get("stdout") or "")
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or (f"task {task!r} printed no JSON document: "
                                       f"{stdout.strip()[:200]!r}")
