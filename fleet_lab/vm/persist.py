@@ -1,6 +1,7 @@
 """The per-VM persistent disk: a small raw ext4 image, /persist in the guest.
 
-The guest bind-mounts /persist/etc/{sysctl.d,default,fleet} over /etc/..., so kernel settings and
+The guest bind-mounts /persist/etc/{sysctl.d,default,fleet} over /etc/... (and /persist/var/tmp
+over /var/tmp: counter windows sampled before a reboot), so kernel settings and
 the drain flag written before a reboot are in effect after it. /etc/default/grub is the lab's
 stand-in for GRUB: the backend reads GRUB_CMDLINE_LINUX(_DEFAULT) from the disk (host side, with
 debugfs, while the VM is off) and passes them to the kernel at the next power-on.

@@ -150,7 +150,44 @@ def then_run(name, args):
     return {"rc": rc, "stdout": json.dumps(doc), "stderr": ""}, changed
 
 
+# the collector's counter windows (counters/collector.py: SAMPLES_DIR, WINDOW_ID)
+WINDOWS_DIR = "var/tmp/fleet-rollout"
+WINDOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+
+
+def window_done(root, window):
+    """True once the counter window `window` sampled here is over (its sampler wrote its last
+    sample, or stopped: taken over by a later start, or its state is gone); False while its
+    sampler still runs."""
+    base = os.path.join(path(root, WINDOWS_DIR), window)
+    try:
+        with open(base + ".json") as handle:
+            state = json.load(handle)
+        with open(base + ".owner") as handle:
+            owner = json.load(handle)
+    except (OSError, ValueError):
+        return True  # no window here (never started, or removed): nothing to wait for
+    return not isinstance(state, dict) or bool(state.get("done")) or \
+        not isinstance(owner, dict) or owner.get("token") != state.get("token")
+
+
+def await_window(args):
+    """--after-window: the host's own sampler of the batch's pre window takes its last sample
+    before the host drains (the window measures the host in service), waiting at most
+    --after-window-wait seconds. Returns the seconds waited."""
+    if not args.after_window:
+        return 0.0
+    if not WINDOW_NAME.match(args.after_window):
+        raise Failure("--after-window %r: not a counter window's name" % (args.after_window,))
+    started = time.time()
+    while not window_done(args.sysroot, args.after_window) and \
+            time.time() - started < args.after_window_wait:
+        time.sleep(0.05)
+    return round(time.time() - started, 2)
+
+
 def cmd_drain(args):
+    window_wait = await_window(args)
     flag = path(args.sysroot, FLAG)
     was_set = os.path.exists(flag)
     if not was_set:
@@ -165,7 +202,7 @@ def cmd_drain(args):
         time.sleep(args.poll)
         count = established(args.sysroot, args.port)
     return {"drained": True, "changed": not was_set, "flag": flag, "established": count,
-            "waited_s": round(time.time() - started, 2)}
+            "waited_s": round(time.time() - started, 2), "window_wait_s": window_wait}
 
 
 def cmd_undrain(args):
@@ -665,6 +702,10 @@ def main(argv=None):
                         help="health only: drain (--threshold, --timeout) after the health read "
                              "and the kernel action, on a host not in maintenance whose kernel "
                              "action (if any) succeeded")
+    parser.add_argument("--after-window", metavar="ID", default="",
+                        help="drain: first wait until the counter window ID sampled on this "
+                             "host has taken its last sample (--after-window-wait at most)")
+    parser.add_argument("--after-window-wait", type=float, default=30.0, metavar="SECONDS")
     args = parser.parse_args(argv)
     if (args.then or args.then_drain) and args.command != "health":
         parser.error("--then and --then-drain go with health only")

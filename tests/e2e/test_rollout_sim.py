@@ -257,6 +257,7 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
         # each window collected at its steps too (window_steps 2, the pre window 2 windows
         # long: pre_step_1..3 and post_step_1), every host of the batch and its controls,
         # between the window's start and end
+        early = []
         for i, batch in enumerate(plan):
             times, starts = [], []
             for label in ("pre_start", "pre_step_1", "pre_step_2", "pre_step_3", "pre_end",
@@ -275,6 +276,17 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
             # the window's end stores each step's collection
             pre, post = starts[:5], starts[5:]
             assert all(b - a >= 5 for w in (pre, post) for a, b in zip(w, w[1:])), starts
+            # a batch after another (no approval between them) took over the pre window its
+            # predecessor started early: from the end of that batch's post window, never
+            # overlapping it; a pre window of its own starts after it too
+            if i:
+                before = keys[f"batch.{i - 1}.counters.post_start"]["started"] + 2 * 5
+                assert pre[0] >= before - 0.001, (i, pre[0], before)
+                if keys[f"batch.{i}.counters.pre_start"].get("early"):
+                    early.append(i)
+                    assert pre[0] == pytest.approx(before, abs=0.001), (i, pre[0], before)
+        # the early start is in time on any machine this runs on (a post window of 15 s)
+        assert early, "no batch took over a pre window started early"
         verdicts = [keys[f"batch.{i}"]["verdict"]["verdict"] for i in range(4)]
         assert verdicts[:3] == ["PASS", "PASS", "PASS"], verdicts
         # the last batch's waits were paced by the reboots of the batch before it

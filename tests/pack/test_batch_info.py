@@ -79,14 +79,14 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     """A window costs two runs on its hosts whatever its steps: its start snapshots every host
     and leaves a sampler there (start_window: the window's id, its step, its samples); the
     collections of the steps inside only keep the workflow's pace (each waits for its step's
-    due time, touches no host and says the whole seconds to the next); its end reads every
-    started host's samples (read_window, waiting the start's own time plus the read's lead
-    and the slack) and stores one collection per step, a host's missed sample as that host's
-    error.
-    The read starts 2 s (at most half a step) before the window ends: the last step asks for
-    the delay to then. The hosts are a stand-in (the controller's side is what is tested;
-    test_hostside_sim and test_counters_collector run the samplers): time.time and time.sleep
-    are the test's clock."""
+    due time, touches no host and says the whole seconds to the next); its end (pre_end)
+    waits for the window's end on the batch's hosts, and its read (pre_read, after the
+    change) reads every started host's samples (read_window, waiting the start's own time and
+    the slack) and stores one collection per step, a host's missed sample as that host's
+    error. (The post window's read starts 2 s, at most half a step, before its end.)
+    The hosts are a stand-in (the controller's side is what is tested; test_hostside_sim and
+    test_counters_collector run the samplers): time.time and time.sleep are the test's
+    clock."""
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
@@ -153,7 +153,7 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     # the delay it asks for); none touches a host
     delay = out["next_delay"]
     for number, latency, nap, asked in ((1, 0.3, 0.2, 5), (2, 0.4, 0.0, 4), (3, 2.6, 0.0, 3),
-                                        (4, 0.1, 0.0, 4), (5, 1.3, 0.0, 2)):
+                                        (4, 0.1, 0.0, 4), (5, 1.3, 0.0, 4)):
         clock[0] += delay + latency
         slept.clear()
         out = gate.collect(ctx, index, f"pre_step_{number}")
@@ -165,13 +165,23 @@ def test_a_window_is_sampled_on_the_hosts_and_read_at_its_end(tmp_path: Path,
     clock[0] += delay
     slept.clear()
     out = gate.collect(ctx, index, "pre_end")
-    # the read starts 2 s before the window's end (the start + 6 steps), arriving at 1027.4;
-    # its hosts wait up to that lead, the start's run and the slack for their samples (never
-    # a step: a day-long step would hold the read a day on a host whose sampler died)
-    assert sum(slept) == pytest.approx(0.6)
-    assert calls[1] == ("read", hosts[:-1], f"pace-1.b{index}.pre",
-                        pytest.approx(2.0 + 1.5 + 1.0))
-    assert out["next_delay"] == 0 and out["collected"] == len(hosts) - 3
+    # the pre window's end on the batch's hosts (the start + 6 steps): waited for, no host is
+    # asked; the change starts then, the window is read after it
+    assert sum(slept) == pytest.approx(0.6) and len(calls) == 1
+    assert out["ended"] == pytest.approx(1030.0) and out["next_delay"] == 0
+    assert head("pre_end") is None
+    # a host reached more than half a step after the anchor samples from its own first
+    # snapshot; a claim (a first snapshot due at the anchor) from the anchor
+    assert gate.host_window_end({"time": 1002.4}, 1000.0, 5.0, 6) == 1030.0
+    assert gate.host_window_end({"time": 1002.6}, 1000.0, 5.0, 6) == pytest.approx(1032.6)
+    assert gate.host_window_end({"deferred": True, "anchor": 1000.0}, 1000.0, 5.0, 6) == 1030.0
+    clock[0] = 1060.0  # the batch changed: the read in the post window's soak
+    out = gate.collect(ctx, index, "pre_read")
+    # its hosts wait (at most) the start's run and the slack for their samples (never a
+    # step: a day-long step would hold the read a day on a host whose sampler died)
+    assert calls[1] == ("read", hosts[:-1], f"pace-1.b{index}.pre", pytest.approx(1.5 + 1.0))
+    assert out["next_delay"] == 0 and out["collected"] == len(hosts) - 3 and out["read"]
+    assert gate.collect(ctx, index, "pre_read")["read"] is False and len(calls) == 2
     for number in range(1, 7):
         label = f"pre_step_{number}" if number < 6 else "pre_end"
         stored = gate.load_collection(ctx, index, label)
@@ -306,3 +316,89 @@ def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):
 
     run = HostRun(ctx, big["hosts"][1])
     assert run.ctx.hostside.coalesce.batch == (f"peers-1.b{big['index']}", list(big["hosts"]))
+
+
+def test_the_next_batchs_pre_window_starts_when_this_post_window_ends(tmp_path: Path,
+                                                                     monkeypatch: Any):
+    """pre_early (from batch i's workflow, while its post window runs) starts batch i+1's pre
+    window with each host's first snapshot due when batch i's post window ends: the windows
+    never overlap, and the start's run, batch i's read and its judge happen inside it. Batch
+    i+1's pre_start takes it over while its read can still start on time, starting only the
+    hosts the early run missed; later (an approval or a question held the batch) it starts its
+    own. Hosts are a stand-in, time is the test's clock (test_hostside_sim runs the samplers;
+    the e2e happy path runs it through the workflow)."""
+    from fleet_rollout import gate
+    from fleet_rollout.hostside.ansible_run import HostResult
+
+    plan, store = stored_plan("early-1", 20, window_seconds=10, window_steps=2, soak_seconds=5)
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state")}
+    ctx = service.context(config, store, "early-1")
+    clock = [1000.0]
+    calls: List[Tuple[Any, ...]] = []
+    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
+    monkeypatch.setattr(gate.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] +
+                                                                             seconds))
+    unreachable = {"count": 0}
+
+    def start_window(names: Any, window: str, every: float, samples: int, anchor: float,
+                     first_at: Any = None) -> Dict[str, HostResult]:
+        calls.append(("start", list(names), window, every, samples, anchor, first_at))
+        clock[0] += 1.5
+        out = {h: HostResult(h, ok=True, result={"deferred": True, "anchor": anchor,
+                                                 "token": f"t-{h}"} if first_at else
+                             {"host": h, "time": clock[0]}) for h in names}
+        if unreachable["count"]:
+            unreachable["count"] -= 1
+            out[names[-1]] = HostResult(names[-1], ok=False, error="ssh: unreachable")
+        return out
+    monkeypatch.setattr(ctx.hostside, "start_window", start_window)
+    monkeypatch.setattr(ctx.hostside, "read_window", lambda *a, **k: pytest.fail("no read"))
+    index = 1
+    hosts = gate.batch_hosts(ctx, index) + service.controls_for_batch(ctx.plan, index)
+    with pytest.raises(ValueError, match="only a batch after another"):
+        gate.collect(ctx, 0, "pre_early")
+    with pytest.raises(RuntimeError, match="before batch 0's post_start"):
+        gate.collect(ctx, index, "pre_early")
+    gate.collect(ctx, 0, "post_start")  # at 1000: its window is 1005 (the soak's end) - 1015
+    calls.clear()
+    unreachable["count"] = 1  # the early run misses one host
+    out = gate.collect(ctx, index, "pre_early")
+    assert calls == [("start", hosts, f"early-1.b{index}.pre", 5.0, 6, 1015.0, 1015.0)]
+    assert out["started"] is True and out["anchor"] == 1015.0
+    assert set(out["errors"]) == {hosts[-1]} and out["collected"] == len(hosts) - 1
+    head = store.get_json(gate.collection_key(ctx, index, "pre_start"))
+    assert head["early"] is True and head["started"] == 1015.0
+    # batch 0's read and judge end at 1021: the batch takes the window over, starting the
+    # host the early run missed (it samples from its own first snapshot; the read waits)
+    clock[0] = 1021.0
+    calls.clear()
+    out = gate.collect(ctx, index, "pre_start")
+    assert calls == [("start", [hosts[-1]], f"early-1.b{index}.pre", 5.0, 6, 1015.0, None)]
+    assert out["early"] is True and out["collected"] == len(hosts) and out["errors"] == {}
+    assert out["next_delay"] == 0  # the first step was due at 1020
+    assert gate.collection_started(ctx, index, "pre_start") == 1015.0
+    taken = gate.load_collection(ctx, index, "pre_start")
+    assert set(taken["snapshots"]) == set(hosts) and taken["time"] == 1022.5
+    assert taken["early"] is True
+    # a pre window that can no longer be read on time (1015 + 30 s - the 2 s lead) is
+    # started again, whole, at its own time
+    clock[0] = 1043.1
+    calls.clear()
+    out = gate.collect(ctx, index, "pre_start")
+    assert calls == [("start", hosts, f"early-1.b{index}.pre", 5.0, 6, 1043.1, None)]
+    assert "early" not in out and gate.collection_started(ctx, index, "pre_start") == 1043.1
+    assert "early" not in store.get_json(gate.collection_key(ctx, index, "pre_start"))
+    # too late to start before the post window before it ends: nothing is started
+    calls.clear()
+    out = gate.collect(ctx, index, "pre_early")
+    assert out["started"] is False and calls == []
+    # batch_info: the early start only where the next batch exists and needs no approval
+    infos = [service.batch_info(config, store, "early-1", i) for i in range(len(plan["batches"]))]
+    assert [i["early_pre"] for i in infos] == [False] * len(infos)  # home-snoop asks each
+    meta = RolloutState(store, "early-1")
+    stored = meta.plan()
+    stored["profile"]["approval"]["required"] = False
+    meta.save_plan(stored)
+    infos = [service.batch_info(config, store, "early-1", i) for i in range(len(plan["batches"]))]
+    assert [i["early_pre"] for i in infos] == [True] * (len(infos) - 1) + [False]

@@ -50,6 +50,7 @@ class FakeHostSide:
         self.sysctl = {SYSCTL: "212992"}
         self.snapshot: Optional[Dict[str, str]] = None
         self.calls: List[str] = []
+        self.drain_waits: List[Any] = []  # each drain's after_window (the pre window waited for)
         self.fail: Dict[str, str] = {}
         self.probe_doc: Optional[str] = None  # a probe fixture to answer instead of the BIOS's
         self.early_boot_id: Optional[str] = None  # the boot id a wait's probe says it ran on
@@ -88,7 +89,8 @@ class FakeHostSide:
                settings: Optional[Dict[str, Any]] = None,
                in_maintenance: bool = False,
                drain: Optional[Any] = None,
-               probe_budget_ms: Optional[int] = None) -> Dict[str, HostResult]:
+               probe_budget_ms: Optional[int] = None,
+               after_window: Optional[Any] = None) -> Dict[str, HostResult]:
         """As fleet_host.py's health [--then kernel-...] [--then-drain] in one process; with
         `probe_budget_ms` as health_probe.yml: the probe's document in "probe" (left out when
         `fail` names "early probe", as a failed probe task is)."""
@@ -105,6 +107,8 @@ class FakeHostSide:
         if kernel_action is not None and (not maintenance or in_maintenance):
             doc = self._kernel(kernel_action, settings)
             result["kernel_action"] = {"rc": 0, "stdout": json.dumps(doc), "stderr": ""}
+        if drain is not None:
+            self.drain_waits.append(after_window)
         if drain is not None and not maintenance:
             self.drained = True  # the flag is set first; a drain that times out leaves it
             if "drain" in self.fail:
@@ -119,8 +123,9 @@ class FakeHostSide:
             return self._entry("health+probe", result)
         return self._entry("health", result)
 
-    def drain(self, hosts: List[str], timeout: float = 300,
-              threshold: int = 0) -> Dict[str, HostResult]:
+    def drain(self, hosts: List[str], timeout: float = 300, threshold: int = 0,
+              after_window: Optional[Any] = None) -> Dict[str, HostResult]:
+        self.drain_waits.append(after_window)
         changed = not self.drained
         if "drain" not in self.fail:
             self.drained = True
@@ -322,6 +327,13 @@ def test_prepare_checks_snapshots_drains_and_stages_in_one_bmc_session(run: Any,
     assert saved["kernel_snapshot"] == {SYSCTL: "212992"}
     assert saved["drain_asked"] and out["detail"]["drain"]["changed"] is True
     assert out["detail"]["drain"]["with"] == out["detail"]["snapshot"]["with"] == "precheck"
+    # the drain first waits on the host for its sampler of the batch's pre window (read after
+    # the change): at most a step (the profile's window / window_steps) and the slack
+    canary = host_run.ctx.profile["canary"]
+    batch = next(b["index"] for b in host_run.ctx.plan["batches"] if host_run.name in b["hosts"])
+    assert side.drain_waits == [(f"{host_run.ctx.rollout_id}.b{batch}.pre",
+                                 canary["window_seconds"] / canary["window_steps"]
+                                 + hoststeps.PRE_WINDOW_SLACK)]
     # the rest of the change from there, as the workflow runs it
     for step in WORKFLOW_STEPS[1:]:
         host_run.run(step)

@@ -72,6 +72,38 @@ def test_drain_and_undrain(lab):
     assert not os.path.exists(flag)
 
 
+def test_a_drain_waits_for_the_hosts_own_sampler_of_the_pre_window(lab):
+    """The pre window is read after the change (gate.py): a host's drain, alone or after the
+    prepare's health read, first waits on the host for its own sampler of that window to take
+    its last sample, so the window measures the host in service; a host with no such window
+    (or whose window is done) drains at once; the wait is bounded."""
+    backend, side = lab
+    first_at = time.time() + 6.0  # the samplers' first snapshot; the last a step later
+    started = side.start_window(HOSTS[:2], "d-1.b0.pre", 2.0, 1, first_at=first_at)
+    assert all(started[h].ok for h in HOSTS[:2]), started
+    results = side.drain(HOSTS, after_window=("d-1.b0.pre", 30.0))
+    ended = time.time()
+    for name in HOSTS:
+        assert results[name].ok and results[name].changed, results[name]
+        flag = os.path.join(backend.sysroot(name), "etc/fleet/maintenance")
+        state = json.load(open(os.path.join(backend.sysroot(name), "var/tmp/fleet-rollout",
+                                            "d-1.b0.pre.json"))) if name in HOSTS[:2] else None
+        if state is not None:  # the flag came after the window's last sample
+            assert state["done"] is True and os.path.getmtime(flag) >= \
+                state["snapshots"][-1]["time"] - 0.01, (state, os.path.getmtime(flag))
+        else:  # no such window here: nothing to wait for
+            assert results[name].result["window_wait_s"] < 2.0, results[name].result
+    assert ended >= first_at + 2.0
+    side.undrain(HOSTS)
+    # in the prepare's health read, and bounded: a sampler still due later is not waited for
+    # beyond the given seconds
+    side.start_window(HOSTS[:1], "d-2.b0.pre", 30.0, 1, first_at=time.time() + 60.0)
+    results = side.health(HOSTS[:1], drain=(30.0, 0), after_window=("d-2.b0.pre", 1.0))
+    drained = json.loads(results[HOSTS[0]].result["drain"]["stdout"])
+    assert drained["drained"] is True and 1.0 <= drained["window_wait_s"] < 5.0, drained
+    side.undrain(HOSTS[:1])
+
+
 def test_drain_timeout_fails_and_keeps_the_host_marked(lab):
     backend, side = lab
     tcp = os.path.join(backend.sysroot("sim-003"), "proc/net/tcp")

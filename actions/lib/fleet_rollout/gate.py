@@ -1,11 +1,21 @@
 """The canary gate of a batch: counter snapshots of canary and control hosts at the same moments,
 sampled by the hosts themselves, then the judge.
 
-    pre_start --window-- pre_end   (before the batch is drained)
+    pre_start --window-- pre_end   (before the batch is drained: pre_end waits for the window's
+                                    end on the batch's hosts; each host's drain also waits for its
+                                    own sampler's last sample)
     ... change the batch ...
+    pre_read                       (in the post window's soak: the pre window's samples, kept on
+                                    the hosts in /var/tmp across the reboot, read and stored)
     post_start ... soak ... --window-- post_end (after every host of the batch is back in
                                                  service; the start runs during the soak, the
                                                  samplers take its first snapshot at its end)
+
+The next batch's pre window can start early (`pre_early`, from this batch's workflow while its
+post window runs): its first snapshot is due when this post window ends, so its start run, this
+window's read and the judge are inside it. The next batch's pre_start takes it over only while
+there is still time to read it on time (no approval or question held the batch since); else it
+starts its own. Windows never overlap: the pre window starts when the post window before it ends.
 
 With the profile's canary.window_steps n > 1, each window is also collected at n - 1 steps
 inside it (post_step_1 .. post_step_<n-1>): the judge then has each host's drops per step
@@ -33,6 +43,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional
 
+from fleet_rollout import states
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.profile import (
@@ -47,6 +58,9 @@ from fleet_rollout.states import DONE, INCONCLUSIVE, batch_label
 from fleet_rollout.store import key
 
 LABELS = ("pre_start", "pre_end", "post_start", "post_end")
+EARLY = "pre_early"  # the action's label for a batch's pre window started early (its pre_start)
+PRE_READ = "pre_read"  # the action's label for the pre window's read (stores its collections)
+ACTION_LABELS = LABELS + (EARLY, PRE_READ)
 STEP_LABEL = re.compile(r"^(pre|post)_step_([1-9][0-9]?)\Z")
 COUNTER_PART = 64  # hosts per stored part of one collection (about 1 kB of counters a host)
 # seconds a host waits for its window's last sample beyond the read's lead and the window's
@@ -68,9 +82,11 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     The hosts sample the window themselves: its start (`<window>_start`) snapshots every host
     and leaves a sampler on each that takes the window's other samples, a step apart
     (canary.window_seconds / window_steps) on the host's clock from the window's start (from
-    its own first snapshot on a host reached more than half a step after it); the window's
-    end (`<window>_end`) reads them all (its run starts read_lead() seconds before the
-    window ends, each host waiting for its last sample) and stores each step's collection.
+    its own first snapshot on a host reached more than half a step after it); the post
+    window's end (`post_end`) reads them all (its run starts read_lead() seconds before the
+    window ends, each host waiting for its last sample) and stores each step's collection;
+    the pre window's end (`pre_end`) only waits for it on the batch's hosts, and `pre_read`
+    reads it after the change (while the soak runs).
     So a window costs two Ansible runs whatever its steps, every host's window lasts what the
     profile says, and a batch too big to read in a step still gets its steps. The steps
     inside (`<window>_step_<k>`) only keep the workflow's pace: each waits for its step's
@@ -78,6 +94,8 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     an integer; the next collection waits the fraction left). `seconds`: the collection's
     own time after it was due."""
     check_label(label)
+    if label == EARLY:
+        return start_early_pre(ctx, index)
     canary = ctx.profile["canary"]
     step = step_seconds(canary)
     window, _sep, part = label.partition("_")
@@ -89,6 +107,8 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
     if started is None:
         raise RuntimeError(f"rollout {ctx.rollout_id} batch {index}: {label} before "
                            f"{window}_start (a window is collected from its start)")
+    if label == PRE_READ:
+        return _read_pre(ctx, index, hosts, started, step, steps)
     number = steps if part == "end" else int(STEP_LABEL.match(label).group(2))
     due = started + number * step
     if part != "end":
@@ -96,21 +116,130 @@ def collect(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
         now = time.time()
         return {"label": label, "hosts": len(hosts), "on_hosts": True,
                 "seconds": round(max(0.0, now - due), 1),
-                "next_delay": next_delay(_next_due(started, number + 1, step, steps), now)}
+                "next_delay": next_delay(_next_due(started, number + 1, step, steps, window),
+                                         now)}
+    if window == "pre":
+        return _pre_ended(ctx, index, started, step, steps)
     lead = read_lead(step)
     wait_until(due - lead, limit=steps * step)
     return _read_window(ctx, index, window, hosts, started, step, steps, lead)
 
 
-def _next_due(started: float, number: int, step: float, steps: int) -> float:
-    """When the window's collection `number` (1..steps) is to start: its step's end, the
-    window's end read_lead() before it."""
-    return started + number * step - (read_lead(step) if number == steps else 0.0)
+def _next_due(started: float, number: int, step: float, steps: int,
+              window: str = "post") -> float:
+    """When the window's collection `number` (1..steps) is to start: its step's end; the post
+    window's end (its read) read_lead() before it."""
+    lead = read_lead(step) if number == steps and window == "post" else 0.0
+    return started + number * step - lead
+
+
+def host_window_end(first: Any, started: float, step: float, steps: int) -> float:
+    """When a host's window ends (its sampler's last sample), from what its start stored: a
+    claim samples from the window's anchor; a snapshot within half a step of the anchor too,
+    one taken later from itself (collector.start_window)."""
+    if is_claim(first):
+        return float(first.get("anchor") or started) + steps * step
+    taken = first.get("time") if isinstance(first, dict) else None
+    if not isinstance(taken, (int, float)) or abs(taken - started) <= step / 2.0:
+        return started + steps * step
+    return float(taken) + steps * step
+
+
+def _pre_ended(ctx: RolloutContext, index: int, started: float, step: float,
+               steps: int) -> Dict[str, Any]:
+    """pre_end: the pre window is over on every host of the batch (the hosts about to change;
+    each ends `steps` steps after its own anchor), waited for here without a look at any host.
+    The window is read later (pre_read, in the post window's soak): its samples stay on the
+    hosts, and a host's drain first waits for its own sampler (the host-side guard)."""
+    firsts = load_collection(ctx, index, "pre_start").get("snapshots") or {}
+    ours = [h for h in batch_hosts(ctx, index) if h in firsts]
+    ends = [host_window_end(firsts[h], started, step, steps) for h in ours]
+    due = max(ends) if ends else started + steps * step
+    wait_until(due, limit=steps * step)
+    now = time.time()
+    return {"label": "pre_end", "hosts": len(ours), "ended": due,
+            "seconds": round(max(0.0, now - due), 1), "next_delay": 0}
+
+
+def _read_pre(ctx: RolloutContext, index: int, hosts: List[str], started: float,
+              step: float, steps: int) -> Dict[str, Any]:
+    """pre_read: the pre window's samples, read from every host after the batch changed (in
+    the post window's soak: the read is not on the way of the change), stored as the window's
+    step and end collections; not read again for the same window (an extended post window).
+    `next_delay`: the whole seconds to the post window's next collection."""
+    head = ctx.store.get_json(collection_key(ctx, index, "pre_end"), {}) or {}
+    if head.get("started") == started + steps * step:
+        out: Dict[str, Any] = {"label": PRE_READ, "hosts": len(hosts), "read": False}
+    else:
+        out = dict(_read_window(ctx, index, "pre", hosts, started, step, steps, 0.0),
+                   label=PRE_READ, read=True)
+    post = collection_started(ctx, index, "post_start")
+    post_steps = window_steps(ctx.profile["canary"])[1]
+    out["next_delay"] = 0 if post is None else next_delay(
+        _next_due(post, 1, step, post_steps), time.time())
+    return out
 
 
 def window_id(ctx: RolloutContext, index: int, window: str) -> str:
     """The name of a batch's window on its hosts (the collector's --window)."""
-    return f"{ctx.rollout_id}.b{index}.{window}"
+    return states.window_id(ctx.rollout_id, index, window)
+
+
+def start_early_pre(ctx: RolloutContext, index: int) -> Dict[str, Any]:
+    """Batch `index`'s pre window, started while the batch before it is in its post window:
+    each host's first snapshot is due when that window ends (its sampler takes it). Stored as
+    the batch's pre_start, marked early; the batch's own pre_start takes it over (early_start)
+    or starts its window again. Hosts the run did not reach are that collection's errors (the
+    pre_start tries them again)."""
+    if index < 1:
+        raise ValueError(f"batch {index}: only a batch after another one starts its pre window "
+                         "early (in the post window of the batch before it)")
+    canary = ctx.profile["canary"]
+    step = step_seconds(canary)
+    pre_steps, post_steps = window_steps(canary)
+    before = collection_started(ctx, index - 1, "post_start")
+    if before is None:
+        raise RuntimeError(f"rollout {ctx.rollout_id} batch {index}: {EARLY} before batch "
+                           f"{index - 1}'s post_start (it starts when that window ends)")
+    anchor = before + post_steps * step  # the end of the post window before it
+    hosts = batch_hosts(ctx, index) + controls_for_batch(ctx.plan, index)
+    out: Dict[str, Any] = {"label": EARLY, "hosts": len(hosts), "anchor": anchor}
+    if anchor <= time.time():  # too late to start before that window ended: pre_start will
+        return dict(out, started=False, reason="the post window before it has ended")
+    results = ctx.hostside.start_window(hosts, window_id(ctx, index, "pre"), step, pre_steps,
+                                        anchor, first_at=anchor)
+    snapshots = {h: r.result for h, r in results.items() if r.ok}
+    errors = {h: r.error for h, r in results.items() if not r.ok}
+    save_collection(ctx, index, "pre_start", time.time(), snapshots, errors, anchor, early=True)
+    return dict(out, started=True, collected=len(snapshots), errors=errors)
+
+
+def early_start(ctx: RolloutContext, index: int, hosts: List[str], step: float,
+                steps: int) -> Optional[Dict[str, Any]]:
+    """The batch's pre window as start_early_pre started it, taken over when its read can
+    still start on time (read_lead() before it ends); the hosts that run did not reach are
+    started now (each then samples from its own first snapshot, and the read waits for them).
+    None: no such window, or it is too old (an approval or a question held the batch)."""
+    head = ctx.store.get_json(collection_key(ctx, index, "pre_start"), {}) or {}
+    started = head.get("started")
+    now = time.time()
+    if head.get("early") is not True or not isinstance(started, (int, float)) or \
+            now > started + steps * step - read_lead(step) or started > now + steps * step:
+        return None
+    taken = load_collection(ctx, index, "pre_start")
+    snapshots, errors = dict(taken.get("snapshots") or {}), dict(taken.get("errors") or {})
+    at = float(head.get("time") or started)
+    missing = [h for h in hosts if h not in snapshots]
+    if missing:
+        results = ctx.hostside.start_window(missing, window_id(ctx, index, "pre"), step, steps,
+                                            started)
+        snapshots.update({h: r.result for h, r in results.items() if r.ok})
+        errors = {h: r.error for h, r in results.items() if not r.ok}
+        at = time.time()
+        save_collection(ctx, index, "pre_start", at, snapshots, errors, started, early=True)
+    return {"label": "pre_start", "hosts": len(hosts), "collected": len(snapshots),
+            "errors": errors, "early": True, "seconds": round(max(0.0, at - started), 1),
+            "next_delay": next_delay(_next_due(started, 1, step, steps, "pre"), time.time())}
 
 
 def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
@@ -120,7 +249,13 @@ def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str]
     run is hidden in the soak, and every host reached before its end samples at the same
     moments. The start collection holds each host's snapshot or, for a first snapshot still
     due, its claim ({"deferred": true, ...}), replaced by the snapshot when the window is read.
+    A pre window started early (in the post window of the batch before) is taken over while it
+    can still be read on time.
     """
+    if window == "pre":
+        early = early_start(ctx, index, hosts, step, steps)
+        if early is not None:
+            return early
     now = time.time()
     soak = float(ctx.profile["canary"].get("soak_seconds") or 0) if window == "post" else 0.0
     started = now + soak  # the window's anchor: when its first snapshot is due
@@ -133,7 +268,7 @@ def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str]
     save_collection(ctx, index, f"{window}_start", ended, snapshots, errors, started)
     return {"label": f"{window}_start", "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "seconds": round(max(0.0, ended - started), 1),
-            "next_delay": next_delay(_next_due(started, 1, step, steps), ended)}
+            "next_delay": next_delay(_next_due(started, 1, step, steps, window), ended)}
 
 
 def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
@@ -183,7 +318,8 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
     if given or gone:  # the start's claims become the hosts' first snapshots, before the steps
         save_collection(ctx, index, f"{window}_start", float(head.get("time") or started),
                         {h: given.get(h, doc) for h, doc in firsts.items() if h not in gone},
-                        dict(head.get("errors") or {}, **gone), started)
+                        dict(head.get("errors") or {}, **gone), started,
+                        early=head.get("early") is True)
     for number in range(steps):  # the steps inside first, the end last (what readers wait for)
         label = f"{window}_step_{number + 1}" if number + 1 < steps else f"{window}_end"
         due = started + (number + 1) * step
@@ -250,10 +386,11 @@ MAX_STEPS = {"pre": MAX_PRE_WINDOWS * MAX_WINDOW_STEPS, "post": MAX_WINDOW_STEPS
 
 def check_label(label: str) -> None:
     step = STEP_LABEL.match(label)
-    if label not in LABELS and not (step and int(step.group(2)) < MAX_STEPS[step.group(1)]):
-        raise ValueError(f"label {label!r}: one of {', '.join(LABELS)}, or pre_step_<k> with k "
-                         f"from 1 to {MAX_STEPS['pre'] - 1} / post_step_<k> with k from 1 to "
-                         f"{MAX_STEPS['post'] - 1}")
+    inside = step is not None and int(step.group(2)) < MAX_STEPS[step.group(1)]
+    if label not in ACTION_LABELS and not inside:
+        raise ValueError(f"label {label!r}: one of {', '.join(ACTION_LABELS)}, or "
+                         f"pre_step_<k> with k from 1 to {MAX_STEPS['pre'] - 1} / post_step_<k> "
+                         f"with k from 1 to {MAX_STEPS['post'] - 1}")
 
 
 def step_labels(window: str, steps: int) -> List[str]:
@@ -268,9 +405,10 @@ def collection_key(ctx: RolloutContext, index: int, label: str) -> str:
 
 def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
                     snapshots: Dict[str, Any], errors: Dict[str, str],
-                    started: Optional[float] = None) -> None:
+                    started: Optional[float] = None, early: bool = False) -> None:
     """One collection, in parts of COUNTER_PART hosts, the head (time, parts) last: a reader
-    never sees a head whose parts are not all written."""
+    never sees a head whose parts are not all written. `early`: a pre window started in the
+    post window of the batch before (start_early_pre)."""
     head = collection_key(ctx, index, label)
     names = sorted(set(snapshots) | set(errors))
     parts = [names[i:i + COUNTER_PART] for i in range(0, len(names), COUNTER_PART)]
@@ -278,8 +416,8 @@ def save_collection(ctx: RolloutContext, index: int, label: str, at: float,
         ctx.store.set_json(f"{head}.{number}", {
             "snapshots": {h: snapshots[h] for h in chunk if h in snapshots},
             "errors": {h: errors[h] for h in chunk if h in errors}})
-    ctx.store.set_json(head, {"time": at, "started": at if started is None else started,
-                              "parts": len(parts)})
+    doc = {"time": at, "started": at if started is None else started, "parts": len(parts)}
+    ctx.store.set_json(head, dict(doc, early=True) if early else doc)
 
 
 def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, Any]:
@@ -290,6 +428,8 @@ def load_collection(ctx: RolloutContext, index: int, label: str) -> Dict[str, An
     if "parts" not in doc:
         return doc
     merged: Dict[str, Any] = {"time": doc.get("time"), "snapshots": {}, "errors": {}}
+    if doc.get("early") is True:
+        merged["early"] = True
     for number in range(int(doc["parts"])):
         part = ctx.store.get_json(f"{head}.{number}", {}) or {}
         merged["snapshots"].update(part.get("snapshots") or {})

@@ -35,6 +35,7 @@ from fleet_rollout.hostside.playbook_steps import HostSide, drain_outcome, kerne
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of
+from fleet_rollout.profile import step_seconds
 from fleet_rollout.redfish import bios as rf_bios
 from fleet_rollout.redfish import power as rf_power
 from fleet_rollout.redfish.client import RedfishSession
@@ -66,6 +67,7 @@ from fleet_rollout.states import (
     RUNNING,
     StepRegistry,
     batch_label,
+    window_id,
 )
 from fleet_rollout.store import RolloutState, Store
 
@@ -75,6 +77,8 @@ steps = StepRegistry()  # each HostRun step_* says which step it is
 # verify step uses it
 EARLY_PROBE = "early_probe"
 PROBE_ASKS = 2  # a wait's first answered asks of the OS that run the probe too
+# seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
+PRE_WINDOW_SLACK = 5.0
 # seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
 # the next step: BMCs time idle sessions out (Redfish lets SessionTimeout go down to 30 s), and a
 # drain can take minutes; past this the next step logs in again
@@ -362,7 +366,8 @@ class HostRun:
         if prepare is not None and not state["steps"].get("drain"):
             drain = (self.ctx.profile["drain"]["timeout"], self.ctx.profile["drain"]["threshold"])
             self._ask_drain(state)
-        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot)
+        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot, **(
+            {"after_window": self._pre_window()} if drain else {}))
         drained = drain_outcome(entry[self.name]) if drain else None
         if drain and drained is None and entry[self.name].ok and not drained_by_us:
             # the host answered and did not drain (in maintenance, a failed kernel snapshot, a
@@ -412,6 +417,16 @@ class HostRun:
                                    if k != "taken_at")
         return out
 
+    def _pre_window(self) -> Tuple[str, float]:
+        """The drain's wait on the host for its sampler of the batch's pre window (read after
+        the change: the window measures the host in service up to its last sample): its id,
+        and at most a step and the slack (the window's end was waited for before the change;
+        a host reached late by its start samples up to a step later)."""
+        batch = batch_of(self.ctx.plan, self.name)
+        canary = self.ctx.profile["canary"]
+        return (window_id(self.ctx.rollout_id, -1 if batch is None else batch, "pre"),
+                step_seconds(canary) + PRE_WINDOW_SLACK)
+
     def _ask_drain(self, state: Dict[str, Any]) -> None:
         """Saved before a drain is sent: a re-run or a restore after a kill mid-drain knows the
         maintenance flag may be this rollout's."""
@@ -425,8 +440,8 @@ class HostRun:
         result = (self._prepare or {}).get("drain")  # the precheck's health run drained
         if result is None:
             self._ask_drain(state)
-            result = self._ansible(self.ctx.hostside.drain([self.name], drain["timeout"],
-                                                           drain["threshold"]), "drain")
+            result = self._ansible(self.ctx.hostside.drain(
+                [self.name], drain["timeout"], drain["threshold"], self._pre_window()), "drain")
         elif result.get("ok") is not True:
             raise HostError(f"drain failed: {result.get('error')}", self.name)
         else:

@@ -171,6 +171,10 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "step": whole_seconds(step_seconds(canary)),
             "soak": whole_seconds(canary["soak_seconds"]),
             "last": batch == len(plan["batches"]) - 1,
+            # the next batch's pre window starts in this one's post window (gate.py): only when
+            # no approval will hold the next batch (its pre_start would start it again)
+            "early_pre": batch + 1 < len(plan["batches"]) and not needs_approval(ctx.profile,
+                                                                                 batch + 1),
             "controls": len(controls_for_batch(plan, batch)),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
 

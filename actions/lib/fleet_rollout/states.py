@@ -70,6 +70,12 @@ REJECTED_VERDICT = "REJECTED"  # a batch its approver rejected
 VERDICTS: Tuple[str, ...] = (PASS, FAIL, INCONCLUSIVE, REJECTED_VERDICT)
 
 
+def window_id(rollout_id: str, index: int, window: str) -> str:
+    """The name of a batch's counter window (pre, post) on its hosts (the collector's
+    --window; the drain's --after-window)."""
+    return f"{rollout_id}.b{index}.{window}"
+
+
 def batch_label(index: int) -> int:
     """The batch number people see (chat, verdicts, reports): batch 1 is index 0."""
     return int(index) + 1

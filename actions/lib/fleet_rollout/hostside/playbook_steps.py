@@ -63,14 +63,16 @@ class HostSide:
                settings: Optional[Dict[str, Any]] = None,
                in_maintenance: bool = False,
                drain: Optional[Tuple[float, int]] = None,
-               probe_budget_ms: Optional[int] = None) -> Dict[str, HostResult]:
+               probe_budget_ms: Optional[int] = None,
+               after_window: Optional[Tuple[str, float]] = None) -> Dict[str, HostResult]:
         """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
         restore): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
         "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host.
         `drain` (timeout, threshold): then the drain, on a host not in maintenance whose kernel
         action (if any) succeeded, through the maintenance flag (a host whose inventory drains
-        through a command is not drained here); its outcome in "drain" (drain_outcome).
+        through a command is not drained here); its outcome in "drain" (drain_outcome); with
+        `after_window` as drain() has it.
         `probe_budget_ms`: then the topology probe on every host whose health read succeeded, in
         the same run (health_probe.yml; not with a kernel action or a drain): its document in
         the result's "probe", left out when the probe failed (the caller runs probe() then)."""
@@ -88,14 +90,16 @@ class HostSide:
                           "fleet_kernel_in_maintenance": bool(in_maintenance)})
         if drain is not None:
             extra.update({"fleet_then_drain": True, "fleet_drain_timeout": float(drain[0]),
-                          "fleet_drain_threshold": int(drain[1])})
+                          "fleet_drain_threshold": int(drain[1])}, **_after(after_window))
         return self._run("health", hosts, extra or None)
 
-    def drain(self, hosts: Iterable[str], timeout: float = 300,
-              threshold: int = 0) -> Dict[str, HostResult]:
-        return _drained(self._run("drain", hosts, {"fleet_drain_timeout": float(timeout),
-                                                   "fleet_drain_threshold": int(threshold)}),
-                        True)
+    def drain(self, hosts: Iterable[str], timeout: float = 300, threshold: int = 0,
+              after_window: Optional[Tuple[str, float]] = None) -> Dict[str, HostResult]:
+        """The drain; `after_window` (a counter window's id, seconds): each host first waits
+        (at most those seconds) for its own sampler of that window to take its last sample."""
+        return _drained(self._run("drain", hosts, dict({
+            "fleet_drain_timeout": float(timeout), "fleet_drain_threshold": int(threshold)},
+            **_after(after_window))), True)
 
     def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
         return _drained(self._run("undrain", hosts), False)
@@ -161,6 +165,14 @@ class HostSide:
 
     def _sample_forks(self, names: List[str]) -> int:
         return window_forks(self.forks, len(names))
+
+
+def _after(after_window: Optional[Tuple[str, float]]) -> Dict[str, Any]:
+    """The drain's extravars for its wait for a counter window's last sample on the host."""
+    if after_window is None:
+        return {}
+    return {"fleet_drain_after_window": str(after_window[0]),
+            "fleet_drain_after_window_wait": float(after_window[1])}
 
 
 def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostResult]:
