@@ -94,8 +94,10 @@ def test_expected_parts_follow_the_profile(small: Dict[str, Any]) -> None:
 
 def test_window_runs_follow_the_collected_hosts_and_the_forks() -> None:
     """Each window's start and read are Ansible runs over the batch's hosts and its controls,
-    up to 100 at a time (ansible_forks if more, as the host side runs them): what they take
-    beyond the read's lead adds to the batch, twice."""
+    up to 100 at a time (ansible_forks if more, as the host side runs them): the pre window's
+    start run and the post window's read beyond its lead add to the batch (the pre window's
+    read is in the soak); with no approval between two batches, the later one's pre window
+    starts in the post window before it: neither of those two adds anything."""
     from fleet_rollout.hostside.playbook_steps import HostSide
     from fleet_rollout.plan import controls_for_batch
     from fleet_rollout.profile import SAMPLE_FORKS, read_lead, step_seconds, window_forks
@@ -119,15 +121,24 @@ def test_window_runs_follow_the_collected_hosts_and_the_forks() -> None:
             at_once = max(forks, min(collected, SAMPLE_FORKS))
             assert window_forks(forks, collected) == at_once
             run = -(-collected // at_once) * assume.ansible_run
-            assert row["window_runs"] == pytest.approx(round(2 * max(0.0, run - lead), 1))
+            assert row["window_runs"] == pytest.approx(round(run + max(0.0, run - lead), 1))
     assert max(r["collected"] for r in est["batches"]) > SAMPLE_FORKS
     few, many = (estimate_plan(small, assume, forks=f)["totals"] for f in (5, 500))
     assert few["window_runs"] > many["window_runs"] > 0
     assert few["expected"] - many["expected"] == pytest.approx(
         few["window_runs"] - many["window_runs"])
-    # a run that ends within the lead adds nothing
+    # a run that ends within the lead adds nothing but the pre window's start
     quick = estimate_plan(small, Assumptions(ansible_run=lead / 2), forks=500)
-    assert quick["totals"]["window_runs"] == 0
+    assert max(r["collected"] for r in quick["batches"]) <= 500  # one run's forks
+    assert quick["totals"]["window_runs"] == pytest.approx(len(quick["batches"]) * lead / 2)
+    # no approvals: each batch's pre window starts in the batch before's post window (its
+    # start and that window's read add nothing), the first's start and the last's read do
+    auto = dict(small, profile=dict(small["profile"], approval=dict(
+        small["profile"]["approval"], required=False)))
+    rows = estimate_plan(auto, assume, forks=500)["batches"]
+    runs = [-(-r["collected"] // 500) * assume.ansible_run for r in rows]
+    assert [r["window_runs"] for r in rows] == pytest.approx(
+        [runs[0]] + [0.0] * (len(rows) - 2) + [max(0.0, runs[-1] - lead)], abs=0.05)
     assert "for their Ansible runs, up to 100 host(s) at once" in render_estimate(
         estimate_plan(small, assume, forks=5))
     assert "up to 500 host(s) at once" in render_estimate(estimate_plan(small, forks=500))
@@ -155,7 +166,11 @@ def test_approvals_cost_time_only_when_required(small: Dict[str, Any]) -> None:
     assert auto["totals"]["expected"] < base["totals"]["expected"]
     none = estimate_plan(with_profile(small, "approval", required=False))
     assert none["totals"]["approval_wait"] == 0
-    assert none["totals"]["expected"] == pytest.approx(base["totals"]["best_case"])
+    # and the batches' pre windows start in the post windows before them (their start runs
+    # and those windows' reads are hidden): less than every approval answered at once
+    saved = base["totals"]["window_runs"] - none["totals"]["window_runs"]
+    assert saved > 0 and none["totals"]["expected"] == pytest.approx(
+        base["totals"]["best_case"] - saved)
     slow = estimate_plan(small, Assumptions(approval_response=3600))
     assert slow["totals"]["expected"] > base["totals"]["expected"]
     assert slow["totals"]["best_case"] == pytest.approx(base["totals"]["best_case"])

@@ -25,14 +25,16 @@ after batch, nothing overlapping:
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
   windows = (canary.pre_windows + 1) x canary.window_seconds (the pre window lasts
           pre_windows windows, the post window one)
-  window runs = 2 x max(0, collection run - read lead): what each window's two Ansible runs
-          (its start, its read) add to it. A run over the batch's hosts and its controls takes
-          ceil(hosts / window forks) x an Ansible run (window forks: up to 100 hosts at once,
-          the pack config's ansible_forks if more; profile.window_forks). The read starts
-          read_lead() before the window ends and its hosts wait for their last sample; a host
-          the start reached late ends its window that much later (gate.collect), so a window
-          ends about a run after its start, less the lead. The post window's start is in the
-          soak.
+  window runs = what the windows' Ansible runs add to them. A run over the batch's hosts and its
+          controls takes ceil(hosts / window forks) x an Ansible run (window forks: up to 100
+          hosts at once, the pack config's ansible_forks if more; profile.window_forks). The pre
+          window's start reaches its hosts over a run, and a host reached late ends its window
+          that much later (the change waits for it: gate.collect), unless the batch before
+          started it early (a batch after another that needs no approval: its first snapshot
+          due when that batch's post window ends). Its read is in the post window's soak. The
+          post window's start is in the soak; its read starts read_lead() before its end, its
+          hosts waiting for their last sample: it ends a run less the lead after the window,
+          hidden in the next batch's pre window when that one started early.
   overhead = (BATCH_ACTIONS + pre steps - 1 + window_steps - 1) x action start (batch_info,
           announce, the answer, the counter collections: each window's start and end and its
           steps, judge, verdict post)
@@ -133,11 +135,21 @@ def collection_run(hosts: int, forks: int, assume: Assumptions) -> float:
     return waves(hosts, window_forks(forks, hosts)) * assume.ansible_run
 
 
-def window_runs(hosts: int, forks: int, profile: Dict[str, Any], assume: Assumptions) -> float:
-    """Seconds a batch's two counter windows take beyond their length: each window's start
-    and read run over `hosts` hosts, less the read's lead (see the module's docstring)."""
+def early_pre(profile: Dict[str, Any], index: int, batches: int) -> bool:
+    """Batch `index`'s pre window starts in the post window of the batch before it (gate.py;
+    service.batch_info's early_pre): a batch after another that needs no approval."""
+    return 0 < index < batches and not approval_needed(profile, index)
+
+
+def window_runs(hosts: int, forks: int, profile: Dict[str, Any], assume: Assumptions,
+                early: bool = False, next_early: bool = False) -> float:
+    """Seconds a batch's two counter windows take beyond their length (see the module's
+    docstring): the pre window's start run over `hosts` hosts (`early`: started by the batch
+    before, 0) and the post window's read, less its lead (`next_early`: hidden in the next
+    batch's pre window, 0)."""
+    run = collection_run(hosts, forks, assume)
     lead = read_lead(step_seconds(profile["canary"]))
-    return 2 * max(0.0, collection_run(hosts, forks, assume) - lead)
+    return (0.0 if early else run) + (0.0 if next_early else max(0.0, run - lead))
 
 
 def _racks(plan: Dict[str, Any], names: List[str]) -> int:
@@ -166,6 +178,7 @@ def estimate_plan(plan: Dict[str, Any], assume: Optional[Assumptions] = None,
     rows: List[Dict[str, Any]] = []
     unchanged = set(plan.get("control") or [])
     cumulative = best_cumulative = 0.0
+    total = len(plan["batches"])
     for batch in plan["batches"]:
         count = len(batch["hosts"])
         rounds = waves(count, parallel)
@@ -176,7 +189,9 @@ def estimate_plan(plan: Dict[str, Any], assume: Optional[Assumptions] = None,
         collected = count + len(unchanged)
         parts = {"approval_wait": round(approval, 1), "overhead": overhead,
                  "windows": round(windows, 1),
-                 "window_runs": round(window_runs(collected, forks, profile, assume), 1),
+                 "window_runs": round(window_runs(
+                     collected, forks, profile, assume, early_pre(profile, batch["index"], total),
+                     early_pre(profile, batch["index"] + 1, total)), 1),
                  "host_work": round(work, 1), "soak": round(soak, 1)}
         seconds = round(sum(parts.values()), 1)
         best = round(seconds - parts["approval_wait"], 1)

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from fleet_rollout import approvals, gate, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.estimate import approval_needed, estimate_plan, render_estimate
+from fleet_rollout.estimate import approval_needed, early_pre, estimate_plan, render_estimate
 from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
@@ -173,8 +173,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
             "last": batch == len(plan["batches"]) - 1,
             # the next batch's pre window starts in this one's post window (gate.py): only when
             # no approval will hold the next batch (its pre_start would start it again)
-            "early_pre": batch + 1 < len(plan["batches"]) and not needs_approval(ctx.profile,
-                                                                                 batch + 1),
+            "early_pre": early_pre(ctx.profile, batch + 1, len(plan["batches"])),
             "controls": len(controls_for_batch(plan, batch)),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
 
