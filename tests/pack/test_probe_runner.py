@@ -51,6 +51,18 @@ def test_library_paths_point_into_the_pack() -> None:
     assert DEFAULT_BINARY == helpers.BINARY
 
 
+def test_the_probe_output_schema_is_a_valid_draft4_schema() -> None:
+    """The verifier does not check the schema itself on every run (output._validator): this
+    does, against Draft 4's metaschema."""
+    import jsonschema
+
+    from fleet_rollout.probe.output import load_schema
+
+    jsonschema.Draft4Validator.check_schema(load_schema())
+    with pytest.raises(jsonschema.SchemaError):
+        jsonschema.Draft4Validator.check_schema(dict(load_schema(), type="no-such-type"))
+
+
 def test_run_probe_on_a_sysroot(tmp_path: Path) -> None:
     sysfs_tree.lab_tree(tmp_path, "lab-07", "cod", "disabled")
     doc = run_probe(LocalRunner(host="lab-07", sysroot=str(tmp_path)))
