@@ -30,6 +30,22 @@ def stored_plan(rollout_id: str, hosts: int, **canary: float) -> Tuple[Dict[str,
     return plan, store
 
 
+def gate_on_a_clock(tmp_path: Path, monkeypatch: Any, rollout_id: str, **canary: float
+                    ) -> Tuple[Dict[str, Any], MemoryStore, Dict[str, Any], Any, List[float]]:
+    """A stored plan, the pack config, the rollout's context and the test's clock: gate.py's
+    time.time reads it and its time.sleep moves it on."""
+    from fleet_rollout import gate
+
+    plan, store = stored_plan(rollout_id, 20, **canary)
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state")}
+    clock = [1000.0]
+    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
+    monkeypatch.setattr(gate.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] +
+                                                                             seconds))
+    return plan, store, config, service.context(config, store, rollout_id), clock
+
+
 def test_window_and_soak_are_whole_seconds_for_the_workflow_delay(tmp_path: Path):
     plan, store = stored_plan("delay-1", 20, window_seconds=10.5, soak_seconds=4.0)
     config = {"credentials": {"lab": {"username": "u", "password": "p"}},
@@ -217,15 +233,9 @@ def test_the_post_window_starts_during_the_soak(tmp_path: Path, monkeypatch: Any
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
-    plan, store = stored_plan("soak-1", 20, window_seconds=10, window_steps=2, soak_seconds=20)
-    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
-              "state_dir": str(tmp_path / "state")}
-    ctx = service.context(config, store, "soak-1")
-    clock = [1000.0]
+    plan, store, config, ctx, clock = gate_on_a_clock(
+        tmp_path, monkeypatch, "soak-1", window_seconds=10, window_steps=2, soak_seconds=20)
     calls: List[Tuple[Any, ...]] = []
-    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
-    monkeypatch.setattr(gate.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] +
-                                                                             seconds))
     index = next(i for i, b in enumerate(plan["batches"]) if len(b["hosts"]) > 1)
     hosts = gate.batch_hosts(ctx, index) + service.controls_for_batch(ctx.plan, index)
     ahead, failed, again = hosts[-1], hosts[-2], hosts[-3]
@@ -330,15 +340,9 @@ def test_the_next_batchs_pre_window_starts_when_this_post_window_ends(tmp_path: 
     from fleet_rollout import gate
     from fleet_rollout.hostside.ansible_run import HostResult
 
-    plan, store = stored_plan("early-1", 20, window_seconds=10, window_steps=2, soak_seconds=5)
-    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
-              "state_dir": str(tmp_path / "state")}
-    ctx = service.context(config, store, "early-1")
-    clock = [1000.0]
+    plan, store, config, ctx, clock = gate_on_a_clock(
+        tmp_path, monkeypatch, "early-1", window_seconds=10, window_steps=2, soak_seconds=5)
     calls: List[Tuple[Any, ...]] = []
-    monkeypatch.setattr(gate.time, "time", lambda: clock[0])
-    monkeypatch.setattr(gate.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] +
-                                                                             seconds))
     unreachable = {"count": 0}
 
     def start_window(names: Any, window: str, every: float, samples: int, anchor: float,
