@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -236,9 +235,14 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             changed = sum(1 for h in hosts.values() if "verify" in (h.get("steps") or {}))
             phases = batch_phases(env["FLEET_ROLLOUT_HOME"])
             spans = host_spans(plan, hosts)
-            if bench.keep_db:
-                shutil.copyfile(os.path.join(env["FLEET_ROLLOUT_HOME"], "runtime.db"),
-                                bench.keep_db)
+            if bench.keep_db:  # SQLite's backup: the write-ahead log's pages included
+                source = sqlite3.connect(os.path.join(env["FLEET_ROLLOUT_HOME"], "runtime.db"))
+                target = sqlite3.connect(bench.keep_db)
+                try:
+                    source.backup(target)
+                finally:
+                    target.close()
+                    source.close()
             estimate = _estimate_check(plan, hosts, bench, total,
                                        controller_cpu / changed if changed else 0.0, phases)
         finally:
