@@ -167,8 +167,7 @@ def _read_pre(ctx: RolloutContext, index: int, hosts: List[str], started: float,
     the post window's soak: the read is not on the way of the change), stored as the window's
     step and end collections; not read again for the same window (an extended post window).
     `next_delay`: the whole seconds to the post window's next collection."""
-    head = ctx.store.get_json(collection_key(ctx, index, "pre_end"), {}) or {}
-    if head.get("started") == started + steps * step:
+    if collection_started(ctx, index, "pre_end") == started + steps * step:
         out: Dict[str, Any] = {"label": PRE_READ, "hosts": len(hosts), "read": False}
     else:
         out = dict(_read_window(ctx, index, "pre", hosts, started, step, steps, 0.0),

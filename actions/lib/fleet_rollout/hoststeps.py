@@ -366,8 +366,8 @@ class HostRun:
         if prepare is not None and not state["steps"].get("drain"):
             drain = (self.ctx.profile["drain"]["timeout"], self.ctx.profile["drain"]["threshold"])
             self._ask_drain(state)
-        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot, **(
-            {"after_window": self._pre_window()} if drain else {}))
+        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot,
+                                         after_window=self._pre_window() if drain else None)
         drained = drain_outcome(entry[self.name]) if drain else None
         if drain and drained is None and entry[self.name].ok and not drained_by_us:
             # the host answered and did not drain (in maintenance, a failed kernel snapshot, a
@@ -417,15 +417,16 @@ class HostRun:
                                    if k != "taken_at")
         return out
 
-    def _pre_window(self) -> Tuple[str, float]:
+    def _pre_window(self) -> Optional[Tuple[str, float]]:
         """The drain's wait on the host for its sampler of the batch's pre window (read after
         the change: the window measures the host in service up to its last sample): its id,
         and at most a step and the slack (the window's end was waited for before the change;
-        a host reached late by its start samples up to a step later)."""
+        a host reached late by its start samples up to a step later). None outside a batch."""
         batch = batch_of(self.ctx.plan, self.name)
-        canary = self.ctx.profile["canary"]
-        return (window_id(self.ctx.rollout_id, -1 if batch is None else batch, "pre"),
-                step_seconds(canary) + PRE_WINDOW_SLACK)
+        if batch is None:
+            return None
+        return (window_id(self.ctx.rollout_id, batch, "pre"),
+                step_seconds(self.ctx.profile["canary"]) + PRE_WINDOW_SLACK)
 
     def _ask_drain(self, state: Dict[str, Any]) -> None:
         """Saved before a drain is sent: a re-run or a restore after a kill mid-drain knows the
