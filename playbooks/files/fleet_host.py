@@ -20,13 +20,13 @@ Kernel settings are checked again here with the same allowlists as the pack's pr
 (defense in depth): a bad word never reaches the GRUB defaults file (sourced by update-grub as
 root) nor /etc/sysctl.d.
 """
-import argparse
+# Only what every command needs is imported here. argparse, subprocess and shutil (with what
+# they import) cost a host about 15 ms of CPU per run, and the health, drain and undrain
+# commands most runs are need none of them: the options are parsed by parse_args below, and the
+# kernel commands import re, subprocess and shutil where they use them.
 import json
 import math
 import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 
@@ -38,10 +38,10 @@ SYSCTL_FILE = "etc/sysctl.d/90-fleet-rollout.conf"
 GRUB = "etc/default/grub"
 SIM_NIC = "run/fleet-sim/nic"
 # The same allowlists as actions/lib/fleet_rollout/profile.py (keep them in step).
-CMDLINE_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{1,190})?\Z")
-SYSCTL_KEY = re.compile(r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z")
-SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9 _.,:/-]{1,256}\Z")
-NIC_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}\Z")
+CMDLINE_TOKEN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{1,190})?\Z"
+SYSCTL_KEY = r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z"
+SYSCTL_VALUE = r"^[A-Za-z0-9 _.,:/-]{1,256}\Z"
+NIC_NAME = r"^[A-Za-z0-9_.:-]{1,15}\Z"
 NIC_LIMITS = {"rx": 65536, "tx": 65536, "combined": 1024}
 SYSCTL_DENIED = ("kernel.modprobe", "kernel.core_pattern", "kernel.hotplug",
                  "kernel.poweroff_cmd", "kernel.usermodehelper.", "fs.binfmt_misc.")
@@ -86,6 +86,12 @@ def write(root, rel, text):
         handle.flush()
         os.fsync(handle.fileno())
     os.rename(tmp, target)
+
+
+def matches(pattern, text):
+    """`text` matches `pattern` from its start (re imported on first use)."""
+    import re
+    return re.match(pattern, text) is not None
 
 
 def is_sim(root):
@@ -152,7 +158,7 @@ def then_run(name, args):
 
 # the collector's counter windows (counters/collector.py: SAMPLES_DIR, WINDOW_ID)
 WINDOWS_DIR = "var/tmp/fleet-rollout"
-WINDOW_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+WINDOW_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z"
 
 
 def window_done(root, window):
@@ -177,7 +183,7 @@ def await_window(args):
     --after-window-wait seconds. Returns the seconds waited."""
     if not args.after_window:
         return 0.0
-    if not WINDOW_NAME.match(args.after_window):
+    if not matches(WINDOW_NAME, args.after_window):
         raise Failure("--after-window %r: not a counter window's name" % (args.after_window,))
     started = time.time()
     while not window_done(args.sysroot, args.after_window) and \
@@ -215,17 +221,19 @@ def cmd_undrain(args):
 
 # ---------------------------------------------------------------- kernel settings
 def sysctl_path(key):
-    if not isinstance(key, str) or not SYSCTL_KEY.match(key):
+    if not isinstance(key, str) or not matches(SYSCTL_KEY, key):
         raise Failure("bad sysctl name %r" % (key,))
     return "proc/sys/" + key.replace(".", "/")
 
 
 def grub_cmdline(text):
+    import re
     match = re.search(r'^GRUB_CMDLINE_LINUX="([^"]*)"', text, re.M)
     return match.group(1).split() if match else []
 
 
 def set_grub_cmdline(text, tokens):
+    import re
     line = 'GRUB_CMDLINE_LINUX="%s"' % " ".join(tokens)
     if re.search(r'^GRUB_CMDLINE_LINUX=', text, re.M):
         return re.sub(r'^GRUB_CMDLINE_LINUX=.*$', line, text, count=1, flags=re.M)
@@ -235,6 +243,8 @@ def set_grub_cmdline(text, tokens):
 def update_grub(root):
     if is_sim(root):
         return "sim"
+    import shutil
+    import subprocess
     for tool in ("update-grub", "grub2-mkconfig", "grub-mkconfig"):
         exe = shutil.which(tool)
         if exe:
@@ -258,6 +268,7 @@ def interfaces(root, wanted):
 
 
 def ethtool(args):
+    import subprocess
     proc = subprocess.run(["ethtool"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode().strip()
 
@@ -329,6 +340,7 @@ def nic_irqs(root, iface):
     msi = path(root, "sys/class/net/%s/device/msi_irqs" % iface)
     if os.path.isdir(msi):
         return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
+    import re
     irqs = []
     for line in read(root, "proc/interrupts", "").splitlines():
         head = line.split(":", 1)
@@ -378,7 +390,7 @@ def check_sysctl(sysctl):
     if not isinstance(sysctl, dict) or len(sysctl) > MAX_SYSCTLS:
         raise Failure("settings.sysctl: a mapping of at most %d names" % MAX_SYSCTLS)
     for key, value in sysctl.items():
-        if not isinstance(key, str) or not SYSCTL_KEY.match(key):
+        if not isinstance(key, str) or not matches(SYSCTL_KEY, key):
             raise Failure("settings.sysctl: bad sysctl name %r" % (key,))
         if denied(key, SYSCTL_DENIED):
             raise Failure("settings.sysctl: %s makes the kernel run a program: refused" % key)
@@ -386,7 +398,7 @@ def check_sysctl(sysctl):
             raise Failure("settings.sysctl.%s: a number or a short string" % key)
         if not isinstance(value, str) and not (math.isfinite(value) and abs(value) < 2 ** 64):
             raise Failure("settings.sysctl.%s: not a number a sysctl takes: %r" % (key, value))
-        if isinstance(value, str) and not SYSCTL_VALUE.match(value):
+        if isinstance(value, str) and not matches(SYSCTL_VALUE, value):
             raise Failure("settings.sysctl.%s: bad value %r (letters, digits, space and _.,:/-"
                           " only, one line)" % (key, value))
 
@@ -399,7 +411,7 @@ def check_cmdline(cmdline):
         if not isinstance(tokens, list) or len(tokens) > MAX_TOKENS:
             raise Failure("settings.cmdline.%s: a list of at most %d words" % (group, MAX_TOKENS))
         for token in tokens:
-            if not isinstance(token, str) or not CMDLINE_TOKEN.match(token):
+            if not isinstance(token, str) or not matches(CMDLINE_TOKEN, token):
                 raise Failure("settings.cmdline.%s: bad kernel command-line word %r"
                               % (group, token))
             if denied(token.split("=", 1)[0], CMDLINE_DENIED):
@@ -415,7 +427,7 @@ def check_nic(nic):
     if not isinstance(names, list) or len(names) > MAX_INTERFACES:
         raise Failure("settings.nic.interfaces: a list of at most %d names" % MAX_INTERFACES)
     for name in names:
-        if not isinstance(name, str) or not NIC_NAME.match(name) or name in (".", ".."):
+        if not isinstance(name, str) or not matches(NIC_NAME, name) or name in (".", ".."):
             raise Failure("settings.nic.interfaces: bad interface name %r" % (name,))
     for key, limit in sorted(NIC_LIMITS.items()):
         value = nic.get(key)
@@ -685,30 +697,83 @@ COMMANDS = {
 }
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="fleet_rollout host-side helper")
-    parser.add_argument("command", choices=sorted(COMMANDS))
-    parser.add_argument("--sysroot", default="/")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--threshold", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--poll", type=float, default=1.0)
-    parser.add_argument("--settings", default="{}")
-    parser.add_argument("--then", choices=["kernel-snapshot", "kernel-restore"],
-                        help="health only: this kernel action right after the health read")
-    parser.add_argument("--then-in-maintenance", action="store_true",
-                        help="health --then: also on a host in maintenance")
-    parser.add_argument("--then-drain", action="store_true",
-                        help="health only: drain (--threshold, --timeout) after the health read "
-                             "and the kernel action, on a host not in maintenance whose kernel "
-                             "action (if any) succeeded")
-    parser.add_argument("--after-window", metavar="ID", default="",
-                        help="drain: first wait until the counter window ID sampled on this "
-                             "host has taken its last sample (--after-window-wait at most)")
-    parser.add_argument("--after-window-wait", type=float, default=30.0, metavar="SECONDS")
-    args = parser.parse_args(argv)
+# the options (argparse's own import costs every run about 10 ms of CPU): name -> (type,
+# default); a type of None is a flag
+OPTIONS = {
+    "--sysroot": (str, "/"), "--port": (int, 8080), "--threshold": (int, 0),
+    "--timeout": (float, 300.0), "--poll": (float, 1.0), "--settings": (str, "{}"),
+    # health only: this kernel action right after the health read
+    "--then": (str, None),
+    # health --then: also on a host in maintenance
+    "--then-in-maintenance": (None, False),
+    # health only: drain (--threshold, --timeout) after the health read and the kernel action,
+    # on a host not in maintenance whose kernel action (if any) succeeded
+    "--then-drain": (None, False),
+    # drain: first wait until the counter window ID sampled on this host has taken its last
+    # sample (--after-window-wait seconds at most)
+    "--after-window": (str, ""), "--after-window-wait": (float, 30.0),
+}
+THEN_ACTIONS = ("kernel-snapshot", "kernel-restore")
+
+
+class Usage(Exception):
+    """A command line this script does not take (exit 2, as argparse's)."""
+
+
+class Args:
+    def __init__(self, command):
+        self.command = command
+        for name, (_kind, default) in OPTIONS.items():
+            setattr(self, name[2:].replace("-", "_"), default)
+
+
+def parse_args(argv):
+    """COMMAND [--option VALUE | --option=VALUE | --flag] ...: an Args, or Usage."""
+    if not argv or argv[0] not in COMMANDS:
+        raise Usage("argument command: invalid choice: %r (choose from %s)" % (
+            argv[0] if argv else "", ", ".join(repr(c) for c in sorted(COMMANDS))))
+    args = Args(argv[0])
+    rest = list(argv[1:])
+    while rest:
+        word = rest.pop(0)
+        name, given, value = word.partition("=")
+        if name not in OPTIONS:
+            raise Usage("unrecognized arguments: %s" % word)
+        kind = OPTIONS[name][0]
+        if kind is None:
+            if given:
+                raise Usage("argument %s: ignored explicit argument %r" % (name, value))
+            value = True
+        else:
+            if not given:
+                if not rest:
+                    raise Usage("argument %s: expected one argument" % name)
+                value = rest.pop(0)
+            try:
+                value = kind(value)
+            except ValueError:
+                raise Usage("argument %s: invalid %s value: %r" % (
+                    name, kind.__name__, value)) from None
+        setattr(args, name[2:].replace("-", "_"), value)
+    if args.then is not None and args.then not in THEN_ACTIONS:
+        raise Usage("argument --then: invalid choice: %r (choose from %s)" % (
+            args.then, ", ".join(repr(a) for a in THEN_ACTIONS)))
     if (args.then or args.then_drain) and args.command != "health":
-        parser.error("--then and --then-drain go with health only")
+        raise Usage("--then and --then-drain go with health only")
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    try:
+        args = parse_args(argv)
+    except Usage as err:
+        sys.stderr.write("usage: fleet_host.py COMMAND [--option VALUE ...] (--help)\n"
+                         "fleet_host.py: error: %s\n" % err)
+        return 2
     rc, doc = run_command(args.command, args)
     print(json.dumps(doc))
     return rc
