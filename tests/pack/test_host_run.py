@@ -15,11 +15,22 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from probe_helpers import load_fixture
-from redfish_support import PASSWORD, bmc_fleet, reset_counters, set_faults, state
+from redfish_support import (
+    PASSWORD,
+    bmc_fleet,
+    bmc_uris,
+    clear_overrides,
+    real_document,
+    reset_counters,
+    serve_override,
+    server_requests,
+    set_faults,
+    state,
+)
 
 from fleet_rollout import hoststeps
 from fleet_rollout.config import load_pack_config
-from fleet_rollout.errors import HostError
+from fleet_rollout.errors import HostError, RedfishError
 from fleet_rollout.hostside.ansible_run import HostResult
 from fleet_rollout.hoststeps import PROBE_ASKS, HostRun, RolloutContext
 from fleet_rollout.inventory import FleetHost
@@ -210,8 +221,12 @@ def test_every_step_in_order_changes_the_bios_once_and_puts_the_host_back_in_ser
     assert "probe" not in side.calls
     assert results[6]["detail"]["probe_with"] == "wait"
     assert results[6]["detail"]["probe"]["ok"] is True
+    # the BIOS read-back the wait took once POST had finished, on the boot the probe saw
+    assert results[6]["detail"]["bios_with"] == "wait"
+    assert results[6]["detail"]["bios"] == {"SnoopMode": "HomeSnoop",
+                                            "NodeInterleaving": "Disabled"}
     saved = host_run.load()
-    assert "early_probe" not in saved  # used once, by the verify step
+    assert "early_probe" not in saved and "early_bios" not in saved  # used once, by verify
     assert saved["status"] == DONE and saved["step"] == HOST_STEPS[-1]
     assert all(saved["steps"][s]["ok"] for s in HOST_STEPS)
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
@@ -264,6 +279,9 @@ def test_verify_probes_itself_when_the_waits_probe_cannot_be_used(run: Any, flee
         host_run.ctx.profile["kernel"]["irq_affinity"] = "numa-local"
     results = _steps(host_run)
     assert results[6]["detail"]["probe_with"] == "verify"
+    # nor its BIOS read-back: the verify reads the BIOS itself
+    assert results[6]["detail"]["bios_with"] == "verify"
+    assert results[6]["detail"]["bios"]["SnoopMode"] == "HomeSnoop"
     if "kernel" in why:
         assert "health+probe" not in side.calls  # the wait took no probe it cannot use
         assert side.calls.index("probe") > side.calls.index("kernel reapply")
@@ -286,6 +304,51 @@ def test_asks_the_host_did_not_answer_do_not_use_up_the_waits_probe(run: Any,
     assert set(asks) == {"health+probe"} and len(asks) >= PROBE_ASKS + 2 and side.unanswered == 0
     verify = host_run.run("verify")
     assert verify["detail"]["probe_with"] == "wait" and "probe" not in side.calls
+
+
+def test_verify_uses_the_waits_bios_read_back_only_when_it_holds_every_target(
+        run: Any, fleet: Any) -> None:
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:6])  # up to the wait
+    saved = host_run.load()
+    assert saved["early_bios"]["values"]["SnoopMode"] == "HomeSnoop"
+    assert saved["early_bios"]["boot_id"] == saved["steps"]["wait"]["detail"]["boot_id"]
+    reset_counters(fleet, 0)
+    verify = host_run.run("verify")  # the wait's read-back: no Redfish session of its own
+    assert verify["detail"]["bios_with"] == "wait"
+    assert server_requests(state(fleet, 0)) == {}
+
+    # a read-back that does not hold a target the precheck resolved (here: made so in the
+    # saved state) is not used: the verify reads the BIOS itself
+    again = host_run.load()
+    again["steps"].pop("verify")
+    again["early_probe"] = dict(side._probe_doc(), boot_id=again["steps"]["wait"]["detail"][
+        "boot_id"])
+    again["early_bios"] = {"values": {"SnoopMode": "EarlySnoop", "NodeInterleaving": "Disabled"},
+                           "boot_id": again["steps"]["wait"]["detail"]["boot_id"]}
+    host_run.save(again)
+    verify = host_run.run("verify")
+    assert verify["detail"]["bios_with"] == "verify" and verify["detail"]["probe_with"] == "wait"
+    assert server_requests(state(fleet, 0)).get("GET", 0) > 0
+    assert "early_bios" not in host_run.load()
+
+
+def test_verify_refuses_a_bios_it_reads_back_without_the_targets(run: Any, fleet: Any) -> None:
+    host_run, side = run
+    side.early_boot_id = "a-boot-before-the-reset"  # no probe (nor read-back) of the wait's
+    _steps(host_run, HOST_STEPS[:6])
+    bios = bmc_uris(fleet, 0)["bios"]
+    doc = real_document(fleet, 0, bios)
+    doc["Attributes"]["SnoopMode"] = "EarlySnoop"  # as if the change had not held
+    serve_override(fleet, 0, bios, doc)
+    try:
+        with pytest.raises(RedfishError, match="BIOS read-back does not match the profile"):
+            host_run.run("verify")
+    finally:
+        clear_overrides(fleet, 0)
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == "verify"
+    assert side.drained  # a failed host stays drained until it is restored
 
 
 @pytest.mark.parametrize("leave, status", [(False, RESTORED), (True, LEFT_DRAINED)])

@@ -76,6 +76,9 @@ steps = StepRegistry()  # each HostRun step_* says which step it is
 # the host state's key for a probe the wait step took with the OS's first answer, until the
 # verify step uses it
 EARLY_PROBE = "early_probe"
+# and the BIOS values the wait step read back once POST had finished, until the verify step uses
+# them (instead of a Redfish session of its own) on the boot the wait saw come up
+EARLY_BIOS = "early_bios"
 PROBE_ASKS = 2  # a wait's first answered asks of the OS that run the probe too
 # seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
 PRE_WINDOW_SLACK = 5.0
@@ -643,6 +646,9 @@ class HostRun:
         if isinstance(probe, dict):  # the verify step's probe, taken with the OS's answer
             state[EARLY_PROBE] = probe
             out["probe"] = "taken with the OS's first answer"
+            if "bios" in out:  # wait_bios_applied raised unless every target is in effect
+                state[EARLY_BIOS] = {"values": out["bios"]["values"],
+                                     "boot_id": health["boot_id"]}
         return out
 
     def _reapplies_irq(self) -> bool:
@@ -654,29 +660,53 @@ class HostRun:
         verify step re-applies kernel settings first (IRQ affinity), the probe after them."""
         return None if self._reapplies_irq() else int(self.ctx.profile["probe"]["budget_ms"])
 
-    def _probe_doc(self, state: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
-        """The verify step's probe document and whether the wait took it: the wait's, when it
-        ran on the boot the wait saw come up (its own boot id says so), else a probe run now.
-        Either way the wait's is used once (a verify run again probes again)."""
+    def _early_probe(self, state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The probe the wait step took, when it ran on the boot the wait saw come up (its own
+        boot id says so) and no kernel setting is re-applied before the probe; else None (the
+        verify step probes itself). Used once either way: a verify run again probes again."""
         early = state.pop(EARLY_PROBE, None)
         wait = (state["steps"].get("wait") or {}).get("detail") or {}
         if isinstance(early, dict) and early.get("boot_id") and \
                 early.get("boot_id") == wait.get("boot_id") and not self._reapplies_irq():
-            return early, True
-        budget = self.ctx.profile["probe"]["budget_ms"]
-        return self._ansible(self.ctx.hostside.probe([self.name], budget), "probe"), False
+            return early
+        return None
+
+    def _early_bios(self, state: Dict[str, Any], same_boot: bool) -> Optional[Dict[str, Any]]:
+        """The verify step's BIOS read-back as the wait step took it (POST finished, every
+        staged target in effect) when the verify uses the wait's probe of that boot
+        (`same_boot`) and those values hold each attribute the precheck resolved the profile
+        to; else None (the verify step reads the BIOS itself). Used once either way."""
+        early = state.pop(EARLY_BIOS, None)
+        wait = (state["steps"].get("wait") or {}).get("detail") or {}
+        wanted = ((state["steps"].get("precheck") or {}).get("detail") or {}).get("targets")
+        if not same_boot or not isinstance(early, dict) or not wanted or \
+                early.get("boot_id") != wait.get("boot_id"):
+            return None
+        values = early.get("values") or {}
+        if any(values.get(attr) != value for attr, value in wanted.items()):
+            return None
+        return dict(wanted)
 
     @steps.step("verify")
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
         from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
 
-        check = check_desired(self.endpoint(), self.targets())
-        if not check["compliant"]:
-            raise RedfishError(f"BIOS read-back does not match the profile: wants "
-                               f"{check['targets']}", self.name)
+        early = self._early_probe(state)
+        bios = self._early_bios(state, early is not None)
+        bios_with = "wait" if bios is not None else "verify"
+        if bios is None:
+            check = check_desired(self.endpoint(), self.targets())
+            if not check["compliant"]:
+                raise RedfishError(f"BIOS read-back does not match the profile: wants "
+                                   f"{check['targets']}", self.name)
+            bios = check["targets"]
         if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
-        doc, early = self._probe_doc(state)
+        doc = early
+        if doc is None:
+            doc = self._ansible(self.ctx.hostside.probe([self.name],
+                                                        self.ctx.profile["probe"]["budget_ms"]),
+                                "probe")
         parsed = parse_output(json.dumps(doc), self.name)
         logical = dict(state["bios_snapshot"]["logical"])
         logical.update(self.targets())
@@ -698,8 +728,9 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        return {"bios": check["targets"], "probe": result.to_dict(),
-                "probe_with": "wait" if early else "verify"}
+        return {"bios": bios, "probe": result.to_dict(),
+                "probe_with": "wait" if early is not None else "verify",
+                "bios_with": bios_with}
 
     @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
