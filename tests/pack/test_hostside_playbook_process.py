@@ -56,7 +56,7 @@ def test_the_event_file_keeps_only_what_the_pack_reads(lab, tmp_path):
                    "ignore_errors": True}]}]))
     env = dict(os.environ, **playbook_process.callback_env(str(events)))
     argv = playbook_process.command(
-        os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(playbook),
+        os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), [str(playbook)],
         lab["inventory"], ["sim-001"], str(extravars), 1)
     ended = playbook_process.run(argv, env, str(tmp_path), 120)
     assert ended.status == "successful" and ended.rc == 0, ended

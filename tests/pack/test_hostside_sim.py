@@ -313,6 +313,30 @@ def test_drain_and_undrain_through_the_configured_command(tmp_path):
     assert not (marks / "sim-002.out").exists()
 
 
+def test_the_command_playbook_runs_only_when_a_host_of_the_run_drains_by_command():
+    """A skipped task costs every host a forked worker: drain.yml and undrain.yml carry the
+    maintenance flag's task only, and their command playbooks join a run only for a host whose
+    resolved variables ask for the command (the run above: both in one ansible-playbook)."""
+    from fleet_rollout.hostside.ansible_run import COMMAND_PLAYBOOKS, PLAYBOOK_DIR, playbooks_for
+    from fleet_rollout.hostvars import HostEntry
+
+    flag = HostEntry("sim-001", {"fleet_drain_method": "flag"})
+    plain = HostEntry("sim-003", {})
+    command = HostEntry("sim-002", {"fleet_drain_method": "command"})
+    for name, companion in sorted(COMMAND_PLAYBOOKS.items()):
+        path = os.path.join(PLAYBOOK_DIR, name)
+        assert playbooks_for(path, [flag, plain]) == [path]
+        assert playbooks_for(path, [flag, command]) == [path, os.path.join(PLAYBOOK_DIR,
+                                                                          companion)]
+        with open(path) as handle:  # the flag's playbook has no command task left
+            assert "fleet_command" not in handle.read()
+        with open(os.path.join(PLAYBOOK_DIR, companion)) as handle:
+            plays = yaml.safe_load(handle)
+        assert [t["name"].split(":")[0] for p in plays for t in p["tasks"]] == ["fleet_command"]
+    health = os.path.join(PLAYBOOK_DIR, "health.yml")
+    assert playbooks_for(health, [command]) == [health]
+
+
 def test_health_then_kernel_snapshot_in_one_task(lab):
     """health with a kernel action: one task per host; the snapshot's outcome rides along and
     a host in maintenance is skipped unless asked."""

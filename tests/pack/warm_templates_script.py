@@ -20,7 +20,8 @@ from ansible.vars.manager import VariableManager
 from fleet_rollout.hostside import warm_templates
 from fleet_rollout.paths import PACK_DIR
 
-PLAYBOOKS = ("health.yml", "kernel.yml", "drain.yml", "undrain.yml", "probe.yml", "counters.yml")
+PLAYBOOKS = ("health.yml", "kernel.yml", "drain.yml", "undrain.yml", "drain_command.yml",
+             "undrain_command.yml", "probe.yml", "counters.yml")
 VARIABLES = {
     "fleet_host_script": str(Path(PACK_DIR) / "playbooks" / "files" / "fleet_host.py"),
     "fleet_collector_script": str(Path(PACK_DIR) / "playbooks" / "files" / "fleet_host.py"),

@@ -285,6 +285,20 @@ class RunSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+# playbooks whose hosts may drain through a command (fleet_drain_method: command): the command's
+# task is a playbook of its own, run after the flag's in the same ansible-playbook only when one
+# of the run's hosts asks for it; a skipped task would cost every other host a forked worker
+COMMAND_PLAYBOOKS = {"drain.yml": "drain_command.yml", "undrain.yml": "undrain_command.yml"}
+
+
+def playbooks_for(playbook: str, entries: Iterable[hostvars.HostEntry]) -> List[str]:
+    """The playbook files a run of `playbook` on these hosts (their resolved variables) runs."""
+    companion = COMMAND_PLAYBOOKS.get(os.path.basename(playbook))
+    if companion and any(e.vars.get("fleet_drain_method") == "command" for e in entries):
+        return [playbook, os.path.join(os.path.dirname(playbook), companion)]
+    return [playbook]
+
+
 def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] = None,
             forks: int = 20, private_key: Optional[str] = None, timeout: Optional[int] = None,
             verbose: bool = False, known_hosts: Optional[str] = None,
@@ -377,9 +391,9 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             if binary:  # the same ansible-playbook, forked from a warm server
                 env["FLEET_ROLLOUT_WARM_CPU"] = os.path.join(data_dir, "warm-cpu")
             argv = playbook_process.command(
-                binary or os.path.join(_ansible_bin_dir(), "ansible-playbook"), spec.playbook,
-                run_inventory, run_names, extravars_file,
-                min(spec.forks, len(run_names)), spec.private_key)
+                binary or os.path.join(_ansible_bin_dir(), "ansible-playbook"),
+                playbooks_for(spec.playbook, entries.values()), run_inventory, run_names,
+                extravars_file, min(spec.forks, len(run_names)), spec.private_key)
             ended = playbook_process.run(argv, env, data_dir,
                                          spec.timeout or run_limit(spec, len(run_names)),
                                          spec.verbose)

@@ -59,14 +59,15 @@ def callback_env(events_path: str, verbose: bool = False) -> Dict[str, str]:
     return env
 
 
-def command(binary: str, playbook: str, inventory: str, limit: List[str], extravars_file: str,
-            forks: int, private_key: Optional[str] = None) -> List[str]:
-    """ansible-playbook's argv (limit: plain host names, already checked)."""
+def command(binary: str, playbooks: List[str], inventory: str, limit: List[str],
+            extravars_file: str, forks: int, private_key: Optional[str] = None) -> List[str]:
+    """ansible-playbook's argv (limit: plain host names, already checked; the playbooks run
+    one after the other)."""
     argv = [binary, "-i", inventory, "--limit", ",".join(limit), "-e", "@" + extravars_file,
             "--forks", str(max(1, forks))]
     if private_key:
         argv += ["--private-key", private_key]
-    return argv + [playbook]
+    return argv + list(playbooks)
 
 
 def _own_group_ended_with_caller() -> None:

@@ -77,6 +77,7 @@ class CallbackModule(CallbackBase):
         self._emit("runner_on_unreachable", result)
 
     def v2_playbook_on_stats(self, stats):
+        # the end of one playbook: a run may have more (drain.yml, then drain_command.yml), so
+        # the file stays open (every line is flushed as written; the process's exit closes it)
         if self._out is not None:
-            self._out.close()
-            self._out = None
+            self._out.flush()
