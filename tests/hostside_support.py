@@ -3,11 +3,12 @@ local connection with a sysroot): a two-host lab under the test's tmp_path, a pl
 task hangs with a marker argument, and the processes that carry a marker."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Any, Iterator, List
 
 import yaml
 from process_support import command_lines, gone
@@ -17,6 +18,17 @@ from fleet_lab.simhost import SimBackend
 from fleet_rollout.hostside import warm_ansible
 
 HOSTS = ["sim-001", "sim-002"]
+HOST_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "playbooks", "files", "fleet_host.py")
+
+
+def load_host_script(name: str) -> Any:
+    """playbooks/files/fleet_host.py imported as module `name` (its functions, its tables)."""
+    spec = importlib.util.spec_from_file_location(name, HOST_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
 
 
 def pids_with(marker: str) -> List[int]:

@@ -4,28 +4,17 @@ stderr, nothing done), and a health read that imports none of what only the kern
 need. The script runs as the playbooks start it: its source on `python3 -I -S -c`."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from typing import Any, List
+from typing import List
 
-import locations
 import pytest
+from hostside_support import HOST_SCRIPT, load_host_script
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
-
-HOST_SCRIPT = os.path.join(str(locations.ROOT), "playbooks", "files", "fleet_host.py")
-
-
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("fleet_host_cli", HOST_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(args: List[str], *flags: str) -> subprocess.CompletedProcess:
@@ -43,7 +32,7 @@ def sysroot(tmp_path):
 
 
 def test_the_options_the_playbooks_pass_are_parsed_with_their_types():
-    host = _module()
+    host = load_host_script("fleet_host_cli")
     args = host.parse_args(["health", "--sysroot", "/srv/x", "--port", "9090", "--then",
                             "kernel-snapshot", "--settings", '{"a": 1}', "--then-in-maintenance",
                             "--then-drain", "--threshold=3", "--timeout", "12.5",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import importlib.util
 import os
 import random
 import re
@@ -14,6 +13,7 @@ from typing import Any, Dict, List, Tuple
 import locations
 import pytest
 import yaml
+from hostside_support import load_host_script
 
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.profile import (
@@ -24,17 +24,12 @@ from fleet_rollout.profile import (
 )
 
 ROOT = str(locations.ROOT)
-HOST_SCRIPT = os.path.join(ROOT, "playbooks", "files", "fleet_host.py")
 FUZZ_COUNT = 500
 FUZZ_SEED = 1313
 
 
 def _host_script() -> Any:
-    spec = importlib.util.spec_from_file_location("fleet_host_for_fuzz", HOST_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+    return load_host_script("fleet_host_for_fuzz")
 
 
 def _base() -> Dict[str, Any]:
