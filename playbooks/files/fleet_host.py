@@ -20,13 +20,14 @@ Kernel settings are checked again here with the same allowlists as the pack's pr
 (defense in depth): a bad word never reaches the GRUB defaults file (sourced by update-grub as
 root) nor /etc/sysctl.d.
 """
-# Only what every command needs is imported here. argparse, subprocess and shutil (with what
-# they import) cost a host about 15 ms of CPU per run, and the health, drain and undrain
-# commands most runs are need none of them: the options are parsed by parse_args below, and the
-# kernel commands import re, subprocess and shutil where they use them.
+# Only what every command needs is imported here (re comes with json anyway). argparse,
+# subprocess and shutil (with what they import) cost a host about 15 ms of CPU per run, and the
+# health, drain and undrain commands most runs are need none of them: the options are parsed by
+# parse_args below, and the kernel commands import subprocess and shutil where they use them.
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -89,8 +90,7 @@ def write(root, rel, text):
 
 
 def matches(pattern, text):
-    """`text` matches `pattern` from its start (re imported on first use)."""
-    import re
+    """`text` matches `pattern` from its start (compiled on first use, by re's cache)."""
     return re.match(pattern, text) is not None
 
 
@@ -227,13 +227,11 @@ def sysctl_path(key):
 
 
 def grub_cmdline(text):
-    import re
     match = re.search(r'^GRUB_CMDLINE_LINUX="([^"]*)"', text, re.M)
     return match.group(1).split() if match else []
 
 
 def set_grub_cmdline(text, tokens):
-    import re
     line = 'GRUB_CMDLINE_LINUX="%s"' % " ".join(tokens)
     if re.search(r'^GRUB_CMDLINE_LINUX=', text, re.M):
         return re.sub(r'^GRUB_CMDLINE_LINUX=.*$', line, text, count=1, flags=re.M)
@@ -340,7 +338,6 @@ def nic_irqs(root, iface):
     msi = path(root, "sys/class/net/%s/device/msi_irqs" % iface)
     if os.path.isdir(msi):
         return sorted(int(n) for n in os.listdir(msi) if n.isdigit())
-    import re
     irqs = []
     for line in read(root, "proc/interrupts", "").splitlines():
         head = line.split(":", 1)
