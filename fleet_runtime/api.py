@@ -10,6 +10,7 @@ context user as st2's action tokens do (st2actions/container/base.py _create_aut
     PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
     GET  /api/v1/executions/<id>      an execution (secrets masked)
     GET  /api/v1/executions/<id>/children   its direct children (record_answer reads the answer)
+    PUT  /api/v1/executions/<id>      {"status": "pausing" | "resuming" | "canceling"}
     GET  /api/v1/actionalias/<ref>    an action alias (chatops.format_execution_result)
 """
 from __future__ import annotations
@@ -131,6 +132,8 @@ class LocalApi:
 
                 record = self.runtime._execution(parts[1])
                 return 200, render.public(self.runtime.registry, record)
+            if len(parts) == 2 and parts[0] == "executions" and method == "PUT":
+                return self._control(parts[1], body, user)
             if len(parts) == 3 and parts[0] == "executions" and parts[2] == "children" \
                     and method == "GET":  # st2: depth=1, the direct children
                 from fleet_runtime import render
@@ -148,4 +151,22 @@ class LocalApi:
         except RuntimeErrorBase as e:
             return 400, {"faultstring": str(e)}
         return 404, {"faultstring": f"{method} {path} is not supported by the local API"}
+
+    def _control(self, ex_id: str, body: Any, user: str) -> Tuple[int, Any]:
+        """st2api's PUT /executions/<id> for pause, resume and cancel, as `user` (recorded as
+        paused_by / resumed_by / cancelled_by)."""
+        from fleet_runtime import render
+        from fleet_runtime.statuses import COMPLETED, CONTROL_OF
+
+        record = self.runtime._execution(ex_id)
+        if record["status"] in COMPLETED:
+            return 400, {"faultstring": "Execution is already in completed state."}
+        op = CONTROL_OF.get(str((body or {}).get("status")))
+        if op is None:
+            return 400, {"faultstring": "Failed updating execution: status must be pausing,"
+                                        " resuming or canceling"}
+        answer = getattr(self.runtime, op)(record["id"], requester=user)
+        shown = render.public(self.runtime.registry, record)
+        shown["status"] = answer.get("status", shown.get("status"))
+        return 200, shown
 

@@ -36,6 +36,7 @@ ENV_WEBHOOK = "FLEET_ROLLOUT_CHAT_WEBHOOK"
 ENV_PACKS = "FLEET_ROLLOUT_PACKS"
 ENV_CHATOPS_USER = "FLEET_ROLLOUT_CHATOPS_USER"
 ENV_PYTHON_WORKERS = "FLEET_ROLLOUT_PYTHON_WORKERS"
+ENV_ST2_RACES = "FLEET_ROLLOUT_ST2_RACES"
 PYTHON_WORKERS = ("warm", "cold")
 
 _SETTINGS_KEYS = {
@@ -50,6 +51,7 @@ _SETTINGS_KEYS = {
     "user_roles": dict,
     "python_workers": str,
     "warm_preload": list,
+    "st2_races": (bool, str),
 }
 
 
@@ -142,6 +144,23 @@ class RuntimeHome:
         if env:
             return float(env)
         return float(self.settings.get("time_factor", 1.0))
+
+    @property
+    def st2_races(self) -> str:
+        """Model StackStorm's asynchronous steps that race each other (docs/runtime.md, "st2
+        races"): "" (off), "random" (either side of a race may win) or "completion-first"
+        (an answer's completion always reaches its workflow before the answer's resume)."""
+        env = os.environ.get(ENV_ST2_RACES)
+        value: Any = env if env is not None and env.strip() else self.settings.get("st2_races")
+        text = str(value).strip().lower() if value is not None else ""
+        if text in ("", "0", "false", "no", "off"):
+            return ""
+        if text in ("1", "true", "yes", "on", "random"):
+            return "random"
+        if text == "completion-first":
+            return text
+        raise MetadataError(str(self.path / "config.yaml"), "st2_races",
+                            f"{value!r}: true, false, random or completion-first")
 
     @property
     def webhook_url(self) -> Optional[str]:

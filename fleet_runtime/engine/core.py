@@ -9,6 +9,7 @@ import heapq
 import itertools
 import os
 import queue
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -21,8 +22,10 @@ from fleet_runtime.engine.actions import ActionsMixin
 from fleet_runtime.engine.configs import ConfigsMixin
 from fleet_runtime.engine.events import (
     ControlRequested,
+    InquiryCompleted,
     InquiryExpired,
     Message,
+    ResumeArrived,
     StartRequested,
 )
 from fleet_runtime.engine.inquiries import InquiriesMixin
@@ -125,6 +128,7 @@ class Runtime(
         kill_after = os.environ.get(ENV_KILL_AFTER)
         self._kill_after = int(kill_after) if kill_after else None
         self._last_request_poll = 0.0
+        self._race_rng = random.Random()
 
     # ================================================================== lifecycle
     def try_become_engine(self) -> bool:
@@ -502,6 +506,10 @@ class Runtime(
                 self.queue.put(InquiryExpired(timer.data))
             elif timer.kind == "retry":
                 self._policy_retry_fire(timer.data)
+            elif timer.kind == "answer_resume":
+                self.queue.put(ResumeArrived(*timer.data))
+            elif timer.kind == "answer_complete":
+                self.queue.put(InquiryCompleted(*timer.data))
 
 
 def _error_from(response: Any) -> RuntimeErrorBase:

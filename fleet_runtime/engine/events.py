@@ -41,6 +41,24 @@ class InquiryAnswered:
 
 
 @dataclass(frozen=True)
+class InquiryCompleted:
+    """The second half of an answer under st2's race (st2_races): the inquiry succeeds."""
+
+    ex_id: str
+    response: Dict[str, Any]
+    requester: Optional[str]
+
+
+@dataclass(frozen=True)
+class ResumeArrived:
+    """The first half of an answer under st2's race: the asking workflow's resume, requested
+    when the answer was given, reaches the workflow (st2: an action runner applies it)."""
+
+    wf_ex_id: str
+    inquiry_id: str
+
+
+@dataclass(frozen=True)
 class InquiryExpired:
     """A pending inquiry's ttl ran out."""
 
@@ -69,8 +87,8 @@ class WorkerDone:
     """A worker thread finished (whatever the outcome): one fewer action in flight."""
 
 
-Message = Union[StartRequested, ControlRequested, InquiryAnswered, InquiryExpired,
-                StatusReported, WorkerStarted, WorkerDone]
+Message = Union[StartRequested, ControlRequested, InquiryAnswered, InquiryCompleted,
+                ResumeArrived, InquiryExpired, StatusReported, WorkerStarted, WorkerDone]
 
 
 # ---------------------------------------------------------------------------- events

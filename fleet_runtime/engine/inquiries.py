@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 from fleet_runtime import params as params_util
 from fleet_runtime.engine.events import Event, InquiryAnswered, StatusReported, WorkflowControlled
 from fleet_runtime.engine.model import (
+    LOG,
     EngineState,
     ExecInfo,
     WorkflowRun,
@@ -25,6 +26,9 @@ from fleet_runtime.statuses import (
     SUCCEEDED,
     TIMEOUT,
 )
+
+# seconds within which the two halves of an answer reach the engine under st2_races
+RACE_WINDOW = 0.3
 
 
 class InquiriesMixin(EngineState):
@@ -113,11 +117,10 @@ class InquiriesMixin(EngineState):
     # ------------------------------------------------------------------ responses, timeouts
     def _persist_respond(self, ex_id: str, response: Any, requester: Optional[str]
                          ) -> List[Event]:
-        self._answered.discard(ex_id)
         info = self.active.get(ex_id)
         if info is None or info.status != PENDING:
+            self._answered.discard(ex_id)
             return []
-        events_out: List[Event] = []
         # st2's inquiry service (services/inquiry.py respond), for an inquiry in an orquesta
         # workflow: resume the inquiry's own workflow, as the requester (recorded there as
         # resumed_by), before the inquiry succeeds; not the root: orquesta resumes one branch
@@ -126,19 +129,55 @@ class InquiriesMixin(EngineState):
         # handle_action_execution_resume). Resuming the root instead left the inquiry's workflow
         # paused whenever a parallel branch above it kept the root running.
         own = self.workflows.get(info.parent_id or "")
-        if own is not None and own.conductor.get_workflow_status() == PAUSED:
+        paused = own is not None and own.conductor.get_workflow_status() == PAUSED
+        if paused and own is not None:
             parent = self.active.get(own.ex_id)
             if parent is not None and parent.status == PAUSED:
                 self._mark_requester(own.ex_id, "resume", requester)
+            if self.home.st2_races:
+                # st2: respond() only requests the resume (an action runner applies it later)
+                # and then succeeds the inquiry, whose completion the workflow engine applies
+                # at once: the two reach the workflow in either order
+                first = self.home.st2_races == "completion-first"
+                self._add_timer(RACE_WINDOW if first else self._race_rng.uniform(0, RACE_WINDOW),
+                                "answer_resume", (own.ex_id, ex_id))
+                self._add_timer(0.0 if first else self._race_rng.uniform(0, RACE_WINDOW),
+                                "answer_complete", (ex_id, response, requester))
+                return []
+        events_out: List[Event] = []
+        if paused and own is not None:
             events_out.append(self._internal_resume(own))
+        events_out.extend(self._persist_inquiry_succeeded(ex_id, response, requester))
+        return events_out
+
+    def _persist_inquiry_succeeded(self, ex_id: str, response: Any, requester: Optional[str]
+                                   ) -> List[Event]:
+        self._answered.discard(ex_id)
+        info = self.active.get(ex_id)
+        if info is None or info.status != PENDING:
+            return []
         result = dict(info.result or {})
         result["response"] = response
         info.context.setdefault("inquiry", {})["responder"] = requester
         self.store.update_execution(info.id, context=info.context)
         status_event = self._persist_status(ex_id, SUCCEEDED, result)
-        if status_event:
-            events_out.append(status_event)
-        return events_out
+        return [status_event] if status_event else []
+
+    def _persist_resume_arrived(self, wf_ex_id: str, inquiry_id: str) -> List[Event]:
+        """The resume an answer requested reaches its workflow (st2_races). After the answer's
+        completion it is lost, as on st2: the completion met a paused conductor, which staged
+        the next task and scheduled nothing (orquesta has no transition for a task completing
+        in a paused workflow), and the workflow stays paused until someone resumes it."""
+        own = self.workflows.get(wf_ex_id)
+        if own is None or own.conductor.get_workflow_status() != PAUSED:
+            return []
+        inquiry = self.active.get(inquiry_id)
+        if inquiry is None or inquiry.status != PENDING:
+            LOG.warning("st2 race: the resume requested by the answer to inquiry %s reached "
+                        "workflow %s after the answer itself: the workflow stays paused",
+                        inquiry_id, wf_ex_id)
+            return []
+        return [self._internal_resume(own)]
 
     def _internal_resume(self, wf: WorkflowRun) -> WorkflowControlled:
         """Resume a workflow to deliver an answer (its own) or a timeout (the root, whose resume

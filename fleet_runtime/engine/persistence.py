@@ -20,8 +20,10 @@ from fleet_runtime.engine.events import (
     ControlRequested,
     Event,
     InquiryAnswered,
+    InquiryCompleted,
     InquiryExpired,
     Message,
+    ResumeArrived,
     StartRequested,
     StatusChanged,
     StatusReported,
@@ -77,6 +79,10 @@ class PersistenceMixin(EngineState):
             return _listed(self._persist_control(msg.ex_id, msg.op, msg.requester))
         if isinstance(msg, InquiryAnswered):
             return self._persist_respond(msg.ex_id, msg.response, msg.requester)
+        if isinstance(msg, InquiryCompleted):
+            return self._persist_inquiry_succeeded(msg.ex_id, msg.response, msg.requester)
+        if isinstance(msg, ResumeArrived):
+            return self._persist_resume_arrived(msg.wf_ex_id, msg.inquiry_id)
         if isinstance(msg, InquiryExpired):
             return self._persist_ttl(msg.ex_id)
         if isinstance(msg, WorkerStarted):

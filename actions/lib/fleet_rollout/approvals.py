@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
@@ -94,11 +94,12 @@ def check_may_answer(who: Identity, config: PackConfig) -> None:
 
 
 def answer_author(workflow_execution: Mapping[str, Any], response: Mapping[str, Any],
-                  config: PackConfig) -> Identity:
+                  config: PackConfig, resumed_by: Optional[str] = None) -> Identity:
     """Who answered the question the workflow asked: the requester st2 recorded when the
-    answer resumed it, or the chat user a chat bot account answered for."""
+    answer resumed it (`resumed_by`: as kept before the pack resumed a workflow StackStorm
+    left paused), or the chat user a chat bot account answered for."""
     ctx = workflow_execution.get("context") or {}
-    account = str(ctx.get("resumed_by") or "")
+    account = str(resumed_by or ctx.get("resumed_by") or "")
     if not account:
         raise ApprovalRefused("who answered cannot be established: the workflow execution "
                               f"{workflow_execution.get('id', '?')} records no resumed_by")

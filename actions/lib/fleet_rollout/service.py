@@ -10,13 +10,15 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, gate, timeouts
+from fleet_rollout import approvals, gate, inquiries, stranded, timeouts
+from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import approval_needed, early_pre, estimate_plan, render_estimate
 from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
+from fleet_rollout.locks import private_dir
 from fleet_rollout.names import check_rollout_id, check_targets
 from fleet_rollout.paths import PACK_DIR, PROFILES_DIR
 from fleet_rollout.plan import (
@@ -210,8 +212,10 @@ def asking_workflow(api: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
     return workflow
 
 
-def inquiry_answer(api: Any, workflow: Dict[str, Any], question: str) -> Dict[str, Any]:
-    """The response StackStorm recorded on the workflow's latest question (core.ask task)."""
+def inquiry_answer(api: Any, workflow: Dict[str, Any], question: str
+                   ) -> Tuple[str, Dict[str, Any]]:
+    """(inquiry id, response) of the workflow's latest question (core.ask task), as
+    StackStorm recorded it."""
     task = ASK_TASKS[question]
     asked = [c for c in api.get(f"executions/{workflow['id']}/children?depth=1")
              if ((c.get("context") or {}).get("orquesta") or {}).get("task_name") == task]
@@ -223,7 +227,7 @@ def inquiry_answer(api: Any, workflow: Dict[str, Any], question: str) -> Dict[st
     if latest.get("status") != "succeeded" or not isinstance(response, dict):
         raise approvals.ApprovalRefused(f"the {task} question ({latest.get('id')}) has no "
                                         f"answer (status {latest.get('status')})")
-    return response
+    return str(latest.get("id")), response
 
 
 def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
@@ -255,8 +259,11 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
         elif outcome == "timed_out":
             record.update(approved=False, by="nobody (the question timed out)")
         else:
-            response = inquiry_answer(api, workflow, question)
-            who = approvals.answer_author(workflow, response, ctx.config)
+            inquiry_id, response = inquiry_answer(api, workflow, question)
+            # the resumed_by of the answer itself, kept when the pack resumed the workflow
+            # after it was left paused (stranded.py)
+            kept = (ctx.state.batch(batch).get("answer_by") or {}).get(inquiry_id)
+            who = approvals.answer_author(workflow, response, ctx.config, resumed_by=kept)
             # an approval counts only when it says so; the inconclusive question has no
             # `approved` (its answer is the choice)
             approved = response.get("approved") is True if question == "approval" else True
@@ -286,6 +293,43 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
         ctx.state.halt(f"batch {batch_label(batch)} not approved: {why}", record["by"])
         ctx.state.update_meta(status=REJECTED)
     return record
+
+
+def resume_answered(raw_config: Any, datastore: Any, inquiry: str, api: Any = None,
+                    wait: float = stranded.WAIT) -> Dict[str, Any]:
+    """After a rollout question was answered (or timed out): watch the batch workflow that
+    asked it and resume it when StackStorm left it paused (stranded.py)."""
+    config = pack_config(raw_config)
+    store = as_store(datastore)
+    state_dir = private_dir(config.resolve(config.state_dir))
+    if api is None:
+        api = ActionApi.from_env()
+    _, user = action_identity(api)
+
+    def keep_author(rollout_id: str, batch: int, inquiry_id: str, author: str) -> None:
+        def put(state: Dict[str, Any]) -> None:
+            state.setdefault("answer_by", {}).setdefault(inquiry_id, author)
+
+        RolloutState(store, rollout_id, state_dir).update_batch(batch, put)
+
+    def record(rollout_id: str, batch: int, workflow_id: str, inquiry_id: str) -> None:
+        Audit(state_dir, rollout_id).record(
+            "(rollout)", f"batch.{batch_label(batch)}.workflow", "paused after its answer",
+            f"resumed (workflow {workflow_id}, inquiry {inquiry_id})", api.execution_id, user,
+            action="resume")
+
+    return stranded.Stranded(api, keep_author, record).settle(inquiry, wait=wait)
+
+
+def respond(raw_config: Any, datastore: Any, rollout_id: str, decision: str,
+            api: Any = None) -> Dict[str, Any]:
+    """Answer a rollout's pending question as the caller (inquiries.respond), then see the
+    batch that asked go on (resume_answered)."""
+    if api is None:
+        api = ActionApi.from_env()
+    answer = inquiries.respond(pack_config(raw_config), rollout_id, decision, api)
+    answer["batch_workflow"] = resume_answered(raw_config, datastore, answer["inquiry"], api)
+    return answer
 
 
 def action_identity(api: Any = None) -> Tuple[str, str]:

@@ -1,0 +1,237 @@
+"""Approvals under StackStorm's inquiry-resume race (the runtime's st2_races setting), on a sim
+lab: an answer's completion can reach the batch workflow before the answer's resume, and the
+workflow then stays paused with its question answered (st2common services/inquiry.py respond).
+
+The pack without its rule resume_answered_batch (a copy of the pack) is left paused; the pack
+resumes such a batch itself, on every answer path, and still records who answered."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+import pytest
+from locations import ROOT
+from rollout_support import SimLab, error_text, output
+
+ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
+ONE_HOST_BATCHES = {"canary_size": 1, "max_unavailable_per_rack": 1,
+                    "max_unavailable_per_site": 1}
+SKIP = {".git", ".venv", ".venv-st2client", ".cache", ".lab", "tests", "bench", "docs",
+        "fleet_runtime", "fleet_lab", "__pycache__"}
+
+
+class RaceLab(SimLab):
+    """A sim lab whose runtime runs the st2 races, with the pack from `pack` (None: the
+    repository's)."""
+
+    def __init__(self, tmp: str, hosts: int, races: str, pack: str = "") -> None:
+        super().__init__(tmp, hosts, approvers=["alice", "bob"])
+        self.env["FLEET_ROLLOUT_ST2_RACES"] = races
+        self.pack = pack
+
+    def cli(self, *args: str, timeout: float = 900, user: Any = None) -> Any:
+        if self.pack and args and args[0] != "key":
+            args = (*args, "--no-default-pack", "--pack", self.pack)
+        return super().cli(*args, timeout=timeout, user=user)
+
+
+def _pack_without_the_fix(tmp: str) -> str:
+    target = os.path.join(tmp, "pack")
+    shutil.copytree(str(ROOT), target, ignore=lambda _d, names: [n for n in names if n in SKIP])
+    os.remove(os.path.join(target, "rules", "resume_answered_batch.yaml"))
+    return target
+
+
+def _paused_batches(lab: RaceLab) -> List[Dict[str, Any]]:
+    doc = json.loads(lab.cli("execution", "list", "--all", "-n", "1000", "--action",
+                             "fleet_rollout.rollout_batch", "--status", "paused",
+                             "--json").stdout)
+    return doc
+
+
+def test_without_its_rule_the_pack_is_left_paused_after_a_valid_answer(tmp_path):
+    lab = RaceLab(str(tmp_path), 2, "completion-first", _pack_without_the_fix(str(tmp_path)))
+    try:
+        execution = lab.run("fleet_rollout.rollout",
+                            profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+        assert execution["status"] == "paused", error_text(execution)
+        [inquiry] = lab.pending()
+        answer = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}')
+        assert answer.returncode == 0, answer.stderr[-2000:]
+        time.sleep(2)
+        lab.cli("engine", timeout=120)  # whatever else there is to do: nothing
+        assert lab.pending() == []
+        record = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
+        assert record["status"] == "paused"
+        [batch] = _paused_batches(lab)
+        assert batch["context"]["resumed_by"] == "alice"
+        # the answer is in, nothing runs: stranded until someone resumes the batch
+        lab.cli("execution", "resume", batch["id"])
+        final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled", "paused"))
+        assert final["status"] in ("succeeded", "failed", "paused"), final["status"]
+        approval = lab.kv(lab.kv_ids()[-1], "batch.0")["approval"]
+        assert approval["approved"] is True
+    finally:
+        lab.down()
+
+
+@pytest.fixture()
+def race_lab(tmp_path):
+    lab = RaceLab(str(tmp_path), 3, "completion-first")
+    yield lab
+    lab.down()
+
+
+def test_the_pack_resumes_a_batch_left_paused_on_every_answer_path(race_lab):
+    lab = race_lab
+    profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
+    execution = lab.run("fleet_rollout.rollout", profile=profile)
+    assert execution["status"] == "paused", error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    paths = ["inquiry", "chat", "run"]
+    asked = 0
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        record = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
+        if record["status"] in ("succeeded", "failed", "canceled"):
+            break
+        pending = lab.pending()
+        if not pending:
+            lab.cli("engine", timeout=300)
+            continue
+        [inquiry] = pending
+        props = inquiry["schema"]["properties"]
+        path = paths[asked % len(paths)]
+        if "choice" in props:  # an INCONCLUSIVE verdict: go on
+            out = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"choice": "proceed"}')
+        else:
+            asked += 1
+            if path == "inquiry":
+                out = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}')
+            elif path == "chat":
+                out = lab.cli("chat", "--user", "bob", f"rollout approve {rollout_id}")
+            else:
+                out = lab.cli("run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
+                              "decision=approve")
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    final = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
+    assert final["status"] == "succeeded", error_text(final)
+    assert output(final)["status"] == "completed", output(final)
+    assert _paused_batches(lab) == []
+    batches = lab.kv(rollout_id, "meta")["batches"]
+    assert batches >= 2
+    approvals = [lab.kv(rollout_id, f"batch.{b}")["approval"] for b in range(batches)]
+    expected = [("alice", "api"), ("bob", "chat"), ("alice", "api")]
+    assert [(a["by"], a["via"], a["approved"]) for a in approvals] == [
+        expected[b % 3] + (True,) for b in range(batches)]
+    audit = lab.cli("run", "fleet_rollout.status", f"rollout_id={rollout_id}", "--json")
+    assert audit.returncode == 0
+    resumed = [e for e in _audit(lab, rollout_id) if e["action"] == "resume"]
+    # completion-first: every answer left its batch paused, and the pack resumed it
+    assert len(resumed) >= batches, resumed
+
+
+def _audit(lab: RaceLab, rollout_id: str) -> List[Dict[str, Any]]:
+    path = os.path.join(lab.config["state_dir"], rollout_id, "audit.jsonl")
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+ANSWERS = 50
+
+
+def test_fifty_answers_at_random_moments_leave_no_rollout_paused_or_running(tmp_path):
+    """Rollouts started one after another on the same two hosts while an engine runs in the
+    background (as st2's services do); every question answered through a path drawn at random
+    (st2 inquiry respond, the chat alias, st2 run respond), after a random pause, some twice;
+    the race drawn at random for each answer. At most one rollout at a time is approved (the
+    others are rejected, their hosts untouched): it changes both hosts, the next approved one
+    reverts them."""
+    lab = RaceLab(str(tmp_path), 2, "random")
+    rng = random.Random(4049)
+    engine = subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"],
+                              env=lab.env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        profiles = [lab.profile(name, approval=ASK_EVERY_BATCH)
+                    for name in ("home-snoop", "home-snoop-revert")]
+        turn = 0          # which profile applies to the hosts now
+        approved = None   # the rollout id let through, until it ends
+        started: List[str] = []
+        answers = 0
+        deadline = time.time() + 1200
+        while answers < ANSWERS and time.time() < deadline:
+            if approved is not None and _ended(lab, approved):
+                approved = None
+            pending = lab.pending()
+            if not pending:
+                if approved is None and len(started) < ANSWERS * 2:
+                    out = lab.cli("run", "fleet_rollout.rollout", f"profile={profiles[turn]}",
+                                  "-a")
+                    assert out.returncode == 0, out.stderr[-2000:]
+                    started.append(out.stdout.strip())
+                time.sleep(0.5)
+                continue
+            inquiry = rng.choice(pending)
+            props = inquiry["schema"]["properties"]
+            rollout_id = props["rollout_id"]["default"]
+            if "choice" in props:
+                decision = "proceed"
+            elif approved is None and rng.random() < 0.3:
+                decision, approved, turn = "approve", rollout_id, 1 - turn
+            else:
+                decision = "approve" if rollout_id == approved else "reject"
+            time.sleep(rng.choice((0.0, 0.0, 0.2, 0.7)))
+            for _ in range(2 if rng.random() < 0.2 else 1):
+                _answer(lab, rng.choice(("inquiry", "chat", "run")), inquiry, rollout_id,
+                        decision)
+            answers += 1
+        assert answers >= ANSWERS, answers
+        end = time.time() + 600
+        while time.time() < end and not all(_root_ended(lab, ex) for ex in started):
+            for inquiry in lab.pending():  # the last ones: reject, or go on after a verdict
+                props = inquiry["schema"]["properties"]
+                _answer(lab, "inquiry", inquiry, props["rollout_id"]["default"],
+                        "proceed" if "choice" in props else "reject")
+            time.sleep(1)
+        left = [(ex, _status(lab, ex)) for ex in started if not _root_ended(lab, ex)]
+        assert left == [], left
+        assert _paused_batches(lab) == []
+    finally:
+        os.killpg(engine.pid, signal.SIGTERM)
+        engine.wait(timeout=60)
+        lab.down()
+
+
+def _answer(lab: RaceLab, path: str, inquiry: Dict[str, Any], rollout_id: str,
+            decision: str) -> None:
+    if decision == "proceed":
+        lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"choice": "proceed"}', "--no-wait")
+    elif path == "inquiry":
+        lab.cli("inquiry", "respond", inquiry["id"], "-r",
+                json.dumps({"approved": decision == "approve"}), "--no-wait")
+    elif path == "chat":
+        lab.cli("chat", "--user", "bob", f"rollout {decision} {rollout_id}")
+    else:
+        lab.cli("run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
+                f"decision={decision}", "-a")
+
+
+def _status(lab: RaceLab, execution_id: str) -> str:
+    return json.loads(lab.cli("execution", "get", execution_id, "--json").stdout)["status"]
+
+
+def _root_ended(lab: RaceLab, execution_id: str) -> bool:
+    return _status(lab, execution_id) in ("succeeded", "failed", "canceled")
+
+
+def _ended(lab: RaceLab, rollout_id: str) -> bool:
+    meta = lab.kv(rollout_id, "meta") or {}
+    return meta.get("status") in ("completed", "rejected", "rolled_back", "failed", "aborted")
