@@ -160,9 +160,8 @@ def test_fifty_answers_at_random_moments_leave_no_rollout_paused_or_running(tmp_
                               env=lab.env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        profiles = [lab.profile(name, approval=ASK_EVERY_BATCH)
-                    for name in ("home-snoop", "home-snoop-revert")]
-        turn = 0          # which profile applies to the hosts now
+        profiles = {"early": lab.profile("home-snoop", approval=ASK_EVERY_BATCH),
+                    "home": lab.profile("home-snoop-revert", approval=ASK_EVERY_BATCH)}
         approved = None   # the rollout id let through, until it ends
         started: List[str] = []
         answers = 0
@@ -173,10 +172,12 @@ def test_fifty_answers_at_random_moments_leave_no_rollout_paused_or_running(tmp_
             pending = lab.pending()
             if not pending:
                 if approved is None and len(started) < ANSWERS * 2:
-                    out = lab.cli("run", "fleet_rollout.rollout", f"profile={profiles[turn]}",
-                                  "-a")
+                    # the profile that changes the hosts as they are now
+                    snoop = lab.bmc(lab.host_names()[0])["logical"]["snoop_mode"]
+                    out = lab.cli("run", "fleet_rollout.rollout",
+                                  f"profile={profiles[snoop]}", "-a", "--json")
                     assert out.returncode == 0, out.stderr[-2000:]
-                    started.append(out.stdout.strip())
+                    started.append(json.loads(out.stdout)["id"])
                 time.sleep(0.5)
                 continue
             inquiry = rng.choice(pending)
@@ -185,7 +186,7 @@ def test_fifty_answers_at_random_moments_leave_no_rollout_paused_or_running(tmp_
             if "choice" in props:
                 decision = "proceed"
             elif approved is None and rng.random() < 0.3:
-                decision, approved, turn = "approve", rollout_id, 1 - turn
+                decision, approved = "approve", rollout_id
             else:
                 decision = "approve" if rollout_id == approved else "reject"
             time.sleep(rng.choice((0.0, 0.0, 0.2, 0.7)))
