@@ -76,7 +76,8 @@ ANSWERED = [_ex("d" * 24, "fleet_rollout.batch_info", "succeeded", "1"),
 def test_a_batch_left_paused_after_its_answer_is_resumed_once_its_author_kept_first():
     api = FakeApi(list(ANSWERED))
     out, kept, recorded = _watch(api)
-    assert out == {"inquiry": ASK, "workflow": WF, "resumed": True, "status": "running"}
+    assert out == {"inquiry": ASK, "workflow": WF, "rollout_id": "r1", "batch": 2,
+                   "resumed": True, "stuck": False, "status": "running"}
     assert kept == [("r1", 2, ASK, "alice")]
     assert api.puts == [(f"executions/{WF}", {"status": "resuming"})]
     assert recorded == [("r1", 2, WF, ASK)]
@@ -111,3 +112,28 @@ def test_answered_question_is_the_latest_completed_ask_with_nothing_active():
     assert answered_question(ANSWERED)["id"] == ASK
     assert answered_question([]) is None
     assert answered_question(list(reversed(ANSWERED)))["id"] == ASK  # by start time
+
+
+def test_a_batch_left_resuming_after_its_answer_is_reported_stuck_not_resumed():
+    api = FakeApi(list(ANSWERED), status="resuming")
+    kept: List[Any] = []
+    clock = Clock()
+    out = Stranded(api, lambda *a: kept.append(a), lambda *a: None, sleep=clock.sleep,
+                   clock=clock).settle(ASK, wait=60, settle=2, stuck=30)
+    assert (out["stuck"], out["resumed"], out["status"]) == (True, False, "resuming")
+    assert api.puts == [] and kept == []
+    assert 30 <= clock.now < 31
+
+
+def test_a_batch_resuming_for_a_moment_is_not_reported():
+    api = FakeApi(list(ANSWERED), status="resuming")
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now >= 3:
+            api.status = "running"
+
+    out = Stranded(api, lambda *a: None, lambda *a: None, sleep=sleep,
+                   clock=clock).settle(ASK, wait=60, settle=2, stuck=30)
+    assert (out["stuck"], out["status"]) == (False, "running")

@@ -318,7 +318,20 @@ def resume_answered(raw_config: Any, datastore: Any, inquiry: str, api: Any = No
             f"resumed (workflow {workflow_id}, inquiry {inquiry_id})", api.execution_id, user,
             action="resume")
 
-    return stranded.Stranded(api, keep_author, record).settle(inquiry, wait=wait)
+    out = stranded.Stranded(api, keep_author, record).settle(inquiry, wait=wait)
+    out.update(route=config.chat_route, channel=config.chat_channel, message="")
+    if out.get("stuck"):
+        rollout_id, batch = out["rollout_id"], out["batch"]
+        out["message"] = (
+            f"Rollout {rollout_id}: batch {batch_label(batch)} is stuck after its answer: "
+            f"StackStorm left its workflow {out['workflow']} resuming with nothing scheduled "
+            "(the answer was lost from the workflow's state; a resume does not repair it). "
+            f"Roll the rollout back with `rollout rollback {rollout_id}`.")
+        Audit(state_dir, rollout_id).record(
+            "(rollout)", f"batch.{batch_label(batch)}.workflow", "resuming after its answer",
+            f"stuck (workflow {out['workflow']}, inquiry {inquiry})", api.execution_id, user,
+            action="stuck")
+    return out
 
 
 def respond(raw_config: Any, datastore: Any, rollout_id: str, decision: str,

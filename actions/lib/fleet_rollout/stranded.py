@@ -4,7 +4,10 @@ On StackStorm an answer reaches the asking workflow in two steps that race each 
 (st2common services/inquiry.py respond): the workflow's resume is only requested (an action
 runner applies it later), then the inquiry succeeds and the workflow engine applies that at
 once. When the completion comes first, the workflow stays paused with its next task staged and
-nothing scheduled, until someone resumes it. The pack does that itself: the rule
+nothing scheduled, until someone resumes it. (When the two steps interleave inside the workflow
+engine, the answer can be lost from the workflow's state: it then stays `resuming` with nothing
+scheduled, which no resume repairs; the pack reports that in chat.) The pack resumes a paused
+one itself: the rule
 `resume_answered_batch` runs `fleet_rollout.resume_answered` on every completed rollout
 question, and `fleet_rollout.respond` checks the same after it answered.
 
@@ -28,6 +31,7 @@ ACTIVE = ("requested", "scheduled", "delayed", "running", "pending", "pausing", 
           "resuming", "canceling")
 
 SETTLE = 2.0   # seconds a workflow looks stranded before the pack resumes it
+STUCK = 30.0   # seconds a workflow may stay resuming after its answer before it is reported
 WAIT = 60.0    # seconds the pack watches a workflow after its answer
 POLL = 0.5
 
@@ -76,36 +80,37 @@ class Stranded:
         workflow = self.api.execution(parent)
         return workflow if _ref(workflow) == BATCH_WORKFLOW else None
 
-    def settle(self, inquiry_id: str, wait: float = WAIT, settle: float = SETTLE
-               ) -> Dict[str, Any]:
+    def settle(self, inquiry_id: str, wait: float = WAIT, settle: float = SETTLE,
+               stuck: float = STUCK) -> Dict[str, Any]:
         """Watch the workflow that asked `inquiry_id` until it runs (or ends) or `wait`
-        seconds pass; resume it once it has looked stranded for `settle` seconds."""
+        seconds pass; resume it once it has looked stranded (paused) for `settle` seconds;
+        report it stuck once it has stayed resuming for `stuck` seconds."""
         workflow = self.asking_workflow(inquiry_id)
         if workflow is None:
-            return {"inquiry": inquiry_id, "resumed": False,
+            return {"inquiry": inquiry_id, "resumed": False, "stuck": False,
                     "status": "not a rollout batch's question"}
         wf_id = str(workflow["id"])
         params = workflow.get("parameters") or {}
         rollout_id = check_rollout_id(str(params.get("rollout_id")))
         batch = int(params.get("batch"))
+        out = {"inquiry": inquiry_id, "workflow": wf_id, "rollout_id": rollout_id,
+               "batch": batch, "resumed": False, "stuck": False}
         deadline = self.clock() + wait
         since: Optional[float] = None
-        resumed = False
         while True:
             status = str(workflow.get("status"))
-            if status != "paused":
-                return {"inquiry": inquiry_id, "workflow": wf_id, "resumed": resumed,
-                        "status": status}
+            out["status"] = status
+            if status not in ("paused", "resuming"):
+                return out
             children = self.api.get(f"executions/{wf_id}/children?depth=1")
             answered = answered_question(children)
             now = self.clock()
             if answered is None or str(answered["id"]) != inquiry_id:
-                # paused for another reason: the next question, a task still under way
-                return {"inquiry": inquiry_id, "workflow": wf_id, "resumed": resumed,
-                        "status": status}
+                # waiting for another reason: the next question, a task still under way
+                return out
             if since is None:
                 since = now
-            elif now - since >= settle:
+            elif status == "paused" and now - since >= settle:
                 author = str((workflow.get("context") or {}).get("resumed_by") or "")
                 self.keep_author(rollout_id, batch, inquiry_id, author)
                 try:
@@ -113,12 +118,14 @@ class Stranded:
                 except ApiRefused as err:
                     if err.status != 400:  # 400: it is no longer paused
                         raise
-                if not resumed:
+                if not out["resumed"]:
                     self.record(rollout_id, batch, wf_id, inquiry_id)
-                resumed = True
+                out["resumed"] = True
                 since = None
+            elif status == "resuming" and now - since >= stuck:
+                out["stuck"] = True
+                return out
             if now >= deadline:
-                return {"inquiry": inquiry_id, "workflow": wf_id, "resumed": resumed,
-                        "status": status}
+                return out
             self.sleep(POLL)
             workflow = self.api.execution(wf_id)
