@@ -1,13 +1,15 @@
 from st2common.runners.base_action import Action
 
-from fleet_rollout import service
+from fleet_rollout import inquiries, service
 from fleet_rollout.approvals import ApprovalRefused
+from fleet_rollout.st2api import ActionApi
 
 
 class Respond(Action):
     def run(self, rollout_id, decision):
         try:
-            return service.respond(self.config, self.action_service, rollout_id, decision)
+            return inquiries.respond(service.pack_config(self.config), rollout_id, decision,
+                                     ActionApi.from_env())
         except ApprovalRefused as err:
             return (False, {"rollout_id": rollout_id, "decision": decision, "refused": True,
                             "message": f"Refused: {err}"})

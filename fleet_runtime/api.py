@@ -8,6 +8,8 @@ context user as st2's action tokens do (st2actions/container/base.py _create_aut
     GET  /api/v1/inquiries            pending inquiries  [{id, route, ttl, users, roles, schema}]
     GET  /api/v1/inquiries/<id>       one pending inquiry
     PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
+    POST /api/v1/executions           {"action": ref, "parameters": {...}} -> the new execution
+                                      (201), started as the token's user
     GET  /api/v1/executions/<id>      an execution (secrets masked)
     GET  /api/v1/executions/<id>/children   its direct children (record_answer reads the answer)
     PUT  /api/v1/executions/<id>      {"status": "pausing" | "resuming" | "canceling"}
@@ -71,6 +73,9 @@ class LocalApi:
             def do_PUT(self) -> None:
                 self._handle("PUT")
 
+            def do_POST(self) -> None:
+                self._handle("POST")
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
@@ -132,6 +137,8 @@ class LocalApi:
 
                 record = self.runtime._execution(parts[1])
                 return 200, render.public(self.runtime.registry, record)
+            if parts == ["executions"] and method == "POST":
+                return self._start(body, user)
             if len(parts) == 2 and parts[0] == "executions" and method == "PUT":
                 return self._control(parts[1], body, user)
             if len(parts) == 3 and parts[0] == "executions" and parts[2] == "children" \
@@ -151,6 +158,20 @@ class LocalApi:
         except RuntimeErrorBase as e:
             return 400, {"faultstring": str(e)}
         return 404, {"faultstring": f"{method} {path} is not supported by the local API"}
+
+    def _start(self, body: Any, user: str) -> Tuple[int, Any]:
+        """st2api's POST /executions: the action and its parameters (literals, never
+        rendered), started as `user`; answers 201 with the new execution."""
+        from fleet_runtime import render
+
+        if not isinstance(body, dict) or not isinstance(body.get("action"), str):
+            return 400, {"faultstring": "the body needs `action`: the action's ref"}
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            return 400, {"faultstring": "`parameters` must be an object"}
+        started = self.runtime.submit_queued("run", {
+            "action": body["action"], "parameters": parameters, "context": {"user": user}})
+        return 201, render.public(self.runtime.registry, self.runtime._execution(started["id"]))
 
     def _control(self, ex_id: str, body: Any, user: str) -> Tuple[int, Any]:
         """st2api's PUT /executions/<id> for pause, resume and cancel, as `user` (recorded as

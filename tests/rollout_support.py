@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,9 +34,74 @@ class SimLab:
                                              else approvers),
                                self.state, self.inventory, progress=lambda _m: None)
         self.config = yaml.safe_load(open(lab.paths(self.state)["pack_config"]))
+        self.engine: Optional[subprocess.Popen] = None
 
     def down(self) -> None:
+        self.stop_engine()
         lab.down(self.state, progress=lambda _m: None)
+
+    # ------------------------------------------------------------------ engine
+    def start_engine(self) -> None:
+        """A background engine (as st2's services run), in its own process group: a rollout
+        waits for its answers with a task running (fleet_rollout.await_answer), so a run
+        in the foreground would wait for them too."""
+        if self.engine is not None and self.engine.poll() is None:
+            return
+        self.engine = subprocess.Popen(
+            [sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"], env=self.env,
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        lock = os.path.join(self.home, "runtime.lock")
+        deadline = time.time() + 60
+        while time.time() < deadline and self.engine.poll() is None:
+            try:
+                if open(lock).read().strip() == str(self.engine.pid):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"the background engine did not start (exit {self.engine.poll()})")
+
+    def stop_engine(self) -> None:
+        if self.engine is None:
+            return
+        if self.engine.poll() is None:
+            os.killpg(self.engine.pid, signal.SIGTERM)
+            try:
+                self.engine.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.engine.pid, signal.SIGKILL)
+                self.engine.wait(timeout=30)
+        self.engine = None
+
+    def ask_run(self, action: str, **params: Any) -> Dict[str, Any]:
+        """Start `action` with the background engine; its execution once it ends, pauses
+        or waits for an answer (settle)."""
+        self.start_engine()
+        args = [f"{k}={v}" for k, v in params.items()]
+        out = self.cli("run", action, *args, "-a", "--json")
+        assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+        return self.settle(json.loads(out.stdout)["id"])
+
+    def waiting(self, doc: Dict[str, Any]) -> bool:
+        """The execution is under way with a question waiting for an answer."""
+        return doc["status"] in ("running", "paused") and bool(self.pending())
+
+    def settle(self, execution_id: str, timeout: float = 900) -> Dict[str, Any]:
+        """The execution once it has ended or paused, or while a question waits for an
+        answer (an inquiry seen pending in two reads: an answer just given is not)."""
+        deadline = time.time() + timeout
+        seen: set = set()
+        while True:
+            doc = json.loads(self.cli("execution", "get", execution_id, "--json").stdout)
+            if doc["status"] in ("succeeded", "failed", "canceled", "timeout", "abandoned",
+                                 "paused") or time.time() > deadline:
+                return doc
+            pending = {i["id"] for i in self.pending()}
+            if pending & seen:
+                return doc
+            seen = pending
+            time.sleep(0.5)
 
     # ------------------------------------------------------------------ CLI
     def cli(self, *args: str, timeout: float = 900,
@@ -69,13 +135,18 @@ class SimLab:
             time.sleep(1)
 
     def run(self, action: str, **params: Any) -> Dict[str, Any]:
+        """`st2 run` in the foreground: this CLI is the engine (a background engine of
+        ask_run's is stopped first) and returns when the execution ends or pauses."""
+        self.stop_engine()
         args = [f"{k}={v}" for k, v in params.items()]
         out = self.cli("run", action, *args, "--json")
         assert out.stdout.strip().startswith("{"), out.stderr[-3000:] + out.stdout[-3000:]
         return json.loads(out.stdout)
 
     def start(self, action: str, **params: Any) -> subprocess.Popen:
-        """`st2 run` in the background, in its own process group (to be killed as a whole)."""
+        """`st2 run` in the background, in its own process group (to be killed as a whole);
+        it is the engine (a background engine of ask_run's is stopped first)."""
+        self.stop_engine()
         args = [f"{k}={v}" for k, v in params.items()]
         return subprocess.Popen([sys.executable, "-m", "fleet_runtime.cli", "run", action, *args,
                                  "--json"], env=self.env, cwd=ROOT, stdout=subprocess.PIPE,

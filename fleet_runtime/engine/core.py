@@ -326,6 +326,18 @@ class Runtime(
         """Run an operation in the engine thread (or delegate to the engine process)."""
         if self.is_engine:
             return self._do_request(op, payload)
+        # the engine process acts for this process's user, not its own
+        payload = dict(payload)
+        if op == "run":
+            payload["context"] = dict(payload.get("context") or {})
+            payload["context"].setdefault("user", self.user)
+        elif op in ("pause", "resume", "cancel", "respond"):
+            payload.setdefault("requester", self.user)
+        return self.submit_queued(op, payload)
+
+    def submit_queued(self, op: str, payload: Dict[str, Any]) -> Any:
+        """Run an operation through the request table: the engine loop answers it (as for
+        another process; the local action API's threads use it too)."""
         seq = self.store.add_request(op, payload)
         while True:
             row = self.store.get_request(seq)

@@ -1,15 +1,17 @@
 """Approvals under StackStorm's inquiry-resume race (the runtime's st2_races setting), on a sim
-lab: an answer's completion can reach the batch workflow before the answer's resume, and the
-workflow then stays paused with its question answered (st2common services/inquiry.py respond).
+lab: an answer's completion can reach the asking workflow before the answer's resume, and that
+workflow then stays paused with its question answered (st2common services/inquiry.py respond;
+tests/runtime/test_runtime_st2_races.py shows a batch-shaped workflow stranded so).
 
-The pack without its rule resume_answered_batch (a copy of the pack) is left paused; the pack
-resumes such a batch itself, on every answer path, and still records who answered."""
+The pack asks each question in a workflow of its own and its batch reads the answer through
+the API, so no batch pauses: on every answer path, with the completion always first, and over
+fifty answers at random moments, no rollout is left paused or running, and who answered is
+recorded."""
 from __future__ import annotations
 
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,71 +44,40 @@ class RaceLab(SimLab):
         return super().cli(*args, timeout=timeout, user=user)
 
 
-def _pack_without_the_fix(tmp: str) -> str:
-    target = os.path.join(tmp, "pack")
-    shutil.copytree(str(ROOT), target, ignore=lambda _d, names: [n for n in names if n in SKIP])
-    os.remove(os.path.join(target, "rules", "resume_answered_batch.yaml"))
-    return target
+def _executions(lab: RaceLab, action: str, status: str) -> List[Dict[str, Any]]:
+    return json.loads(lab.cli("execution", "list", "--all", "-n", "1000", "--action", action,
+                              "--status", status, "--json").stdout)
 
 
 def _paused_batches(lab: RaceLab) -> List[Dict[str, Any]]:
-    doc = json.loads(lab.cli("execution", "list", "--all", "-n", "1000", "--action",
-                             "fleet_rollout.rollout_batch", "--status", "paused",
-                             "--json").stdout)
-    return doc
+    return _executions(lab, "fleet_rollout.rollout_batch", "paused")
 
 
-def test_without_its_rule_the_pack_is_left_paused_after_a_valid_answer(tmp_path):
-    lab = RaceLab(str(tmp_path), 2, "completion-first", _pack_without_the_fix(str(tmp_path)))
-    try:
-        execution = lab.run("fleet_rollout.rollout",
-                            profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
-        assert execution["status"] == "paused", error_text(execution)
-        [inquiry] = lab.pending()
-        answer = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}')
-        assert answer.returncode == 0, answer.stderr[-2000:]
-        time.sleep(2)
-        lab.cli("engine", timeout=120)  # whatever else there is to do: nothing
-        assert lab.pending() == []
-        record = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
-        assert record["status"] == "paused"
-        [batch] = _paused_batches(lab)
-        assert batch["context"]["resumed_by"] == "alice"
-        # the answer is in, nothing runs: stranded until someone resumes the batch
-        lab.cli("execution", "resume", batch["id"])
-        final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled", "paused"))
-        assert final["status"] in ("succeeded", "failed", "paused"), final["status"]
-        approval = lab.kv(lab.kv_ids()[-1], "batch.0")["approval"]
-        assert approval["approved"] is True
-    finally:
-        lab.down()
+def _questions_left(lab: RaceLab) -> List[str]:
+    """Question workflows not ended once their rollouts ended (the tidy resume ends those the
+    race left paused)."""
+    return [f"{q['id']} {status}" for status in ("paused", "resuming", "running")
+            for q in _executions(lab, "fleet_rollout.question", status)]
 
 
 @pytest.fixture()
 def race_lab(tmp_path):
-    lab = RaceLab(str(tmp_path), 3, "completion-first")
+    lab = RaceLab(str(tmp_path), 4, "completion-first")
     yield lab
     lab.down()
 
 
-def test_the_pack_resumes_a_batch_left_paused_on_every_answer_path(race_lab):
+def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
     lab = race_lab
     profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
-    execution = lab.run("fleet_rollout.rollout", profile=profile)
-    assert execution["status"] == "paused", error_text(execution)
+    execution = lab.ask_run("fleet_rollout.rollout", profile=profile)
+    assert lab.waiting(execution), error_text(execution)
     rollout_id = lab.kv_ids()[-1]
     paths = ["inquiry", "chat", "run"]
     asked = 0
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        record = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
-        if record["status"] in ("succeeded", "failed", "canceled"):
-            break
-        pending = lab.pending()
-        if not pending:
-            lab.cli("engine", timeout=300)
-            continue
-        [inquiry] = pending
+    while lab.waiting(execution):
+        assert _paused_batches(lab) == []
+        [inquiry] = lab.pending()
         props = inquiry["schema"]["properties"]
         path = paths[asked % len(paths)]
         if "choice" in props:  # an INCONCLUSIVE verdict: go on
@@ -121,21 +92,22 @@ def test_the_pack_resumes_a_batch_left_paused_on_every_answer_path(race_lab):
                 out = lab.cli("run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
                               "decision=approve")
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    final = json.loads(lab.cli("execution", "get", execution["id"], "--json").stdout)
+        execution = lab.settle(execution["id"])
+    final = execution
     assert final["status"] == "succeeded", error_text(final)
     assert output(final)["status"] == "completed", output(final)
     assert _paused_batches(lab) == []
     batches = lab.kv(rollout_id, "meta")["batches"]
-    assert batches >= 2
+    assert batches >= 3 and asked == batches
     approvals = [lab.kv(rollout_id, f"batch.{b}")["approval"] for b in range(batches)]
     expected = [("alice", "api"), ("bob", "chat"), ("alice", "api")]
     assert [(a["by"], a["via"], a["approved"]) for a in approvals] == [
         expected[b % 3] + (True,) for b in range(batches)]
-    audit = lab.cli("run", "fleet_rollout.status", f"rollout_id={rollout_id}", "--json")
-    assert audit.returncode == 0
-    resumed = [e for e in _audit(lab, rollout_id) if e["action"] == "resume"]
-    # completion-first: every answer left its batch paused, and the pack resumed it
-    assert len(resumed) >= batches, resumed
+    # completion-first: every question's workflow was left paused by its answer, and tidied
+    time.sleep(2)
+    assert _questions_left(lab) == []
+    answers = [e for e in _audit(lab, rollout_id) if e["action"] == "answer"]
+    assert len(answers) >= batches
 
 
 def _audit(lab: RaceLab, rollout_id: str) -> List[Dict[str, Any]]:
@@ -205,6 +177,8 @@ def test_fifty_answers_at_random_moments_leave_no_rollout_paused_or_running(tmp_
         left = [(ex, _status(lab, ex)) for ex in started if not _root_ended(lab, ex)]
         assert left == [], left
         assert _paused_batches(lab) == []
+        time.sleep(2)
+        assert _questions_left(lab) == []
     finally:
         os.killpg(engine.pid, signal.SIGTERM)
         engine.wait(timeout=60)

@@ -6,7 +6,6 @@ approver is who StackStorm authenticated, never a typed name."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from rollout_support import SimLab, error_text, output
@@ -31,7 +30,7 @@ def _untouched(sim):
 
 def test_rollout_needing_approval_refuses_to_start_without_approvers(lab):
     lab.set_config(approvers=[], approver_roles=[])
-    execution = lab.run("fleet_rollout.rollout",
+    execution = lab.ask_run("fleet_rollout.rollout",
                         profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
     assert execution["status"] == "failed"
     assert "names no approvers and no approver_roles" in error_text(execution)
@@ -40,9 +39,9 @@ def test_rollout_needing_approval_refuses_to_start_without_approvers(lab):
 
 
 def test_only_approvers_answer_and_the_authenticated_identity_is_recorded(lab):
-    execution = lab.run("fleet_rollout.rollout",
+    execution = lab.ask_run("fleet_rollout.rollout",
                         profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
-    assert execution["status"] == "paused", error_text(execution)
+    assert lab.waiting(execution), error_text(execution)
     rollout_id = lab.kv_ids()[-1]
     [inquiry] = lab.pending()
     assert sorted(inquiry["users"]) == ["alice", "bob", "chatops_bot"]
@@ -63,19 +62,20 @@ def test_only_approvers_answer_and_the_authenticated_identity_is_recorded(lab):
     answer = lab.cli("inquiry", "respond", inquiry["id"], "-r",
                      '{"approved": true, "chat_user": "bob"}', "--json")
     assert answer.returncode == 0, answer.stderr[-2000:]
+    final = lab.settle(execution["id"])
     approval = lab.kv(rollout_id, "batch.0")["approval"]
     assert (approval["by"], approval["via"], approval["approved"]) == ("alice", "api", True)
-    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled", "paused"))
-    if final["status"] == "paused":  # an INCONCLUSIVE verdict asks again: roll back
+    final = lab.settle(execution["id"])
+    if lab.waiting(final):  # an INCONCLUSIVE verdict asks again: roll back
         lab.cli("chat", "--user", "bob", f"rollout reject {rollout_id}")
-        final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"))
+        final = lab.settle(execution["id"])
     assert final["status"] in ("succeeded", "failed"), final["status"]
 
 
 def test_typed_approver_name_is_refused_by_the_schema(lab):
-    execution = lab.run("fleet_rollout.rollout",
+    execution = lab.ask_run("fleet_rollout.rollout",
                         profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
-    assert execution["status"] == "paused", error_text(execution)
+    assert lab.waiting(execution), error_text(execution)
     [inquiry] = lab.pending()
     typed = lab.cli("inquiry", "respond", inquiry["id"], "-r",
                     '{"approved": true, "by": "bob"}')
@@ -85,9 +85,9 @@ def test_typed_approver_name_is_refused_by_the_schema(lab):
 
 
 def test_non_approver_run_of_respond_fails_and_answers_nothing(lab):
-    execution = lab.run("fleet_rollout.rollout",
+    execution = lab.ask_run("fleet_rollout.rollout",
                         profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
-    assert execution["status"] == "paused", error_text(execution)
+    assert lab.waiting(execution), error_text(execution)
     rollout_id = lab.kv_ids()[-1]
     out = lab.cli("run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
                   "decision=approve", "--json", user="mallory")
@@ -102,12 +102,15 @@ def test_chat_approval_is_recorded_as_the_chat_user(lab):
     profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH,
                           batches={"canary_size": 2, "max_unavailable_per_rack": 2,
                                    "max_unavailable_per_site": 2})
-    execution = lab.run("fleet_rollout.rollout", profile=profile)
-    assert execution["status"] == "paused", error_text(execution)
+    execution = lab.ask_run("fleet_rollout.rollout", profile=profile)
+    assert lab.waiting(execution), error_text(execution)
     rollout_id = lab.kv_ids()[-1]
     chat = lab.cli("chat", "--user", "bob", f"rollout approve {rollout_id}")
     assert f"bob answered approve for rollout {rollout_id}" in chat.stdout, chat.stdout[-2000:]
-    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"))
+    final = lab.settle(execution["id"])
+    while lab.waiting(final):  # an INCONCLUSIVE verdict: go on
+        lab.cli("chat", "--user", "bob", f"rollout approve {rollout_id}")
+        final = lab.settle(execution["id"])
     assert output(final)["status"] == "completed", error_text(final)
     approval = lab.kv(rollout_id, "batch.0")["approval"]
     assert (approval["by"], approval["via"], approval["account"]) == (
@@ -120,18 +123,14 @@ def test_an_unanswered_approval_times_out_and_the_rollout_ends_with_nothing_chan
     """rollout_batch's other branch of the approval: nobody answers within approval.ttl_minutes
     (1), the inquiry times out (core.ask fails), the batch records a refusal by nobody and the
     rollout ends rejected with every host untouched and nothing left pending."""
-    execution = lab.run("fleet_rollout.rollout",
+    execution = lab.ask_run("fleet_rollout.rollout",
                         profile=lab.profile("home-snoop",
                                             approval=dict(ASK_EVERY_BATCH, ttl_minutes=1)))
-    assert execution["status"] == "paused", error_text(execution)
+    assert lab.waiting(execution), error_text(execution)
     rollout_id = lab.kv_ids()[-1]
     assert len(lab.pending()) == 1
-    # the ttl runs out with no engine running (nothing in flight: the CLI returned at the
-    # question); the next engine run times the inquiry out, as `api serve`'s engine would
-    time.sleep(62)
-    engine = lab.cli("engine", timeout=300)
-    assert engine.returncode == 0, engine.stderr[-2000:]
-    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"), timeout=120)
+    # the background engine times the inquiry out after its ttl; the batch reads that
+    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"), timeout=300)
     assert final["status"] in ("succeeded", "failed"), final["status"]
     approval = lab.kv(rollout_id, "batch.0")["approval"]
     assert (approval["outcome"], approval["approved"], approval["by"]) == (

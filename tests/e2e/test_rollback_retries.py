@@ -25,12 +25,12 @@ def _tasks(lab: SimLab, execution_id: str):
 def test_a_rollback_whose_first_tasks_fail_still_restores_every_host(tmp_path):
     lab = SimLab(str(tmp_path), 2)
     try:
-        execution = lab.run("fleet_rollout.rollout",
-                            profile=lab.profile("home-snoop", approval={"required": False}))
-        while execution["status"] == "paused":  # an INCONCLUSIVE verdict asks: go on
+        execution = lab.ask_run("fleet_rollout.rollout",
+                                profile=lab.profile("home-snoop", approval={"required": False}))
+        while lab.waiting(execution):  # an INCONCLUSIVE verdict asks: go on
             for inquiry in lab.pending():
                 lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"choice": "proceed"}')
-            execution = lab.wait_status(execution["id"], ("succeeded", "failed", "paused"))
+            execution = lab.settle(execution["id"])
         assert execution["status"] == "succeeded", error_text(execution)
         rollout_id = lab.kv_ids()[-1]
         for host in lab.host_names():

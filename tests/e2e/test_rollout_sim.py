@@ -106,14 +106,14 @@ def test_approval_rejected_stops_and_changes_nothing(small_lab):
     sim = small_lab
     profile = sim.profile("home-snoop", approval={"required": True,
                                                   "auto_approve_canary": False})
-    execution = sim.run("fleet_rollout.rollout", profile=profile)
-    assert execution["status"] == "paused", error_text(execution)
+    execution = sim.ask_run("fleet_rollout.rollout", profile=profile)
+    assert sim.waiting(execution), error_text(execution)
     inquiries = json.loads(sim.cli("inquiry", "list", "--json").stdout)
     assert len(inquiries) == 1
     inquiry = inquiries[0]["id"]
     answer = sim.cli("inquiry", "respond", inquiry, "-r", '{"approved": false}', "--json")
     assert answer.returncode == 0, answer.stderr
-    final = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
+    final = sim.settle(execution["id"])
     assert final["status"] in ("succeeded", "failed"), final["status"]
     assert output(final)["status"] == "rejected"
     approval = sim.kv(sim.kv_ids()[-1], "batch.0")["approval"]
@@ -323,18 +323,18 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     odd = sim.kv(dry["rollout_id"], "plan")["batches"][1]["hosts"][0]
     with open(os.path.join(sim.state, "hosts", f"{odd}.hardware.json"), "w") as handle:
         json.dump({"cross_socket_distance": 31}, handle)  # another memory population
-    execution = sim.run("fleet_rollout.rollout", profile=profile)
+    execution = sim.ask_run("fleet_rollout.rollout", profile=profile)
     # 6 hosts are too few for a verdict: the first INCONCLUSIVE is answered "extend" (a fresh
     # post window and a new verdict, INCONCLUSIVE again), every other one "proceed"
     choices = ["extend"] + ["proceed"] * len(sim.host_names())
     for choice in choices:
-        if execution["status"] != "paused":
+        if not sim.waiting(execution):
             break
         inquiry = json.loads(sim.cli("inquiry", "list", "--json").stdout)[0]["id"]
         answer = sim.cli("inquiry", "respond", inquiry, "-r", json.dumps({"choice": choice}),
                          "--json")
         assert answer.returncode == 0, answer.stderr
-        execution = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
+        execution = sim.settle(execution["id"])
     result = output(execution)
     assert result.get("status") == "completed", error_text(execution)
     rollout_id = result["rollout_id"]
@@ -375,21 +375,17 @@ def test_chatops_aliases_plan_approve_and_status(small_lab):
     planned = sim.cli("chat", f"rollout plan {profile} on lab-001")
     assert planned.returncode == 0, planned.stderr[-2000:]
     assert "canary batch" in planned.stdout
-    execution = sim.run("fleet_rollout.rollout", profile=profile, targets="lab-001:lab-002")
-    assert execution["status"] == "paused", error_text(execution)
+    execution = sim.ask_run("fleet_rollout.rollout", profile=profile, targets="lab-001:lab-002")
+    assert sim.waiting(execution), error_text(execution)
     rollout_id = sim.kv_ids()[-1]
     approved = sim.cli("chat", f"rollout approve {rollout_id}")
     assert approved.returncode == 0, approved.stderr[-2000:] + approved.stdout[-2000:]
     assert f"alice answered approve for rollout {rollout_id}" in approved.stdout
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        doc = json.loads(sim.cli("execution", "get", execution["id"], "--json").stdout)
-        if doc["status"] not in ("running", "paused", "pausing", "requested", "scheduled"):
-            break
-        if doc["status"] == "paused" and json.loads(sim.cli("inquiry", "list",
-                                                            "--json").stdout):
-            sim.cli("chat", f"rollout approve {rollout_id}")  # proceed after INCONCLUSIVE
-        time.sleep(2)
+    doc = sim.settle(execution["id"])
+    while sim.waiting(doc):
+        sim.cli("chat", f"rollout approve {rollout_id}")  # proceed after INCONCLUSIVE
+        doc = sim.settle(execution["id"])
+    assert doc["status"] in ("succeeded", "failed"), doc["status"]
     assert sim.kv(rollout_id, "batch.0")["approval"]["by"] == "alice"
     status = sim.cli("chat", f"rollout status {rollout_id}")
     assert status.returncode == 0 and "lab-001" in status.stdout

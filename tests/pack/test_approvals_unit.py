@@ -60,20 +60,18 @@ def test_only_approvers_may_answer_on_every_path():
 
 def test_answer_author_is_the_authenticated_requester_not_a_typed_name():
     cfg = _config(approvers=["alice", "bob"], chatops_users=["chatops_bot"])
-    # a human answered directly: the typed chat_user is ignored, resumed_by counts
-    who = approvals.answer_author({"id": "w1", "context": {"resumed_by": "bob"}},
-                                  {"approved": True, "chat_user": "alice"}, cfg)
+    # a human answered directly: the typed chat_user is ignored, the requester counts
+    who = approvals.answer_author("bob", {"approved": True, "chat_user": "alice"}, cfg, "i1")
     assert (who.name, who.via) == ("bob", "api")
     # the chat bot answered for a chat user
-    who = approvals.answer_author({"id": "w1", "context": {"resumed_by": "chatops_bot"}},
-                                  {"approved": True, "chat_user": "alice"}, cfg)
+    who = approvals.answer_author("chatops_bot", {"approved": True, "chat_user": "alice"}, cfg)
     assert (who.name, who.account, who.via) == ("alice", "chatops_bot", "chat")
     with pytest.raises(approvals.ApprovalRefused, match="without naming the chat user"):
-        approvals.answer_author({"context": {"resumed_by": "chatops_bot"}}, {}, cfg)
-    with pytest.raises(approvals.ApprovalRefused, match="records no resumed_by"):
-        approvals.answer_author({"id": "w1", "context": {}}, {"approved": True}, cfg)
+        approvals.answer_author("chatops_bot", {}, cfg)
+    with pytest.raises(approvals.ApprovalRefused, match="recorded no requester .* inquiry i1"):
+        approvals.answer_author("", {"approved": True}, cfg, "i1")
     with pytest.raises(approvals.ApprovalRefused, match="eve is not an approver"):
-        approvals.answer_author({"context": {"resumed_by": "eve"}}, {"approved": True}, cfg)
+        approvals.answer_author("eve", {"approved": True}, cfg)
 
 
 def test_response_names_the_chat_user_only_for_chat_answers():

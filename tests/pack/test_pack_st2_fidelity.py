@@ -61,18 +61,23 @@ def _ask_tasks() -> List[Tuple[str, str, Dict[str, Any]]]:
 
 def test_inquiry_schemas_mark_required_properties_the_st2_way():
     """st2 validates answers with its own validator: `required: true` on each property; the
-    draft-4 list form makes every answer fail with HTTP 400."""
+    draft-4 list form makes every answer fail with HTTP 400. The one core.ask task asks the
+    schema questions.schema builds for each kind of question."""
+    from fleet_rollout import questions
+
     asks = _ask_tasks()
-    assert len(asks) >= 2
-    for wf, name, task in asks:
-        schema = task["input"]["schema"]
+    assert [(wf, name) for wf, name, _ in asks] == [("question.yaml", "ask")]
+    assert asks[0][2]["input"]["schema"] == "<% ctx(schema) %>"
+    for kind in questions.KINDS:
+        schema = questions.schema(kind, "r1", "a question")
         for node in _walk(schema):
             if isinstance(node, dict) and "required" in node:
-                assert isinstance(node["required"], bool), f"{wf}:{name}: required {node}"
+                assert isinstance(node["required"], bool), f"{kind}: required {node}"
         required = [k for k, v in schema["properties"].items() if v.get("required") is True]
-        assert required, f"{wf}:{name}: no required answer field"
-        assert schema.get("additionalProperties") is False, f"{wf}:{name}: typed extras allowed"
-        assert "by" not in schema["properties"], f"{wf}:{name}: a typed approver field"
+        assert required, f"{kind}: no required answer field"
+        assert schema.get("additionalProperties") is False, f"{kind}: typed extras allowed"
+        assert "by" not in schema["properties"], f"{kind}: a typed approver field"
+        assert schema["properties"]["rollout_id"]["default"] == "r1"
 
 
 def test_every_question_has_a_task_after_it_on_every_outcome():

@@ -818,3 +818,33 @@ def test_jinja_expressions_are_sandboxed(rt: Runtime) -> None:
     ex = run(rt, "st2_strict.sandbox")
     assert ex["status"] == "failed"
     assert "unsafe" in json.dumps(ex["result"]["errors"])
+
+
+def test_an_action_starts_an_execution_through_the_local_api_as_its_user(rt: Runtime) -> None:
+    """st2api's POST /executions with an action's token: the new root execution runs as the
+    token's user; its parameters are literals; a bad body or action is refused."""
+    import threading
+
+    answers: Dict[str, Any] = {}
+
+    def post(name: str, body: Any) -> None:
+        answers[name] = requests.post(f"{rt.api.url}/executions", json=body, timeout=30,
+                                      headers={"X-Auth-Token": rt.api.issue_token("carol")})
+
+    bodies = {"ok": {"action": "rt_test.greet", "parameters": {"name": "{{ 7 * 7 }}"}},
+              "unknown": {"action": "rt_test.nope", "parameters": {}},
+              "bad": {"parameters": {}},
+              "invalid": {"action": "rt_test.greet", "parameters": {"times": "x"}}}
+    threads = [threading.Thread(target=post, args=item) for item in bodies.items()]
+    for thread in threads:
+        thread.start()
+    rt.run(until=lambda: not any(t.is_alive() for t in threads), forever=True, timeout=60)
+    assert answers["ok"].status_code == 201, answers["ok"].text
+    started = answers["ok"].json()
+    assert started["context"]["user"] == "carol"
+    final = wait(rt, started["id"], until_completed=True)
+    assert final["status"] == "succeeded"
+    assert final["parameters"]["name"] == "{{ 7 * 7 }}"  # data, never rendered
+    assert answers["unknown"].status_code == 404, answers["unknown"].text
+    assert answers["bad"].status_code == 400 and "action" in answers["bad"].json()["faultstring"]
+    assert answers["invalid"].status_code == 400, answers["invalid"].text

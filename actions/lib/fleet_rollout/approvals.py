@@ -6,15 +6,16 @@ What StackStorm authenticates (the embedded runtime does the same):
 - an inquiry answer: st2 checks the requester against the inquiry's `users` and `roles`, then
   resumes the workflow that asked and records the requester there as `context.resumed_by`
   (st2common services/inquiry.py respond -> services/action.py request_resume).
-So `fleet_rollout.respond` checks its caller before it answers, and the batch workflow reads who
-answered from its own execution record. A name in the answer counts only when the authenticated
-requester is one of the configured chat bot accounts (as st2 trusts a bot's api_user).
+So `fleet_rollout.respond` checks its caller before it answers, and the batch reads who
+answered from the question's workflow (questions.py). A name in the answer counts only when
+the authenticated requester is one of the configured chat bot accounts (as st2 trusts a bot's
+api_user).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Tuple
 
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
@@ -93,16 +94,14 @@ def check_may_answer(who: Identity, config: PackConfig) -> None:
     # approver_roles: StackStorm checks the answering account's roles on the answer itself
 
 
-def answer_author(workflow_execution: Mapping[str, Any], response: Mapping[str, Any],
-                  config: PackConfig, resumed_by: Optional[str] = None) -> Identity:
-    """Who answered the question the workflow asked: the requester st2 recorded when the
-    answer resumed it (`resumed_by`: as kept before the pack resumed a workflow StackStorm
-    left paused), or the chat user a chat bot account answered for."""
-    ctx = workflow_execution.get("context") or {}
-    account = str(resumed_by or ctx.get("resumed_by") or "")
+def answer_author(account: str, response: Mapping[str, Any], config: PackConfig,
+                  inquiry_id: str = "?") -> Identity:
+    """Who answered a question: `account`, the requester StackStorm recorded when the answer
+    resumed the question's workflow (`resumed_by`), or the chat user a chat bot account
+    answered for."""
     if not account:
-        raise ApprovalRefused("who answered cannot be established: the workflow execution "
-                              f"{workflow_execution.get('id', '?')} records no resumed_by")
+        raise ApprovalRefused("who answered cannot be established: StackStorm recorded no "
+                              f"requester (resumed_by) for the answer to inquiry {inquiry_id}")
     if account in config.chatops_users:
         chat = response.get(CHAT_USER_FIELD)
         if not isinstance(chat, str) or not chat:
@@ -113,4 +112,3 @@ def answer_author(workflow_execution: Mapping[str, Any], response: Mapping[str, 
         who = Identity(account, account, "api")
     check_may_answer(who, config)
     return who
-

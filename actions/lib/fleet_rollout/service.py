@@ -10,15 +10,13 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, gate, inquiries, stranded, timeouts
-from fleet_rollout.audit import Audit
+from fleet_rollout import approvals, gate, questions, timeouts
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import approval_needed, early_pre, estimate_plan, render_estimate
 from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
-from fleet_rollout.locks import private_dir
 from fleet_rollout.names import check_rollout_id, check_targets
 from fleet_rollout.paths import PACK_DIR, PROFILES_DIR
 from fleet_rollout.plan import (
@@ -136,6 +134,17 @@ def profile_dir(config: PackConfig, name: str) -> str:
     return config.resolve(config.profiles_dir)
 
 
+def approval_message(ctx: RolloutContext, batch: int, hosts: List[str],
+                     previous: Optional[Dict[str, Any]]) -> str:
+    rollout_id = ctx.state.id
+    shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
+    prev = (f" Previous batch: {previous['verdict']}." if previous else "")
+    return (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch_label(batch)} of "
+            f"{len(ctx.plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
+            f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
+            f"reject with `rollout reject {rollout_id}`.")
+
+
 def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
     ctx = context(raw_config, datastore, rollout_id)
     plan = ctx.plan
@@ -144,12 +153,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> 
     previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
     needs = needs_approval(ctx.profile, batch)
     users, roles = approvals.inquiry_acl(ctx.config)
-    shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
-    prev = (f" Previous batch: {previous['verdict']}." if previous else "")
-    message = (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch_label(batch)} of "
-               f"{len(plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
-               f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
-               f"reject with `rollout reject {rollout_id}`.")
+    message = approval_message(ctx, batch, hosts, previous)
     learned = {}
     if batch > 0:  # the reboots of the batch before pace this batch's waits (Pacer)
         observed = timeouts.observed_reboot(ctx.state.host(h)
@@ -189,7 +193,6 @@ def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
     return approval_needed(profile, batch)
 
 
-ASK_TASKS = {"approval": "approval", "inconclusive": "ask_inconclusive"}
 BATCH_WORKFLOW = "fleet_rollout.rollout_batch"
 
 
@@ -212,36 +215,81 @@ def asking_workflow(api: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
     return workflow
 
 
-def inquiry_answer(api: Any, workflow: Dict[str, Any], question: str
-                   ) -> Tuple[str, Dict[str, Any]]:
-    """(inquiry id, response) of the workflow's latest question (core.ask task), as
-    StackStorm recorded it."""
-    task = ASK_TASKS[question]
-    asked = [c for c in api.get(f"executions/{workflow['id']}/children?depth=1")
-             if ((c.get("context") or {}).get("orquesta") or {}).get("task_name") == task]
-    if not asked:
-        raise approvals.ApprovalRefused(f"no {task} question in workflow {workflow['id']}")
-    latest = max(asked, key=lambda c: str(c.get("start_timestamp") or ""))
-    result = latest.get("result") or {}
+def inquiry_answer(asking: questions.Questions, batch: int, question: str
+                   ) -> Tuple[str, Dict[str, Any], str]:
+    """(inquiry id, response, who answered) of the batch's latest question of this kind: the
+    question fleet_rollout.ask recorded, its response as StackStorm recorded it, and the
+    requester StackStorm recorded for it (kept by await_answer)."""
+    asked = asking.asked(batch, question)
+    if not asked.get("workflow"):
+        raise approvals.ApprovalRefused(f"batch {batch_label(batch)} asked no {question} "
+                                        "question")
+    inquiry = asking.inquiry(str(asked["workflow"]))
+    if inquiry is None:
+        raise approvals.ApprovalRefused(f"the {question} question (workflow "
+                                        f"{asked['workflow']}) was never asked")
+    result = inquiry.get("result") or {}
     response = result.get("response") if isinstance(result, dict) else None
-    if latest.get("status") != "succeeded" or not isinstance(response, dict):
-        raise approvals.ApprovalRefused(f"the {task} question ({latest.get('id')}) has no "
-                                        f"answer (status {latest.get('status')})")
-    return str(latest.get("id")), response
+    if inquiry.get("status") != "succeeded" or not isinstance(response, dict):
+        raise approvals.ApprovalRefused(f"the {question} question ({inquiry.get('id')}) has "
+                                        f"no answer (status {inquiry.get('status')})")
+    inquiry_id = str(inquiry.get("id"))
+    return inquiry_id, response, asking.author(batch, inquiry_id)
+
+
+def ask(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
+        api: Any = None) -> Dict[str, Any]:
+    """Ask the batch's question in a workflow of its own (questions.py); its text, users,
+    roles and ttl from the plan, the recorded verdict, the pack config and the profile,
+    never from parameters."""
+    ctx = context(raw_config, datastore, rollout_id)
+    if question not in questions.KINDS:
+        raise ConfigError(f"question {question!r}: approval or inconclusive")
+    if question == "approval":
+        previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
+        message = approval_message(ctx, batch, gate.batch_hosts(ctx, batch), previous)
+    else:
+        verdict = ctx.state.batch(batch).get("verdict") or {}
+        if verdict.get("verdict") != "INCONCLUSIVE":
+            raise ConfigError(f"batch {batch_label(batch)} of rollout {rollout_id} has no "
+                              "INCONCLUSIVE verdict recorded: nothing to ask")
+        message = str(verdict.get("explanation") or "")
+    if api is None:
+        api = ActionApi.from_env()
+    asking_workflow(api, rollout_id, batch)
+    users, roles = approvals.inquiry_acl(ctx.config)
+    asking = questions.Questions(api, ctx.state)
+    return asking.ask(batch, question, message, users, roles,
+                      int(ctx.profile["approval"]["ttl_minutes"]))
+
+
+def await_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
+                 wait: float = questions.WAIT, api: Any = None) -> Dict[str, Any]:
+    """Wait for the answer to the batch's question (questions.py)."""
+    ctx = context(raw_config, datastore, rollout_id)
+    if question not in questions.KINDS:
+        raise ConfigError(f"question {question!r}: approval or inconclusive")
+    if api is None:
+        api = ActionApi.from_env()
+    asking_workflow(api, rollout_id, batch)
+    return questions.Questions(api, ctx.state).await_answer(batch, question, wait=wait)
+
+
+OUTCOMES = ("answered", "timed_out", "halted", "auto")
 
 
 def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
                   outcome: str, api: Any = None) -> Dict[str, Any]:
     """Record the answer to a batch's question (approval, or what to do after an INCONCLUSIVE
-    verdict), read from StackStorm: the inquiry's own response and who resumed the workflow
-    (approvals.answer_author), never from parameters. An answer whose author cannot be
-    established, or is no approver, counts as a refusal; so does a run outside the batch's
-    workflow."""
+    verdict), read from StackStorm: the inquiry's own response and who StackStorm recorded as
+    answering it (questions.py, approvals.answer_author), never from parameters. An answer
+    whose author cannot be established, or is no approver, counts as a refusal; so does a run
+    outside the batch's workflow."""
     ctx = context(raw_config, datastore, rollout_id)
-    if question not in ASK_TASKS:
+    if question not in questions.KINDS:
         raise ConfigError(f"question {question!r}: approval or inconclusive")
-    if outcome not in ("answered", "timed_out", "auto"):
-        raise ConfigError(f"outcome {outcome!r}: answered, timed_out or auto")
+    if outcome not in OUTCOMES:
+        raise ConfigError(f"outcome {outcome!r}: one of {', '.join(OUTCOMES)}")
     if api is None:
         api = ActionApi.from_env()
     record: Dict[str, Any] = {"question": question, "outcome": outcome, "at": time.time(),
@@ -249,7 +297,7 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     response: Dict[str, Any] = {}
     # run outside its batch's workflow: refused, nothing recorded (a forged answer must not
     # approve, nor halt someone else's rollout)
-    workflow = asking_workflow(api, rollout_id, batch)
+    asking_workflow(api, rollout_id, batch)
     try:
         if outcome == "auto":
             if question != "approval" or needs_approval(ctx.profile, batch):
@@ -258,12 +306,14 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
             record.update(approved=True, by="auto")
         elif outcome == "timed_out":
             record.update(approved=False, by="nobody (the question timed out)")
+        elif outcome == "halted":
+            halt = ctx.state.halted() or {}
+            record.update(approved=False, by="nobody (the rollout was halted)",
+                          reason=f"the rollout was halted: {halt.get('reason') or '?'}")
         else:
-            inquiry_id, response = inquiry_answer(api, workflow, question)
-            # the resumed_by of the answer itself, kept when the pack resumed the workflow
-            # after it was left paused (stranded.py)
-            kept = (ctx.state.batch(batch).get("answer_by") or {}).get(inquiry_id)
-            who = approvals.answer_author(workflow, response, ctx.config, resumed_by=kept)
+            inquiry_id, response, author = inquiry_answer(
+                questions.Questions(api, ctx.state), batch, question)
+            who = approvals.answer_author(author, response, ctx.config, inquiry_id)
             # an approval counts only when it says so; the inconclusive question has no
             # `approved` (its answer is the choice)
             approved = response.get("approved") is True if question == "approval" else True
@@ -272,7 +322,9 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
         record.update(approved=False, reason=f"answer not counted: {err}")
     if question == "inconclusive":
         choice = response.get("choice")
-        if not record["approved"] or choice not in ("extend", "proceed", "rollback"):
+        if outcome == "halted":
+            choice = "halted"  # the batch ends here: nothing rolled back, nothing next
+        elif not record["approved"] or choice not in questions.CHOICES:
             choice = "rollback"
         record["choice"] = choice
     record["response"] = record["approved"] if question == "approval" else record["choice"]
@@ -288,61 +340,11 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     ctx.audit.record("(rollout)", f"batch.{batch_label(batch)}.{question}", None, what,
                      api.execution_id, record["by"] or "nobody", action="answer",
                      approved_by=record["by"] if record["approved"] else None)
-    if question == "approval" and not record["approved"]:
+    if question == "approval" and not record["approved"] and outcome != "halted":
         why = record.get("reason") or f"rejected by {record['by'] or 'an approver'}"
         ctx.state.halt(f"batch {batch_label(batch)} not approved: {why}", record["by"])
         ctx.state.update_meta(status=REJECTED)
     return record
-
-
-def resume_answered(raw_config: Any, datastore: Any, inquiry: str, api: Any = None,
-                    wait: float = stranded.WAIT) -> Dict[str, Any]:
-    """After a rollout question was answered (or timed out): watch the batch workflow that
-    asked it and resume it when StackStorm left it paused (stranded.py)."""
-    config = pack_config(raw_config)
-    store = as_store(datastore)
-    state_dir = private_dir(config.resolve(config.state_dir))
-    if api is None:
-        api = ActionApi.from_env()
-    _, user = action_identity(api)
-
-    def keep_author(rollout_id: str, batch: int, inquiry_id: str, author: str) -> None:
-        def put(state: Dict[str, Any]) -> None:
-            state.setdefault("answer_by", {}).setdefault(inquiry_id, author)
-
-        RolloutState(store, rollout_id, state_dir).update_batch(batch, put)
-
-    def record(rollout_id: str, batch: int, workflow_id: str, inquiry_id: str) -> None:
-        Audit(state_dir, rollout_id).record(
-            "(rollout)", f"batch.{batch_label(batch)}.workflow", "paused after its answer",
-            f"resumed (workflow {workflow_id}, inquiry {inquiry_id})", api.execution_id, user,
-            action="resume")
-
-    out = stranded.Stranded(api, keep_author, record).settle(inquiry, wait=wait)
-    out.update(route=config.chat_route, channel=config.chat_channel, message="")
-    if out.get("stuck"):
-        rollout_id, batch = out["rollout_id"], out["batch"]
-        out["message"] = (
-            f"Rollout {rollout_id}: batch {batch_label(batch)} is stuck after its answer: "
-            f"StackStorm left its workflow {out['workflow']} resuming with nothing scheduled "
-            "(the answer was lost from the workflow's state; a resume does not repair it). "
-            f"Roll the rollout back with `rollout rollback {rollout_id}`.")
-        Audit(state_dir, rollout_id).record(
-            "(rollout)", f"batch.{batch_label(batch)}.workflow", "resuming after its answer",
-            f"stuck (workflow {out['workflow']}, inquiry {inquiry})", api.execution_id, user,
-            action="stuck")
-    return out
-
-
-def respond(raw_config: Any, datastore: Any, rollout_id: str, decision: str,
-            api: Any = None) -> Dict[str, Any]:
-    """Answer a rollout's pending question as the caller (inquiries.respond), then see the
-    batch that asked go on (resume_answered)."""
-    if api is None:
-        api = ActionApi.from_env()
-    answer = inquiries.respond(pack_config(raw_config), rollout_id, decision, api)
-    answer["batch_workflow"] = resume_answered(raw_config, datastore, answer["inquiry"], api)
-    return answer
 
 
 def action_identity(api: Any = None) -> Tuple[str, str]:

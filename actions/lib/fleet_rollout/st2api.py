@@ -68,6 +68,11 @@ class ActionApi:
                                json=body, timeout=self.timeout)
         return self._check(answer, f"PUT {path}")
 
+    def post(self, path: str, body: Any) -> Any:
+        answer = self.http.post(f"{self.url}/{path.lstrip('/')}", headers=self.headers,
+                                json=body, timeout=self.timeout)
+        return self._check(answer, f"POST {path}")
+
     def execution(self, execution_id: str) -> Dict[str, Any]:
         return self.get(f"executions/{execution_id}")
 

@@ -86,8 +86,9 @@ def test_patterns_refuse_templates_paths_and_shell(attack: str) -> None:
             continue
         schema = {"type": "object", "properties": {"v": spec}}
         errors = list(Draft4Validator(schema).iter_errors({"v": attack}))
-        if attack == "a.host.b" and (name == "targets" or name.startswith("host")):
-            continue  # a legitimate host name (and pattern): dots only harm rollout ids
+        if attack == "a.host.b" and (name == "targets" or
+                                     name.startswith(("host", "users", "roles"))):
+            continue  # a legitimate host or user name: dots only harm rollout ids
         assert errors, f"{action}.{name} accepts {attack!r}"
 
 

@@ -1,0 +1,165 @@
+"""A batch's questions, asked without pausing the batch.
+
+A question (core.ask) pauses the root of its workflow until it is answered, and on StackStorm
+the answer reaches that workflow in two steps that race (st2common services/inquiry.py
+respond: the parent's resume is only requested, then the inquiry succeeds at once). When the
+completion wins, the workflow stays paused, or `resuming` with the answer lost from its state:
+no resume repairs that. So the batch workflow never asks itself: `fleet_rollout.ask` starts the
+question as a workflow of its own (`fleet_rollout.question`, a root execution through the st2
+API), and `fleet_rollout.await_answer` reads the inquiry's status from the API, a poll at a
+time, until it is answered, times out or the rollout is halted. The race can only touch the
+question's own workflow, which nothing waits for.
+
+Who answered is what StackStorm recorded: respond() resumes the asking workflow as the
+requester (`context.resumed_by` of the question's workflow, written before the inquiry
+succeeds). await_answer keeps it, bound to the inquiry's id, in the batch's state before
+anything else can resume that workflow; record_answer reads it from there.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from fleet_rollout.approvals import CHAT_USER_FIELD
+from fleet_rollout.st2api import ApiRefused
+from fleet_rollout.store import RolloutState
+
+QUESTION_WORKFLOW = "fleet_rollout.question"
+ASK_ACTION = "core.ask"
+KINDS = ("approval", "inconclusive")
+COMPLETED = ("succeeded", "failed", "timeout", "canceled", "abandoned")
+CHOICES = ("extend", "proceed", "rollback")
+
+PENDING, ANSWERED, TIMED_OUT, HALTED = "pending", "answered", "timed_out", "halted"
+POLL = 1.0    # seconds between two reads of a pending question
+WAIT = 240.0  # seconds one await_answer run waits before the workflow runs it again
+
+
+def schema(kind: str, rollout_id: str, message: str) -> Dict[str, Any]:
+    """The inquiry's schema: the decision, the rollout it belongs to (fleet_rollout.respond
+    finds a rollout's question by it) and the chat user a chat bot answers for."""
+    if kind == "approval":
+        decision: Dict[str, Any] = {"approved": {"type": "boolean", "description": message,
+                                                 "required": True}}
+    else:
+        decision = {"choice": {"type": "string", "enum": list(CHOICES), "required": True,
+                               "description": "INCONCLUSIVE canary verdict: extend the "
+                                              "observation, proceed, or roll back. " + message}}
+    props = dict(decision)
+    props["rollout_id"] = {"type": "string", "default": rollout_id}
+    props[CHAT_USER_FIELD] = {"type": "string", "description": (
+        "Set by fleet_rollout.respond for chat answers (counted only from a chat bot "
+        "account).")}
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def _ref(execution: Dict[str, Any]) -> str:
+    return str((execution.get("action") or {}).get("ref") or "")
+
+
+def _latest(executions: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    return max(executions, key=lambda e: str(e.get("start_timestamp") or ""), default=None)
+
+
+class Questions:
+    """Ask a batch's question and wait for its answer, through the st2 API."""
+
+    def __init__(self, api: Any, state: RolloutState,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.api = api
+        self.state = state
+        self.sleep = sleep
+        self.clock = clock
+
+    def asked(self, batch: int, kind: str) -> Dict[str, Any]:
+        """The batch's latest question of this kind, as `ask` recorded it ({} if none)."""
+        return (self.state.batch(batch).get("questions") or {}).get(kind) or {}
+
+    def ask(self, batch: int, kind: str, message: str, users: List[str], roles: List[str],
+            ttl: int) -> Dict[str, Any]:
+        """Start the question's workflow and record it as the batch's question of this kind."""
+        started = self.api.post("executions", {"action": QUESTION_WORKFLOW, "parameters": {
+            "rollout_id": self.state.id, "batch": batch, "question": kind,
+            "schema": schema(kind, self.state.id, message), "users": users, "roles": roles,
+            "ttl": ttl}})
+        record = {"workflow": str(started["id"]), "asked": self.clock(), "ttl": ttl}
+
+        def put(state: Dict[str, Any]) -> None:
+            state.setdefault("questions", {})[kind] = record
+
+        self.state.update_batch(batch, put)
+        return record
+
+    def inquiry(self, workflow_id: str) -> Optional[Dict[str, Any]]:
+        """The question workflow's core.ask execution (None before it starts)."""
+        children = self.api.get(f"executions/{workflow_id}/children?depth=1")
+        return _latest([c for c in children if _ref(c) == ASK_ACTION])
+
+    def await_answer(self, batch: int, kind: str, wait: float = WAIT,
+                     poll: float = POLL) -> Dict[str, Any]:
+        """Wait up to `wait` seconds for the batch's question: answered, timed_out (the
+        inquiry timed out or failed, or its ttl passed here), halted (the rollout was halted:
+        the question is canceled) or still pending."""
+        asked = self.asked(batch, kind)
+        if not asked.get("workflow"):
+            raise ApiRefused(f"batch {batch} of rollout {self.state.id} has asked no "
+                             f"{kind} question", 404)
+        workflow_id = str(asked["workflow"])
+        ttl_end = float(asked.get("asked") or 0) + float(asked.get("ttl") or 0) * 60.0
+        end = self.clock() + wait
+        while True:
+            workflow = self.api.execution(workflow_id)
+            inquiry = self.inquiry(workflow_id)
+            status = str((inquiry or {}).get("status") or "")
+            if status == "succeeded":
+                self.keep_author(batch, str(inquiry["id"]), workflow)
+                self.tidy(workflow)
+                return {"status": ANSWERED, "inquiry": str(inquiry["id"]),
+                        "workflow": workflow_id}
+            if status in COMPLETED or (inquiry is None and workflow.get("status") in COMPLETED):
+                ended = status or str(workflow.get("status"))
+                return {"status": TIMED_OUT, "inquiry": str((inquiry or {}).get("id") or ""),
+                        "workflow": workflow_id, "why": f"the question ended {ended}"}
+            halted = self.state.halted()
+            if halted or (asked.get("ttl") and self.clock() >= ttl_end):
+                self.cancel(workflow_id)
+                out = HALTED if halted else TIMED_OUT
+                return {"status": out, "workflow": workflow_id,
+                        "why": (halted or {}).get("reason") or "its ttl passed"}
+            if self.clock() >= end:
+                return {"status": PENDING, "workflow": workflow_id}
+            self.sleep(poll)
+
+    def keep_author(self, batch: int, inquiry_id: str, workflow: Dict[str, Any]) -> None:
+        """Keep who StackStorm recorded as answering (first kept wins: a later resume of
+        the question's workflow, e.g. tidy's, records its own requester there)."""
+        author = str((workflow.get("context") or {}).get("resumed_by") or "")
+
+        def put(state: Dict[str, Any]) -> None:
+            state.setdefault("answer_by", {}).setdefault(inquiry_id, author)
+
+        self.state.update_batch(batch, put)
+
+    def author(self, batch: int, inquiry_id: str) -> str:
+        return str((self.state.batch(batch).get("answer_by") or {}).get(inquiry_id) or "")
+
+    def tidy(self, workflow: Dict[str, Any]) -> None:
+        """An answered question's workflow StackStorm left paused (the race): resumed, so
+        that it ends. Nothing waits for it; a 400 means it is no longer paused."""
+        if workflow.get("status") != "paused":
+            return
+        try:
+            self.api.put(f"executions/{workflow['id']}", {"status": "resuming"})
+        except ApiRefused as err:
+            if err.status != 400:
+                raise
+
+    def cancel(self, workflow_id: str) -> None:
+        """A question nobody may answer any more (ttl passed, rollout halted): canceled, so
+        that a late answer is refused by StackStorm itself."""
+        try:
+            self.api.put(f"executions/{workflow_id}", {"status": "canceling"})
+        except ApiRefused as err:
+            if err.status != 400:  # 400: it has ended already
+                raise

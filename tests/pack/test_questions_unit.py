@@ -1,0 +1,127 @@
+"""questions.py over a stand-in of the st2 API (a dict of executions): a batch's question is
+started as a root execution, its answer read by polling, who answered kept before anything
+resumes the question's workflow, and a question nobody may answer any more is canceled.
+The real API (the runtime's and st2's) is exercised by the e2e approval tests."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+
+from fleet_rollout import questions
+from fleet_rollout.st2api import ApiRefused
+from fleet_rollout.store import MemoryStore, RolloutState
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.executions: Dict[str, Dict[str, Any]] = {}
+        self.children: Dict[str, List[Dict[str, Any]]] = {}
+        self.posts: List[Dict[str, Any]] = []
+        self.puts: List[Any] = []
+
+    def post(self, path: str, body: Any) -> Any:
+        assert path == "executions"
+        self.posts.append(body)
+        ex_id = f"w{len(self.posts)}"
+        self.executions[ex_id] = {"id": ex_id, "status": "paused", "context": {}}
+        self.children[ex_id] = [{"id": f"i{len(self.posts)}", "action": {"ref": "core.ask"},
+                                 "status": "pending", "start_timestamp": "1"}]
+        return self.executions[ex_id]
+
+    def get(self, path: str) -> Any:
+        ex_id = path.split("/")[1]
+        return self.children[ex_id]
+
+    def execution(self, ex_id: str) -> Dict[str, Any]:
+        return self.executions[ex_id]
+
+    def put(self, path: str, body: Any) -> Any:
+        self.puts.append((path, body))
+        ex_id = path.split("/")[1]
+        if self.executions[ex_id]["status"] in ("succeeded", "canceled"):
+            raise ApiRefused("already in completed state", 400)
+        if body["status"] == "resuming":
+            self.executions[ex_id]["context"]["resumed_by"] = "st2rulesengine"
+        return {}
+
+    def answer(self, ex_id: str, requester: str) -> None:
+        """What st2's respond() writes: the requester on the paused workflow, then the
+        inquiry's success (the workflow's own resume may never come: the race)."""
+        self.executions[ex_id]["context"]["resumed_by"] = requester
+        self.children[ex_id][0]["status"] = "succeeded"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture()
+def asking():
+    api, clock = FakeApi(), Clock()
+    state = RolloutState(MemoryStore(), "r1")
+    return questions.Questions(api, state, sleep=clock.sleep, clock=clock), api, clock
+
+
+def test_a_question_is_a_root_execution_recorded_for_its_batch(asking):
+    q, api, clock = asking
+    record = q.ask(2, "approval", "Approve batch 3?", ["alice"], [], 60)
+    [body] = api.posts
+    assert body["action"] == "fleet_rollout.question"
+    params = body["parameters"]
+    assert (params["rollout_id"], params["batch"], params["question"]) == ("r1", 2, "approval")
+    assert params["schema"]["properties"]["approved"]["description"] == "Approve batch 3?"
+    assert params["users"] == ["alice"] and params["ttl"] == 60
+    assert q.asked(2, "approval") == record == {"workflow": "w1", "asked": 1000.0, "ttl": 60}
+
+
+def test_pending_until_answered_then_the_requester_is_kept_before_the_tidy_resume(asking):
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert out["status"] == "pending" and clock.now == 1005.0
+    api.answer("w1", "alice")  # the workflow stays paused: st2 dropped its resume
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert (out["status"], out["inquiry"]) == ("answered", "i1")
+    # the requester is kept, then the paused workflow resumed (which records the resumer)
+    assert q.author(0, "i1") == "alice"
+    assert api.puts == [("executions/w1", {"status": "resuming"})]
+    assert api.executions["w1"]["context"]["resumed_by"] == "st2rulesengine"
+    # read again (a retried task): the first requester kept still counts
+    q.await_answer(0, "approval", wait=5, poll=1)
+    assert q.author(0, "i1") == "alice"
+
+
+def test_a_timed_out_inquiry_and_a_passed_ttl_are_timed_out(asking):
+    q, api, clock = asking
+    q.ask(0, "approval", "?", [], ["approvers"], 1)
+    api.children["w1"][0]["status"] = "timeout"
+    assert q.await_answer(0, "approval", wait=5, poll=1)["status"] == "timed_out"
+    q.ask(1, "approval", "?", [], ["approvers"], 1)  # st2 without an inquiry garbage collector
+    out = q.await_answer(1, "approval", wait=600, poll=1)
+    assert out["status"] == "timed_out" and out["why"] == "its ttl passed"
+    assert clock.now >= 1060.0
+    assert ("executions/w2", {"status": "canceling"}) in api.puts
+
+
+def test_a_halted_rollout_cancels_its_question(asking):
+    q, api, clock = asking
+    q.ask(0, "inconclusive", "INCONCLUSIVE ...", ["alice"], [], 60)
+    assert "choice" in api.posts[0]["parameters"]["schema"]["properties"]
+    q.state.halt("halted by bob", "bob")
+    out = q.await_answer(0, "inconclusive", wait=5, poll=1)
+    assert (out["status"], out["why"]) == ("halted", "halted by bob")
+    assert api.puts == [("executions/w1", {"status": "canceling"})]
+
+
+def test_await_without_a_question_refuses(asking):
+    q, _api, _clock = asking
+    with pytest.raises(ApiRefused, match="asked no approval question"):
+        q.await_answer(0, "approval")
