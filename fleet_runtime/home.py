@@ -22,7 +22,7 @@ import getpass
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -37,6 +37,7 @@ ENV_PACKS = "FLEET_ROLLOUT_PACKS"
 ENV_CHATOPS_USER = "FLEET_ROLLOUT_CHATOPS_USER"
 ENV_PYTHON_WORKERS = "FLEET_ROLLOUT_PYTHON_WORKERS"
 ENV_ST2_RACES = "FLEET_ROLLOUT_ST2_RACES"
+ENV_DEAD_RUNNER = "FLEET_ROLLOUT_DEAD_RUNNER"
 PYTHON_WORKERS = ("warm", "cold")
 
 _SETTINGS_KEYS = {
@@ -52,6 +53,7 @@ _SETTINGS_KEYS = {
     "python_workers": str,
     "warm_preload": list,
     "st2_races": (bool, str),
+    "dead_runner": str,
 }
 
 
@@ -161,6 +163,30 @@ class RuntimeHome:
             return text
         raise MetadataError(str(self.path / "config.yaml"), "st2_races",
                             f"{value!r}: true, false, random or completion-first")
+
+    @property
+    def dead_runner(self) -> Optional[Tuple[str, Dict[str, str]]]:
+        """Model an st2 action runner killed while it runs an action (docs/runtime.md, "st2
+        races"): `<action ref> [param=value ...]` names the execution whose runner dies (the
+        first one started that matches); None (off) when unset."""
+        env = os.environ.get(ENV_DEAD_RUNNER)
+        value = env if env is not None and env.strip() else self.settings.get("dead_runner")
+        words = str(value or "").split()
+        if not words:
+            return None
+        match: Dict[str, str] = {}
+        for word in words[1:]:
+            key, sep, wanted = word.partition("=")
+            if not sep or not key:
+                raise MetadataError(str(self.path / "config.yaml"), "dead_runner",
+                                    f"{value!r}: `<action ref> [param=value ...]`")
+            match[key] = wanted
+        return words[0], match
+
+    @property
+    def dead_runner_path(self) -> Path:
+        """Where the runtime records the execution whose runner died (it dies once)."""
+        return self.path / "dead-runner"
 
     @property
     def webhook_url(self) -> Optional[str]:

@@ -33,13 +33,13 @@ def make_home(path: Path, config: Optional[Dict[str, Any]] = None,
 
 
 def fixture_home(path: Path, monkeypatch: Any, time_factor: str = "0.05",
-              user: str = "operator") -> Path:
-    """A fixture home for engine tests: fast timers, the user from the settings (not from the
-    caller's environment)."""
+                 user: str = "operator", settings: Optional[Dict[str, Any]] = None) -> Path:
+    """A fixture home for engine tests: fast timers, the user and any other `settings` from
+    the settings file (not from the caller's environment)."""
     monkeypatch.setenv("FLEET_ROLLOUT_TIME_FACTOR", time_factor)
-    monkeypatch.delenv("FLEET_ROLLOUT_USER", raising=False)
-    monkeypatch.delenv("FLEET_ROLLOUT_ROLES", raising=False)
-    return make_home(path, settings={"user": user})
+    for name in ("FLEET_ROLLOUT_USER", "FLEET_ROLLOUT_ROLES", "FLEET_ROLLOUT_DEAD_RUNNER"):
+        monkeypatch.delenv(name, raising=False)
+    return make_home(path, settings=dict(settings or {}, user=user))
 
 
 def engine(home: Path, packs: Optional[List[str]] = None, workers: int = 8) -> Runtime:

@@ -5,6 +5,7 @@ a single action, and the action policies (concurrency admission, retry).
 from __future__ import annotations
 
 import copy
+import os
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -98,6 +99,13 @@ class ActionsMixin(EngineState):
                 return
             self.queue.put(WorkerStarted(info.id, now))
             status, result = self._run_action(info, action)
+            if self._runner_dies(info):
+                # its work is done and its result written, its status never: the execution
+                # stays running, with no runner left to time it out or cancel it
+                self.store.update_execution(info.id, result=result)
+                info.handle = None
+                report = False
+                return
         except RuntimeErrorBase as e:
             status, result = FAILED, {"error": str(e)}
         except Exception as e:
@@ -107,6 +115,30 @@ class ActionsMixin(EngineState):
             if report:
                 self.queue.put(StatusReported(info.id, status, result))
             self.queue.put(WorkerDone())
+
+    def _runner_dies(self, info: ExecInfo) -> bool:
+        """The dead_runner setting names this execution (the first that matches): its
+        runner dies before it reports (recorded in the home, so it dies once)."""
+        dead = self.home.dead_runner
+        if dead is None or info.action != dead[0]:
+            return False
+        if any(str(info.parameters.get(k)) != v for k, v in dead[1].items()):
+            return False
+        path = self.home.dead_runner_path
+        try:
+            fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as handle:
+            handle.write(info.id)
+        LOG.warning("dead_runner: the runner of %s (%s) dies", info.id, info.action)
+        return True
+
+    def _dead_runner_execution(self) -> str:
+        try:
+            return self.home.dead_runner_path.read_text().strip()
+        except OSError:
+            return ""
 
     def _run_action(self, info: ExecInfo, action: Action) -> Tuple[str, Any]:
         config = self.pack_config(action.pack)
@@ -156,8 +188,8 @@ class ActionsMixin(EngineState):
     def _control_action(self, info: ExecInfo, op: str) -> None:
         if op != "cancel":
             return
-        if info.status in COMPLETED:
-            return
+        if info.status in COMPLETED or info.id == self._dead_runner_execution():
+            return  # a dead runner's execution: nobody is left to act on the cancel
         if info.handle is not None and info.status == RUNNING:
             info.handle.cancel()
             return

@@ -265,10 +265,15 @@ class PersistenceMixin(EngineState):
             (e["payload"]["ex_id"], e["payload"]["status"])
             for evs in events_by_wf.values() for e in evs if e["kind"] == "action"
         }
-        # Children whose current status the parent has not heard of; abandoned actions.
+        # Children whose current status the parent has not heard of; abandoned actions. The
+        # execution of a runner killed under dead_runner is left as it is: st2 reconciles
+        # nothing after a runner dies.
+        dead = self._dead_runner_execution()
         with self.store.transaction():
             for info in list(self.active.values()):
                 parent = self.workflows.get(info.parent_id or "")
+                if info.id == dead:
+                    continue
                 if info.runner not in ("orquesta", "inquirer") and info.status == RUNNING:
                     reported.add((info.id, ABANDONED))
                     abandoned = self._persist_status(info.id, ABANDONED,

@@ -138,3 +138,28 @@ def test_an_unanswered_approval_times_out_and_the_rollout_ends_with_nothing_chan
     assert lab.kv(rollout_id, "meta")["status"] == "rejected", lab.kv(rollout_id, "meta")
     assert lab.pending() == []
     _untouched(lab)
+
+
+def test_an_abort_while_the_approval_waits_cancels_the_question_and_changes_nothing(lab):
+    """The batch waits for its answer with a task running, not paused: an abort reaches it
+    there. The question is canceled (a late answer is refused by the runtime, as by st2), the
+    batch ends without a rollback and every host is untouched."""
+    execution = lab.ask_run("fleet_rollout.rollout",
+                            profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert lab.waiting(execution), error_text(execution)
+    assert execution["status"] == "running"
+    rollout_id = lab.kv_ids()[-1]
+    [inquiry] = lab.pending()
+    aborted = lab.cli("run", "fleet_rollout.abort", f"rollout_id={rollout_id}", "--json",
+                      user="bob")
+    assert json.loads(aborted.stdout)["status"] == "succeeded", aborted.stdout[-2000:]
+    final = lab.wait_status(execution["id"], ("succeeded", "failed", "canceled"), timeout=300)
+    assert final["status"] in ("succeeded", "failed"), final["status"]
+    assert lab.pending() == []
+    late = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}')
+    assert late.returncode != 0
+    approval = lab.kv(rollout_id, "batch.0")["approval"]
+    assert (approval["outcome"], approval["approved"]) == ("halted", False)
+    assert approval["reason"] == "the rollout was halted: halted by bob"
+    assert lab.kv(rollout_id, "halt")["by"] == "bob"
+    _untouched(lab)

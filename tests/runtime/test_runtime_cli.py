@@ -140,8 +140,11 @@ def test_pack_validate_and_show(home: Path, tmp_path: Path) -> None:
 
 def test_processes_delegate_to_the_running_engine(home: Path) -> None:
     """Another `fleet-rollout` process hands its requests to the process that runs the engine:
-    run -a, pause and resume while a background engine drives the workflow."""
-    env = dict(os.environ, FLEET_ROLLOUT_HOME=str(home), FLEET_ROLLOUT_TIME_FACTOR="0.05")
+    run -a, pause and resume while a background engine drives the workflow, each as the user
+    of the process that asked (the engine runs as another)."""
+    env = dict(os.environ, FLEET_ROLLOUT_HOME=str(home), FLEET_ROLLOUT_TIME_FACTOR="0.05",
+               FLEET_ROLLOUT_USER="engine-user")
+    carol = {"FLEET_ROLLOUT_USER": "carol"}
     argv = [sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever", "--pack",
             str(FIXTURE_PACK), "--no-default-pack"]
     engine_proc = subprocess.Popen(argv, env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
@@ -153,9 +156,9 @@ def test_processes_delegate_to_the_running_engine(home: Path) -> None:
             time.sleep(0.1)
         values = [f"x{i}" for i in range(15)]  # 30 s of items: room for pause on a busy machine
         started = cli(home, "run", "-a", "rt_test.items", "values=" + ",".join(values),
-                      "concurrency=1", "sleep=2", "tag=bg", "--json", check=True)
+                      "concurrency=1", "sleep=2", "tag=bg", "--json", check=True, env=carol)
         ex_id = json.loads(started.stdout)["id"]
-        paused = cli(home, "execution", "pause", ex_id, "--json", check=True)
+        paused = cli(home, "execution", "pause", ex_id, "--json", check=True, env=carol)
         assert json.loads(paused.stdout)["status"] == "paused"
         done_before = len((home / "journal" / "items.jsonl").read_text().splitlines())
         assert done_before < len(values)
@@ -163,6 +166,8 @@ def test_processes_delegate_to_the_running_engine(home: Path) -> None:
         final = json.loads(resumed.stdout)
         assert final["status"] == "succeeded"
         assert final["result"]["output"]["results"] == values
+        assert final["context"]["user"] == "carol"
+        assert final["context"]["paused_by"] == "carol"
     finally:
         engine_proc.send_signal(signal.SIGINT)
         try:

@@ -275,7 +275,7 @@ def await_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, q
     return questions.Questions(api, ctx.state).await_answer(batch, question, wait=wait)
 
 
-OUTCOMES = ("answered", "timed_out", "halted", "auto")
+OUTCOMES = ("answered", "timed_out", "unasked", "halted", "auto")
 
 
 def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
@@ -306,6 +306,9 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
             record.update(approved=True, by="auto")
         elif outcome == "timed_out":
             record.update(approved=False, by="nobody (the question timed out)")
+        elif outcome == "unasked":
+            record.update(approved=False, by="nobody (the question could not be asked or "
+                                             "read: see the ask and await_answer tasks)")
         elif outcome == "halted":
             halt = ctx.state.halted() or {}
             record.update(approved=False, by="nobody (the rollout was halted)",
