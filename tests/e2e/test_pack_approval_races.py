@@ -54,7 +54,7 @@ def _paused_batches(lab: RaceLab) -> List[Dict[str, Any]]:
 
 
 def _questions_left(lab: RaceLab) -> List[str]:
-    """Question workflows not ended once their rollouts ended (the tidy resume ends those the
+    """Question workflows not ended once their rollouts ended (await_answer cancels those the
     race left paused)."""
     return [f"{q['id']} {status}" for status in ("paused", "resuming", "running")
             for q in _executions(lab, "fleet_rollout.question", status)]
@@ -103,7 +103,7 @@ def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
     expected = [("alice", "api"), ("bob", "chat"), ("alice", "api")]
     assert [(a["by"], a["via"], a["approved"]) for a in approvals] == [
         expected[b % 3] + (True,) for b in range(batches)]
-    # completion-first: every question's workflow was left paused by its answer, and tidied
+    # completion-first: every question's workflow was left paused by its answer, then canceled
     time.sleep(2)
     assert _questions_left(lab) == []
     answers = [e for e in _audit(lab, rollout_id) if e["action"] == "answer"]

@@ -41,8 +41,9 @@ class FakeApi:
         ex_id = path.split("/")[1]
         if self.executions[ex_id]["status"] in ("succeeded", "canceled"):
             raise ApiRefused("already in completed state", 400)
-        if body["status"] == "resuming":
-            self.executions[ex_id]["context"]["resumed_by"] = "st2rulesengine"
+        if body["status"] == "canceling":
+            self.executions[ex_id]["status"] = "canceled"
+            self.executions[ex_id]["context"]["cancelled_by"] = "st2rulesengine"
         return {}
 
     def answer(self, ex_id: str, requester: str) -> None:
@@ -82,7 +83,7 @@ def test_a_question_is_a_root_execution_recorded_for_its_batch(asking):
     assert q.asked(2, "approval") == record == {"workflow": "w1", "asked": 1000.0, "ttl": 60}
 
 
-def test_pending_until_answered_then_the_requester_is_kept_before_the_tidy_resume(asking):
+def test_pending_until_answered_then_the_requester_kept_and_a_stuck_workflow_canceled(asking):
     q, api, clock = asking
     q.ask(0, "approval", "?", ["alice"], [], 60)
     out = q.await_answer(0, "approval", wait=5, poll=1)
@@ -90,13 +91,24 @@ def test_pending_until_answered_then_the_requester_is_kept_before_the_tidy_resum
     api.answer("w1", "alice")  # the workflow stays paused: st2 dropped its resume
     out = q.await_answer(0, "approval", wait=5, poll=1)
     assert (out["status"], out["inquiry"]) == ("answered", "i1")
-    # the requester is kept, then the paused workflow resumed (which records the resumer)
+    # the requester is kept; the workflow, given its few seconds, is canceled
     assert q.author(0, "i1") == "alice"
-    assert api.puts == [("executions/w1", {"status": "resuming"})]
-    assert api.executions["w1"]["context"]["resumed_by"] == "st2rulesengine"
-    # read again (a retried task): the first requester kept still counts
-    q.await_answer(0, "approval", wait=5, poll=1)
-    assert q.author(0, "i1") == "alice"
+    assert out["workflow_status"] == "canceling" and clock.now >= 1010.0
+    assert api.puts == [("executions/w1", {"status": "canceling"})]
+    # read again (a retried task): the first requester kept still counts, nothing more sent
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert q.author(0, "i1") == "alice" and out["workflow_status"] == "canceled"
+    assert len(api.puts) == 1
+
+
+def test_an_answered_question_whose_workflow_ends_by_itself_is_left_alone(asking):
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    api.answer("w1", "alice")
+    api.executions["w1"]["status"] = "succeeded"
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert (out["status"], out["workflow_status"]) == ("answered", "succeeded")
+    assert api.puts == []
 
 
 def test_a_timed_out_inquiry_and_a_passed_ttl_are_timed_out(asking):

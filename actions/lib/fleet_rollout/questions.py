@@ -13,7 +13,10 @@ question's own workflow, which nothing waits for.
 Who answered is what StackStorm recorded: respond() resumes the asking workflow as the
 requester (`context.resumed_by` of the question's workflow, written before the inquiry
 succeeds). await_answer keeps it, bound to the inquiry's id, in the batch's state before
-anything else can resume that workflow; record_answer reads it from there.
+anything else can resume that workflow; record_answer reads it from there. Then the
+question's workflow is given a few seconds to end by itself; on StackStorm the race can leave it
+paused, resuming or running for good, so one that has not ended is canceled (st2's orquesta
+runner cancels a workflow with no active task at once).
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ CHOICES = ("extend", "proceed", "rollback")
 PENDING, ANSWERED, TIMED_OUT, HALTED = "pending", "answered", "timed_out", "halted"
 POLL = 1.0    # seconds between two reads of a pending question
 WAIT = 240.0  # seconds one await_answer run waits before the workflow runs it again
+SETTLE = 5.0  # seconds an answered question's workflow has to end before it is canceled
 
 
 def schema(kind: str, rollout_id: str, message: str) -> Dict[str, Any]:
@@ -114,9 +118,9 @@ class Questions:
             status = str((inquiry or {}).get("status") or "")
             if status == "succeeded":
                 self.keep_author(batch, str(inquiry["id"]), workflow)
-                self.tidy(workflow)
                 return {"status": ANSWERED, "inquiry": str(inquiry["id"]),
-                        "workflow": workflow_id}
+                        "workflow": workflow_id,
+                        "workflow_status": self.end_question(workflow, poll)}
             if status in COMPLETED or (inquiry is None and workflow.get("status") in COMPLETED):
                 ended = status or str(workflow.get("status"))
                 return {"status": TIMED_OUT, "inquiry": str((inquiry or {}).get("id") or ""),
@@ -144,20 +148,22 @@ class Questions:
     def author(self, batch: int, inquiry_id: str) -> str:
         return str((self.state.batch(batch).get("answer_by") or {}).get(inquiry_id) or "")
 
-    def tidy(self, workflow: Dict[str, Any]) -> None:
-        """An answered question's workflow StackStorm left paused (the race): resumed, so
-        that it ends. Nothing waits for it; a 400 means it is no longer paused."""
-        if workflow.get("status") != "paused":
-            return
-        try:
-            self.api.put(f"executions/{workflow['id']}", {"status": "resuming"})
-        except ApiRefused as err:
-            if err.status != 400:
-                raise
+    def end_question(self, workflow: Dict[str, Any], poll: float = POLL,
+                     settle: float = SETTLE) -> str:
+        """An answered question's workflow: its status once it has ended by itself, else
+        canceled (the race left it paused, resuming or running) and "canceling"."""
+        end = self.clock() + settle
+        while workflow.get("status") not in COMPLETED and self.clock() < end:
+            self.sleep(poll)
+            workflow = self.api.execution(str(workflow["id"]))
+        if workflow.get("status") in COMPLETED:
+            return str(workflow["status"])
+        self.cancel(str(workflow["id"]))
+        return "canceling"
 
     def cancel(self, workflow_id: str) -> None:
-        """A question nobody may answer any more (ttl passed, rollout halted): canceled, so
-        that a late answer is refused by StackStorm itself."""
+        """A question nobody may answer any more (ttl passed, rollout halted, answered):
+        canceled, so that a late answer is refused by StackStorm itself."""
         try:
             self.api.put(f"executions/{workflow_id}", {"status": "canceling"})
         except ApiRefused as err:
