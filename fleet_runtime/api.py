@@ -10,9 +10,15 @@ context user as st2's action tokens do (st2actions/container/base.py _create_aut
     PUT  /api/v1/inquiries/<id>       {"id": ..., "response": {...}} -> {"id", "response"}
     POST /api/v1/executions           {"action": ref, "parameters": {...}} -> the new execution
                                       (201), started as the token's user
+    GET  /api/v1/executions           ?action=<ref>&status=<status>&parent=<id>&limit=<n>: the
+                                      executions that match, newest first (st2's default
+                                      limit, 50; at most 100)
     GET  /api/v1/executions/<id>      an execution (secrets masked)
     GET  /api/v1/executions/<id>/children   its direct children (record_answer reads the answer)
-    PUT  /api/v1/executions/<id>      {"status": "pausing" | "resuming" | "canceling"}
+    PUT  /api/v1/executions/<id>      {"status": "pausing" | "resuming" | "canceling"}, or a
+                                      completed status and a result: st2's update_status, which
+                                      completes the execution as given (a workflow's tasks are
+                                      left as they are)
     GET  /api/v1/actionalias/<ref>    an action alias (chatops.format_execution_result)
 """
 from __future__ import annotations
@@ -139,6 +145,8 @@ class LocalApi:
                 return 200, render.public(self.runtime.registry, record)
             if parts == ["executions"] and method == "POST":
                 return self._start(body, user)
+            if parts == ["executions"] and method == "GET":
+                return self._list(path)
             if len(parts) == 2 and parts[0] == "executions" and method == "PUT":
                 return self._control(parts[1], body, user)
             if len(parts) == 3 and parts[0] == "executions" and parts[2] == "children" \
@@ -173,19 +181,49 @@ class LocalApi:
             "action": body["action"], "parameters": parameters, "context": {"user": user}})
         return 201, render.public(self.runtime.registry, self.runtime._execution(started["id"]))
 
+    def _list(self, path: str) -> Tuple[int, Any]:
+        """st2api's GET /executions with its action, status and parent filters."""
+        from urllib.parse import parse_qs, urlsplit
+
+        from fleet_runtime import render
+
+        query = {k: v[-1] for k, v in parse_qs(urlsplit(path).query).items()}
+        where, args = ["1=1"], []
+        for name, column in (("action", "action"), ("status", "status"),
+                             ("parent", "parent_id")):
+            if query.get(name):
+                where.append(f"{column}=?")
+                args.append(query[name])
+        try:
+            limit = min(100, max(1, int(query.get("limit") or 50)))
+        except ValueError:
+            return 400, {"faultstring": f"limit {query.get('limit')!r}: an integer"}
+        rows = self.runtime.store.find_executions(" AND ".join(where), args,
+                                                  order="created_ts DESC, rowid DESC",
+                                                  limit=limit)
+        return 200, [render.public(self.runtime.registry, row) for row in rows]
+
     def _control(self, ex_id: str, body: Any, user: str) -> Tuple[int, Any]:
-        """st2api's PUT /executions/<id> for pause, resume and cancel, as `user` (recorded as
-        paused_by / resumed_by / cancelled_by)."""
+        """st2api's PUT /executions/<id>: pause, resume and cancel as `user` (recorded as
+        paused_by / resumed_by / cancelled_by), or a completed status with its result."""
         from fleet_runtime import render
         from fleet_runtime.statuses import COMPLETED, CONTROL_OF
 
         record = self.runtime._execution(ex_id)
-        if record["status"] in COMPLETED:
+        # a dead runner's execution: st2 completed its LiveAction, which this refusal reads
+        if record["status"] in COMPLETED or record["id"] in \
+                self.runtime.dead_runner_executions():
             return 400, {"faultstring": "Execution is already in completed state."}
-        op = CONTROL_OF.get(str((body or {}).get("status")))
+        status = str((body or {}).get("status"))
+        if status in COMPLETED:
+            self.runtime.complete(record["id"], status, (body or {}).get("result"))
+            shown = render.public(self.runtime.registry, record)
+            shown["status"] = status
+            return 200, shown
+        op = CONTROL_OF.get(status)
         if op is None:
             return 400, {"faultstring": "Failed updating execution: status must be pausing,"
-                                        " resuming or canceling"}
+                                        " resuming, canceling or a completed status"}
         answer = getattr(self.runtime, op)(record["id"], requester=user)
         shown = render.public(self.runtime.registry, record)
         shown["status"] = answer.get("status", shown.get("status"))

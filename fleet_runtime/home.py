@@ -165,28 +165,33 @@ class RuntimeHome:
                             f"{value!r}: true, false, random or completion-first")
 
     @property
-    def dead_runner(self) -> Optional[Tuple[str, Dict[str, str]]]:
-        """Model an st2 action runner killed while it runs an action (docs/runtime.md, "st2
-        races"): `<action ref> [param=value ...]` names the execution whose runner dies (the
-        first one started that matches); None (off) when unset."""
+    def dead_runners(self) -> List[Tuple[str, Dict[str, str]]]:
+        """Model st2 action runners killed while they run an action (docs/runtime.md, "st2
+        races"): `<action ref> [param=value ...]`, several separated by `;`, each naming the
+        execution whose runner dies (the first one started that matches); [] (off) when
+        unset."""
         env = os.environ.get(ENV_DEAD_RUNNER)
         value = env if env is not None and env.strip() else self.settings.get("dead_runner")
-        words = str(value or "").split()
-        if not words:
-            return None
-        match: Dict[str, str] = {}
-        for word in words[1:]:
-            key, sep, wanted = word.partition("=")
-            if not sep or not key:
-                raise MetadataError(str(self.path / "config.yaml"), "dead_runner",
-                                    f"{value!r}: `<action ref> [param=value ...]`")
-            match[key] = wanted
-        return words[0], match
+        specs: List[Tuple[str, Dict[str, str]]] = []
+        for spec in str(value or "").split(";"):
+            words = spec.split()
+            if not words:
+                continue
+            match: Dict[str, str] = {}
+            for word in words[1:]:
+                key, sep, wanted = word.partition("=")
+                if not sep or not key:
+                    raise MetadataError(str(self.path / "config.yaml"), "dead_runner",
+                                        f"{value!r}: `<action ref> [param=value ...]`, several"
+                                        " separated by `;`")
+                match[key] = wanted
+            specs.append((words[0], match))
+        return specs
 
-    @property
-    def dead_runner_path(self) -> Path:
-        """Where the runtime records the execution whose runner died (it dies once)."""
-        return self.path / "dead-runner"
+    def dead_runner_path(self, index: int) -> Path:
+        """Where the runtime records the execution whose runner died by the index-th spec of
+        dead_runner (each dies once)."""
+        return self.path / f"dead-runner-{index}"
 
     @property
     def webhook_url(self) -> Optional[str]:

@@ -47,10 +47,10 @@ class SimLab:
         in the foreground would wait for them too."""
         if self.engine is not None and self.engine.poll() is None:
             return
-        self.engine = subprocess.Popen(
-            [sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"], env=self.env,
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+        with open(os.path.join(self.tmp, "engine.log"), "ab") as log:  # for a failure's reader
+            self.engine = subprocess.Popen(
+                [sys.executable, "-m", "fleet_runtime.cli", "engine", "--forever"],
+                env=self.env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
         lock = os.path.join(self.home, "runtime.lock")
         deadline = time.time() + 60
         while time.time() < deadline and self.engine.poll() is None:

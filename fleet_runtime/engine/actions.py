@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 from fleet_runtime import chatlog, runners
 from fleet_runtime import params as params_util
@@ -81,6 +81,7 @@ class ActionsMixin(EngineState):
     def _worker(self, info: ExecInfo, action: Action) -> None:
         status, result = FAILED, None
         report = True
+        dead = ""
         try:
             now = time.time()
             log = info.log + [{"status": RUNNING, "timestamp": now}]
@@ -105,6 +106,7 @@ class ActionsMixin(EngineState):
                 self.store.update_execution(info.id, result=result)
                 info.handle = None
                 report = False
+                dead = info.id
                 return
         except RuntimeErrorBase as e:
             status, result = FAILED, {"error": str(e)}
@@ -114,31 +116,36 @@ class ActionsMixin(EngineState):
         finally:
             if report:
                 self.queue.put(StatusReported(info.id, status, result))
-            self.queue.put(WorkerDone())
+            self.queue.put(WorkerDone(dead))
 
     def _runner_dies(self, info: ExecInfo) -> bool:
-        """The dead_runner setting names this execution (the first that matches): its
-        runner dies before it reports (recorded in the home, so it dies once)."""
-        dead = self.home.dead_runner
-        if dead is None or info.action != dead[0]:
-            return False
-        if any(str(info.parameters.get(k)) != v for k, v in dead[1].items()):
-            return False
-        path = self.home.dead_runner_path
-        try:
-            fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as handle:
-            handle.write(info.id)
-        LOG.warning("dead_runner: the runner of %s (%s) dies", info.id, info.action)
-        return True
+        """A spec of the dead_runner setting names this execution (the first that matches
+        it): its runner dies before it reports (recorded in the home, so each dies once)."""
+        for index, (ref, match) in enumerate(self.home.dead_runners):
+            if info.action != ref:
+                continue
+            if any(str(info.parameters.get(k)) != v for k, v in match.items()):
+                continue
+            try:
+                fd = os.open(str(self.home.dead_runner_path(index)),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(info.id)
+            LOG.warning("dead_runner: the runner of %s (%s) dies", info.id, info.action)
+            return True
+        return False
 
-    def _dead_runner_execution(self) -> str:
-        try:
-            return self.home.dead_runner_path.read_text().strip()
-        except OSError:
-            return ""
+    def dead_runner_executions(self) -> Set[str]:
+        """The executions whose runners died under the dead_runner setting."""
+        dead: Set[str] = set()
+        for index in range(len(self.home.dead_runners)):
+            try:
+                dead.add(self.home.dead_runner_path(index).read_text().strip())
+            except OSError:
+                continue
+        return dead
 
     def _run_action(self, info: ExecInfo, action: Action) -> Tuple[str, Any]:
         config = self.pack_config(action.pack)
@@ -188,7 +195,7 @@ class ActionsMixin(EngineState):
     def _control_action(self, info: ExecInfo, op: str) -> None:
         if op != "cancel":
             return
-        if info.status in COMPLETED or info.id == self._dead_runner_execution():
+        if info.status in COMPLETED or info.id in self.dead_runner_executions():
             return  # a dead runner's execution: nobody is left to act on the cancel
         if info.handle is not None and info.status == RUNNING:
             info.handle.cancel()

@@ -4,6 +4,7 @@ process), the run loop and timers.
 """
 from __future__ import annotations
 
+import datetime
 import fcntl
 import heapq
 import itertools
@@ -27,6 +28,7 @@ from fleet_runtime.engine.events import (
     Message,
     ResumeArrived,
     StartRequested,
+    StatusReported,
 )
 from fleet_runtime.engine.inquiries import InquiriesMixin
 from fleet_runtime.engine.model import (
@@ -40,6 +42,8 @@ from fleet_runtime.engine.triggers import TriggersMixin
 from fleet_runtime.engine.workflows import WorkflowsMixin
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.packs import Action, Registry
+from fleet_runtime.packs.builtin_content import INTERVAL_TIMER
+from fleet_runtime.packs.registry import interval_seconds
 from fleet_runtime.runtime_errors import (
     ExecutionStateError,
     NotFoundError,
@@ -151,6 +155,7 @@ class Runtime(
 
         self.api = LocalApi(self)
         self.recover()
+        self._schedule_interval_timers()
         return True
 
     def close(self) -> None:
@@ -422,6 +427,18 @@ class Runtime(
         self._control(record["id"], "cancel", requester)
         return {"id": record["id"], "status": CANCELING}
 
+    def complete(self, ex_id: str, status: str, result: Any) -> Dict[str, Any]:
+        """st2's update_status through PUT /executions/<id>: the execution ends with the
+        status and result given, reported to its parent as any end; what it started (a
+        workflow's tasks, an action's process) is left as it is, as on st2."""
+        record = self._execution(ex_id)
+        if record["status"] in COMPLETED:
+            raise ExecutionStateError(
+                f'Execution "{record["id"]}" is already {record["status"]}.'
+            )
+        self.queue.put(StatusReported(record["id"], status, result))
+        return {"id": record["id"], "status": status}
+
     def _control(self, ex_id: str, op: str, requester: Optional[str] = None) -> None:
         self.queue.put(ControlRequested(ex_id, op, requester or self.user))
 
@@ -506,6 +523,20 @@ class Runtime(
         heapq.heappush(self._timers, _Timer(time.time() + max(0.0, delay),
                                             next(self._timer_seq), kind, data, active_work))
 
+    def _schedule_interval_timers(self) -> None:
+        """st2timersengine: each enabled core.st2.IntervalTimer rule fires every interval,
+        the first one interval after the engine starts. Not work in flight: a timer never
+        keeps a run() alive."""
+        for rule in self.registry.rules:
+            if rule.enabled and rule.trigger_type == INTERVAL_TIMER:
+                self._add_timer(interval_seconds(rule), "interval", rule, active_work=False)
+
+    def _fire_interval(self, rule: Any) -> None:
+        self.emit_trigger(INTERVAL_TIMER, {
+            "executed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "schedule": None}, only=rule.ref)
+        self._add_timer(interval_seconds(rule), "interval", rule, active_work=False)
+
     def _fire_timers(self) -> None:
         now = time.time()
         while self._timers and self._timers[0].due <= now:
@@ -522,6 +553,8 @@ class Runtime(
                 self.queue.put(ResumeArrived(*timer.data))
             elif timer.kind == "answer_complete":
                 self.queue.put(InquiryCompleted(*timer.data))
+            elif timer.kind == "interval":
+                self._fire_interval(timer.data)
 
 
 def _error_from(response: Any) -> RuntimeErrorBase:

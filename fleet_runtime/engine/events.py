@@ -84,7 +84,11 @@ class WorkerStarted:
 
 @dataclass(frozen=True)
 class WorkerDone:
-    """A worker thread finished (whatever the outcome): one fewer action in flight."""
+    """A worker thread finished (whatever the outcome): one fewer action in flight. `dead`:
+    the execution whose runner died (dead_runner): st2 completed its LiveAction, so it no
+    longer holds a concurrency policy's slot (st2 counts scheduled and running LiveActions)."""
+
+    dead: str = ""
 
 
 Message = Union[StartRequested, ControlRequested, InquiryAnswered, InquiryCompleted,

@@ -93,6 +93,9 @@ class PersistenceMixin(EngineState):
                 info.log.append({"status": RUNNING, "timestamp": msg.ts})
         elif isinstance(msg, WorkerDone):
             self._in_worker -= 1
+            info = self.active.get(msg.dead) if msg.dead else None
+            if info is not None:
+                self._release_policy_slot(info)
         return []
 
     def _flush(self) -> None:
@@ -268,11 +271,11 @@ class PersistenceMixin(EngineState):
         # Children whose current status the parent has not heard of; abandoned actions. The
         # execution of a runner killed under dead_runner is left as it is: st2 reconciles
         # nothing after a runner dies.
-        dead = self._dead_runner_execution()
+        dead = self.dead_runner_executions()
         with self.store.transaction():
             for info in list(self.active.values()):
                 parent = self.workflows.get(info.parent_id or "")
-                if info.id == dead:
+                if info.id in dead:
                     continue
                 if info.runner not in ("orquesta", "inquirer") and info.status == RUNNING:
                     reported.add((info.id, ABANDONED))

@@ -96,9 +96,12 @@ class TriggersMixin(EngineState):
                 })
 
     # ------------------------------------------------------------------ triggers and rules
-    def emit_trigger(self, trigger: str, payload: Dict[str, Any]) -> Optional[str]:
-        """Dispatch a trigger instance to the rules that listen to its type."""
-        listening = [r for r in self.registry.rules if r.trigger_type == trigger and r.enabled]
+    def emit_trigger(self, trigger: str, payload: Dict[str, Any],
+                     only: Optional[str] = None) -> Optional[str]:
+        """Dispatch a trigger instance to the rules that listen to its type (`only`: to that
+        rule: a timer's trigger is the one its rule's parameters define)."""
+        listening = [r for r in self.registry.rules if r.trigger_type == trigger and r.enabled
+                     and (only is None or r.ref == only)]
         if not listening:
             return None
         ti_id = new_id()

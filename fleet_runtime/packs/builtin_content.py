@@ -157,8 +157,19 @@ BUILTIN_ACTIONS: Dict[str, List[Dict[str, Any]]] = {
     ],
 }
 
-# Trigger types the runtime itself emits (st2's internal trigger types).
+# st2's timer units (st2common/constants/triggers.py INTERVAL_PARAMETERS_SCHEMA), in seconds
+INTERVAL_UNITS = {"weeks": 604800, "days": 86400, "hours": 3600, "minutes": 60, "seconds": 1}
+INTERVAL_TIMER = "core.st2.IntervalTimer"
+
+# Trigger types the runtime itself emits (st2's internal trigger types, and the interval timer
+# st2timersengine fires).
 INTERNAL_TRIGGER_TYPES: Dict[str, Dict[str, Any]] = {
+    INTERVAL_TIMER: {
+        "description": "Triggers on specified intervals. e.g. every 30s, 1week etc.",
+        "payload_schema": {"type": "object", "properties": {
+            "executed_at": {"type": "string", "format": "date-time"},
+            "schedule": {"type": "object"}}},
+    },
     "core.st2.generic.actiontrigger": {
         "description": "Trigger encapsulating the completion of an action execution.",
         "payload_schema": {"type": "object", "properties": {

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from fleet_runtime import compat  # noqa: F401  (orquesta fixes before its import)
-from fleet_runtime.packs.builtin_content import INTERNAL_TRIGGER_TYPES
+from fleet_runtime.packs.builtin_content import (
+    INTERNAL_TRIGGER_TYPES,
+    INTERVAL_TIMER,
+    INTERVAL_UNITS,
+)
 from fleet_runtime.packs.loader import builtin_packs, load_pack
 from fleet_runtime.packs.resources import Action, Alias, Pack, Policy, Rule, TriggerType
 from fleet_runtime.runtime_errors import MetadataError, WorkflowLoadError
@@ -100,6 +104,8 @@ class Registry:
             if rule.action_ref not in self.actions:
                 raise MetadataError(rule.metadata_file, "action.ref",
                                     f'action "{rule.action_ref}" does not exist')
+            if rule.trigger_type == INTERVAL_TIMER:
+                interval_seconds(rule)
         for policy in self.policies:
             if policy.resource_ref not in self.actions:
                 raise MetadataError(policy.metadata_file, "resource_ref",
@@ -193,3 +199,17 @@ def workflow_shown(action: Action) -> str:
         except ValueError:
             return action.entry_point
     return action.ref
+
+
+def interval_seconds(rule: Rule) -> float:
+    """The interval of a core.st2.IntervalTimer rule (st2's trigger parameters `unit` and
+    `delta`), checked as st2 checks them when the rule is registered."""
+    given = rule.trigger_parameters or {}
+    unit, delta = given.get("unit"), given.get("delta")
+    if unit not in INTERVAL_UNITS:
+        raise MetadataError(rule.metadata_file, "trigger.parameters.unit",
+                            f"{unit!r}: one of {', '.join(INTERVAL_UNITS)}")
+    if isinstance(delta, bool) or not isinstance(delta, int) or delta < 1:
+        raise MetadataError(rule.metadata_file, "trigger.parameters.delta",
+                            f"{delta!r}: a positive integer")
+    return float(delta * INTERVAL_UNITS[unit])

@@ -1,9 +1,10 @@
 """A rollout whose action runner dies during a host's reboot step (the runtime's dead_runner
 setting: what st2 does after a SIGKILLed st2actionrunner). The host was reset, the step's
-execution stays `running` for good and the rollout waits with the host drained; a cancel
-stays `canceling`. The operator's way out works: `fleet_rollout.rollback` from the CLI
-restores the host (BIOS and kernel back, in service again), with no second reset for the
-change."""
+execution stays `running` for good and, until the watchdog's grace (the pack config's
+watchdog_grace, 300 s here) has passed, the rollout waits with the host drained; a cancel
+stays `canceling`. The operator's way out works at any time: `fleet_rollout.rollback` from
+the CLI restores the host (BIOS and kernel back, in service again), with no second reset for
+the change. tests/e2e/test_watchdog_rollout.py: the watchdog moving such hosts on."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def test_a_dead_runner_strands_the_rollout_and_a_rollback_restores_the_host(tmp_
         lab.start_engine()  # after profile(): that sets the pack config the engine reads
         started = lab.cli("run", "fleet_rollout.rollout", f"profile={profile}", "-a", "--json")
         execution = json.loads(started.stdout)
-        marker = os.path.join(lab.home, "dead-runner")
+        marker = os.path.join(lab.home, "dead-runner-0")
         deadline = time.time() + 300
         while time.time() < deadline and not os.path.exists(marker):
             time.sleep(1)

@@ -8,13 +8,17 @@ The fixture's steps workflow (a with-items of python steps) on the real Orquesta
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from runtime_support import children, engine, fixture_home, journal
+import requests
+import yaml
+from runtime_support import FIXTURE_PACK, children, engine, fixture_home, journal
 
 from fleet_runtime.home import RuntimeHome
+from fleet_runtime.packs import Registry
 from fleet_runtime.runtime_errors import MetadataError
-from fleet_runtime.statuses import CANCELING, RUNNING, SUCCEEDED
+from fleet_runtime.statuses import CANCELING, COMPLETED, RUNNING, SUCCEEDED
 
 
 @pytest.fixture()
@@ -45,7 +49,7 @@ def test_a_dead_runners_execution_stays_running_and_its_workflow_waits(home: Pat
         assert dead["result"]["exit_code"] == 0  # its work was done, its result written
         assert [e["name"] for e in journal(home, "steps-d1.jsonl")
                 if e.get("event") == "end"].count("i2") == 1
-        assert (home / "dead-runner").read_text() == dead["id"]
+        assert (home / "dead-runner-0").read_text() == dead["id"]
         assert rt.store.get_execution(ex_id)["status"] == RUNNING
         assert "sub" not in {c["context"].get("orquesta", {}).get("task_name")
                              for c in children(rt, ex_id)}  # the workflow never went on
@@ -79,10 +83,105 @@ def test_only_the_first_matching_execution_dies(home: Path) -> None:
         rt.close()
 
 
-def test_a_dead_runner_setting_names_an_action_and_its_parameters(tmp_path: Path,
+def test_a_dead_runner_setting_names_actions_and_their_parameters(tmp_path: Path,
                                                                   monkeypatch) -> None:
     home = fixture_home(tmp_path / "bad", monkeypatch, settings={"dead_runner": "rt_test.step x"})
     with pytest.raises(MetadataError, match=r"dead_runner: .*`<action ref> \[param=value"):
-        assert RuntimeHome(str(home)).dead_runner is None
-    monkeypatch.setenv("FLEET_ROLLOUT_DEAD_RUNNER", "fleet_rollout.host_step step=reboot")
-    assert RuntimeHome(str(home)).dead_runner == ("fleet_rollout.host_step", {"step": "reboot"})
+        assert RuntimeHome(str(home)).dead_runners == []
+    monkeypatch.setenv("FLEET_ROLLOUT_DEAD_RUNNER",
+                       "fleet_rollout.host_step step=reboot; fleet_rollout.host_restore")
+    assert RuntimeHome(str(home)).dead_runners == [
+        ("fleet_rollout.host_step", {"step": "reboot"}), ("fleet_rollout.host_restore", {})]
+
+
+def _api(rt, method: str, path: str, body: Any = None) -> requests.Response:
+    return requests.request(method, f"{rt.api.url}/{path}", json=body, timeout=10,
+                            headers={"X-Auth-Token": rt.api.issue_token("operator")})
+
+
+def test_the_api_finds_a_dead_runners_execution_refuses_to_complete_it_and_completes_its_parent(
+        home: Path) -> None:
+    """st2: the dead runner's LiveAction is completed, so PUT /executions on it answers 400;
+    its workflow's LiveAction is active, so a completed status PUT there ends the workflow
+    (update_status) and its parent hears of it, the stale task left as it is."""
+    rt = engine(home)
+    try:
+        ex_id = rt.request("rt_test.steps_parent", {"run_id": "d4", "n": 3})
+        rt.run(until=lambda: bool(rt.dead_runner_executions()), forever=True, timeout=60)
+        rt.run(forever=True, timeout=2)
+        [dead_id] = rt.dead_runner_executions()
+        listed = _api(rt, "GET", "executions?action=rt_test.step&status=running&limit=10")
+        assert listed.status_code == 200
+        assert [e["id"] for e in listed.json()] == [dead_id]
+        refused = _api(rt, "PUT", f"executions/{dead_id}", {"status": "succeeded"})
+        assert refused.status_code == 400
+        assert "already in completed state" in refused.json()["faultstring"]
+        workflow_id = rt.store.get_execution(dead_id)["parent_id"]
+        assert rt.store.get_execution(workflow_id)["status"] == RUNNING
+        done = _api(rt, "PUT", f"executions/{workflow_id}",
+                    {"status": "succeeded", "result": {"output": {"ended_by": "test"}}})
+        assert done.status_code == 200, done.text
+        rt.run(until=lambda: rt.store.get_execution(ex_id)["status"] in COMPLETED,
+               forever=True, timeout=60)
+        workflow = rt.store.get_execution(workflow_id)
+        assert (workflow["status"], workflow["result"]) == (
+            SUCCEEDED, {"output": {"ended_by": "test"}})
+        assert rt.store.get_execution(ex_id)["status"] == SUCCEEDED  # the parent went on
+        assert rt.store.get_execution(dead_id)["status"] == RUNNING
+        again = _api(rt, "PUT", f"executions/{workflow_id}", {"status": "failed"})
+        assert again.status_code == 400
+    finally:
+        rt.close()
+
+
+def _timer_pack(root: Path, delta: Any) -> str:
+    pack = root / "timer_pack"
+    (pack / "rules").mkdir(parents=True)
+    (pack / "pack.yaml").write_text(yaml.safe_dump({
+        "ref": "timer_test", "name": "timer_test", "description": "an interval timer rule",
+        "version": "0.1.0", "author": "fleet_rollout engineers", "email": "eng@example.org"}))
+    (pack / "rules" / "tick.yaml").write_text(yaml.safe_dump({
+        "name": "tick", "pack": "timer_test", "enabled": True,
+        "trigger": {"type": "core.st2.IntervalTimer",
+                    "parameters": {"unit": "seconds", "delta": delta}},
+        "action": {"ref": "core.noop"}}))
+    return str(pack)
+
+
+def test_an_interval_timer_rule_fires_every_interval_while_the_engine_runs(
+        tmp_path: Path, home: Path) -> None:
+    rt = engine(home, packs=[str(FIXTURE_PACK), _timer_pack(tmp_path, 1)])
+    try:
+        rt.run()  # nothing in flight: a timer does not keep run() going
+        assert rt.store.find_executions("action='core.noop'") == []
+        rt.run(forever=True, timeout=3.6)
+        ticks = rt.store.find_executions("action='core.noop'")
+        assert 2 <= len(ticks) <= 4
+        assert {t["context"]["rule"]["name"] for t in ticks} == {"tick"}
+        assert all(t["status"] == SUCCEEDED for t in ticks)
+    finally:
+        rt.close()
+
+
+def test_an_interval_timer_rule_needs_a_unit_and_a_positive_delta(tmp_path: Path) -> None:
+    with pytest.raises(MetadataError, match=r"tick.yaml.*trigger.parameters.delta"):
+        Registry([_timer_pack(tmp_path, 0)])
+
+
+def test_a_dead_runners_execution_holds_no_concurrency_slot(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """st2's concurrency policies count scheduled and running LiveActions; a dead runner's is
+    completed, so the next execution of a one-at-a-time action runs."""
+    home = fixture_home(tmp_path / "home", monkeypatch,
+                        settings={"dead_runner": "rt_test.limited"})
+    rt = engine(home)
+    try:
+        first = rt.request("rt_test.limited", {"value": "a"})
+        rt.run(until=lambda: bool(rt.dead_runner_executions()), forever=True, timeout=30)
+        second = rt.request("rt_test.limited", {"value": "b"})
+        rt.run(until=lambda: rt.store.get_execution(second)["status"] in COMPLETED,
+               forever=True, timeout=30)
+        assert rt.store.get_execution(second)["status"] == SUCCEEDED
+        assert rt.store.get_execution(first)["status"] == RUNNING
+    finally:
+        rt.close()

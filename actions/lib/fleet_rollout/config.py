@@ -44,6 +44,9 @@ class PackConfig:
     ansible_forks: int = DEFAULT_FORKS
     # ansible-playbook forked from a server that imported Ansible once (hostside.warm_ansible)
     ansible_warm: bool = True
+    # seconds a host action's execution may stay running after its work ended (or after its
+    # timeout) before fleet_rollout.watchdog takes its action runner for dead
+    watchdog_grace: float = 300.0
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -119,9 +122,17 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
                                          "ansible_gather_quiet"),
             ansible_forks=_forks(data.get("ansible_forks", DEFAULT_FORKS)),
             ansible_warm=_flag(data, "ansible_warm", True),
+            watchdog_grace=_grace(data.get("watchdog_grace", 300)),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
+
+
+def _grace(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 5 <= value <= 86400:
+        raise ConfigError("pack config: watchdog_grace must be a number of seconds from 5 to "
+                          "86400")
+    return float(value)
 
 
 def _window(value: Any, name: str = "ansible_gather_window") -> float:

@@ -541,3 +541,39 @@ def render_status(batches: List[Dict[str, Any]], hosts: List[Dict[str, Any]]) ->
         lines.append(f"{h['host']:<16}{batch!s:>6}  {h['status'] or '-':<15}"
                      f"{h['step'] or '-':<10}{(h['error'] or '')[:80]}")
     return "\n".join(lines)
+
+
+def watchdog(raw_config: Any, datastore: Any, api: Any = None) -> Dict[str, Any]:
+    """Find the host actions whose action runner died and move their hosts on (watchdog.py);
+    each found is told in chat."""
+    from fleet_rollout.watchdog import Watchdog
+
+    config = pack_config(raw_config)
+    if api is None:
+        api = ActionApi.from_env()
+    execution_id, user = action_identity(api)
+    handled = Watchdog(api, as_store(datastore), config.state_dir,
+                       config.watchdog_grace).check(by=user, execution_id=execution_id)
+    for record in handled:
+        api.post("executions", {"action": "chatops.post_message", "parameters": {
+            "route": config.chat_route, "channel": config.chat_channel,
+            "message": record["message"]}})
+    return {"stale": handled}
+
+
+def settle_stale(raw_config: Any, datastore: Any, rollout_id: str, stale: str, parent: str,
+                 succeeded: bool, api: Any = None) -> Dict[str, Any]:
+    """The last step of fleet_rollout.recover_host (watchdog.settle), as a task of the
+    recovery the watchdog recorded; the chat target with it."""
+    from fleet_rollout.watchdog import settle
+
+    config = pack_config(raw_config)
+    if api is None:
+        api = ActionApi.from_env()
+    own = api.own_execution()
+    recovery = str(((own.get("context") or {}).get("parent") or {}).get("execution_id") or "")
+    state = RolloutState(as_store(datastore), check_rollout_id(rollout_id))
+    out = settle(api, state, config.state_dir, stale, parent, recovery, bool(succeeded),
+                 by=approvals.caller(own).name)
+    out.update({"route": config.chat_route, "channel": config.chat_channel})
+    return out

@@ -550,6 +550,26 @@ class RolloutState:
     def host(self, name: str) -> Dict[str, Any]:
         return self.store.get_json(key(self.id, "host", name), {}) or {}
 
+    def stale(self, execution_id: str) -> Optional[Dict[str, Any]]:
+        """What the watchdog did about a host action whose runner died (None: nothing)."""
+        return self.store.get_json(key(self.id, "stale", execution_id))
+
+    def mark_stale(self, execution_id: str, record: Dict[str, Any]) -> bool:
+        """Record a stale host action once (False: recorded already, by another watchdog)."""
+        with self.locked(f"stale.{execution_id}"):
+            if self.stale(execution_id) is not None:
+                return False
+            self.store.set_json(key(self.id, "stale", execution_id), record)
+            return True
+
+    def update_stale(self, execution_id: str, change: Callable[[Dict[str, Any]], Any]
+                     ) -> Dict[str, Any]:
+        with self.locked(f"stale.{execution_id}"):
+            record = self.stale(execution_id) or {}
+            change(record)
+            self.store.set_json(key(self.id, "stale", execution_id), record)
+            return record
+
     def save_host(self, name: str, state: Dict[str, Any]) -> None:
         self.store.set_json(key(self.id, "host", name), state)
 

@@ -1,0 +1,234 @@
+"""Host actions whose action runner died, found and moved on.
+
+On StackStorm, an action runner killed while it runs an action (SIGKILL, the machine lost)
+leaves the action's execution `running` for good: the LiveAction and the ActionExecution are
+updated separately (st2common/services/executions.py update_execution), the runner that died was
+the one enforcing the timeout, and nothing reconciles them after a restart. The host_change (or
+rollback) workflow that ran it waits, with the host drained.
+
+`fleet_rollout.watchdog` (an interval-timer rule runs it every minute) reads the running host
+actions through the st2 API. One is stale when its work ended (the step recorded its outcome,
+with its execution id, in the host's state) more than `watchdog_grace` seconds ago, or when it
+has run longer than its timeout plus that grace. For each, once (a record per execution in the
+rollout's state, set under a lock):
+
+- its own execution is completed through the API with the outcome the step recorded (or as
+  timed out: the workflow's retry runs the step again, idempotently). st2 accepts that while its
+  LiveAction is still active, and the workflow goes on from the step's own outcome;
+- st2 refuses it (400) when the runner wrote the LiveAction before it died: then
+  `fleet_rollout.recover_host` runs the host's change (or the rollback) again, every step
+  idempotent (a finished step is skipped, a reset is never sent twice, a halted rollout's host
+  is restored), and completes the waiting workflow with that outcome.
+
+Each is written to the audit trail and reported in chat.
+"""
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from fleet_rollout.audit import Audit
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.st2api import ApiRefused
+from fleet_rollout.states import PREPARE, PREPARE_STEPS, RESTORE_STEP
+from fleet_rollout.store import RolloutState, Store
+
+HOST_STEP = "fleet_rollout.host_step"
+HOST_RESTORE = "fleet_rollout.host_restore"
+WATCHED = (HOST_STEP, HOST_RESTORE)
+RECOVER = "fleet_rollout.recover_host"
+RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.rollback": "rollback"}
+ACTIVE = ("running", "pausing", "paused", "resuming", "canceling")
+DEFAULT_TIMEOUT = 600.0  # st2's python runner, when an execution names none
+LIMIT = 100  # executions per list request (st2api's maximum for a non-admin)
+
+
+def timestamp(text: Any) -> Optional[float]:
+    """Seconds since the epoch of an st2 timestamp ("2026-12-02T03:04:05.123456Z")."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
+
+
+def step_name(execution: Dict[str, Any]) -> str:
+    params = execution.get("parameters") or {}
+    if (execution.get("action") or {}).get("ref") == HOST_RESTORE:
+        return RESTORE_STEP
+    return str(params.get("step") or "")
+
+
+def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The outcome the execution's step recorded in the host's state, if its work ended:
+    {ok, at, error}. A prepare ends with its stage recorded, or with any of its steps failed."""
+    steps = state.get("steps") or {}
+    ex_id = str(execution.get("id"))
+    step = step_name(execution)
+    mine = {name: rec for name, rec in steps.items()
+            if isinstance(rec, dict) and str(rec.get("execution")) == ex_id}
+    if step == PREPARE:
+        failed = [rec for name, rec in mine.items() if name in PREPARE_STEPS and not rec["ok"]]
+        record = failed[0] if failed else mine.get(PREPARE_STEPS[-1])
+    else:
+        record = mine.get(step)
+    if not record or not isinstance(record.get("at"), (int, float)):
+        return None
+    error = ((record.get("detail") or {}) if isinstance(record.get("detail"), dict) else {}
+             ).get("error")
+    return {"ok": bool(record.get("ok")), "at": float(record["at"]), "error": error}
+
+
+class Watchdog:
+    def __init__(self, api: Any, store: Store, state_dir: str, grace: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.api = api
+        self.store = store
+        self.state_dir = state_dir
+        self.grace = grace
+        self.clock = clock
+
+    def running(self) -> List[Dict[str, Any]]:
+        found: List[Dict[str, Any]] = []
+        for ref in WATCHED:
+            found.extend(self.api.get(f"executions?action={ref}&status=running&limit={LIMIT}"))
+        return found
+
+    def judge(self, execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Why this running host action is stale (None: it is not, or not ours to judge)."""
+        params = execution.get("parameters") or {}
+        rollout_id, host = params.get("rollout_id"), params.get("host")
+        if not isinstance(rollout_id, str) or not isinstance(host, str):
+            return None
+        now = self.clock()
+        ended = work_ended(RolloutState(self.store, rollout_id).host(host), execution)
+        if ended is not None and now - ended["at"] > self.grace:
+            return {"why": f"its work ended {int(now - ended['at'])} s ago and its execution "
+                           "never did", "ended": ended}
+        started = timestamp(execution.get("start_timestamp"))
+        try:
+            timeout = float(params.get("timeout") or DEFAULT_TIMEOUT)
+        except (TypeError, ValueError):
+            timeout = DEFAULT_TIMEOUT
+        if ended is None and started is not None and now - started > timeout + self.grace:
+            return {"why": f"it has run {int(now - started)} s, past its timeout of "
+                           f"{int(timeout)} s", "ended": None, "timeout": timeout}
+        return None
+
+    def check(self, by: str = "", execution_id: str = "") -> List[Dict[str, Any]]:
+        """Every stale host action found now, each handled once: what was done about it."""
+        handled = []
+        for execution in self.running():
+            why = self.judge(execution)
+            if why is None:
+                continue
+            done = self.handle(execution, why, by, execution_id)
+            if done is not None:
+                handled.append(done)
+        return handled
+
+    def handle(self, execution: Dict[str, Any], why: Dict[str, Any], by: str,
+               own_id: str) -> Optional[Dict[str, Any]]:
+        params = execution["parameters"]
+        rollout_id, host, ex_id = params["rollout_id"], params["host"], str(execution["id"])
+        state = RolloutState(self.store, rollout_id)
+        record = {"execution": ex_id, "host": host, "step": step_name(execution),
+                  "parent": str(execution.get("parent") or ""), "why": why["why"],
+                  "found": self.clock(), "by": own_id}
+        if not state.mark_stale(ex_id, record):
+            return None
+        record.update(self.move_on(execution, why))
+        state.update_stale(ex_id, lambda kept: kept.update(record))
+        Audit(self.state_dir, rollout_id).record(
+            host, "execution", ex_id, record["action"], execution=own_id, by=by,
+            action="stale_execution")
+        record["message"] = message(rollout_id, record)
+        return record
+
+    def move_on(self, execution: Dict[str, Any], why: Dict[str, Any]) -> Dict[str, Any]:
+        """Complete the stale execution as its step ended (or as timed out); when st2 refuses
+        (its LiveAction is completed), recover the host in a workflow of its own."""
+        ex_id = str(execution["id"])
+        ended = why.get("ended")
+        if ended is not None:
+            status = "succeeded" if ended["ok"] else "failed"
+            result = {"result": {"watchdog": why["why"]}} if ended["ok"] else {
+                "error": str(ended.get("error") or "the step failed"), "watchdog": why["why"]}
+        else:
+            status = "timeout"
+            result = {"error": f"Action failed to complete in {int(why['timeout'])} seconds: "
+                               f"its action runner stopped ({why['why']})"}
+        try:
+            self.api.put(f"executions/{ex_id}", {"status": status, "result": result})
+            return {"action": f"completed {status}", "status": status}
+        except ApiRefused as err:
+            if err.status != 400:
+                raise
+        parent_id = str(execution.get("parent") or "")
+        parent = self.api.execution(parent_id) if parent_id else {}
+        rerun = RERUN_OF.get(str((parent.get("action") or {}).get("ref")))
+        if rerun is None or parent.get("status") not in ACTIVE:
+            return {"action": "left", "status": "running",
+                    "note": "its execution cannot be completed and no workflow waits for it"}
+        given = parent.get("parameters") or {}
+        params = execution["parameters"]
+        started = self.api.post("executions", {"action": RECOVER, "parameters": {
+            "rollout_id": params["rollout_id"], "host": params["host"], "stale": ex_id,
+            "parent": parent_id, "rerun": rerun, "timeouts": given.get("timeouts") or {},
+            "hosts": given.get("hosts"), "cause": str(given.get("cause") or "operator"),
+            "batch": int(given.get("batch", -1) if given.get("batch") is not None else -1)}})
+        return {"action": f"recovering in {started['id']}", "status": "running",
+                "recovery": str(started["id"])}
+
+
+def settle(api: Any, state: RolloutState, state_dir: str, stale_id: str, parent_id: str,
+           recovery_id: str, succeeded: bool, by: str = "") -> Dict[str, Any]:
+    """The end of a recovery (fleet_rollout.recover_host): the workflow that waited for the
+    stale execution is completed with the outcome of the host's change run again. Only the
+    recovery the watchdog recorded for that execution may do it."""
+    record = state.stale(stale_id) or {}
+    if not record or record.get("recovery") != recovery_id or record.get("parent") != parent_id:
+        raise ConfigError(f"execution {stale_id} of rollout {state.id} has no recovery "
+                          f"{recovery_id} for workflow {parent_id} recorded by the watchdog; "
+                          "nothing completed")
+    status = "succeeded" if succeeded else "failed"
+    host = str(record.get("host"))
+    result: Dict[str, Any] = {"output": {"host": host, "recovered_by": recovery_id}}
+    if not succeeded:
+        result["errors"] = [{"message": f"host {host} failed after its {record.get('step')} "
+                                        f"execution {stale_id} outlived its action runner; "
+                                        f"see {recovery_id}"}]
+    try:
+        api.put(f"executions/{parent_id}", {"status": status, "result": result})
+        settled = status
+    except ApiRefused as err:
+        if err.status != 400:
+            raise
+        settled = "already completed"
+    state.update_stale(stale_id, lambda kept: kept.update({"settled": settled,
+                                                           "settled_at": time.time()}))
+    Audit(state_dir, state.id).record(host, "execution", parent_id, settled,
+                                      execution=recovery_id, by=by, action="stale_settled")
+    ended = "had already ended" if settled == "already completed" else f"completed {settled}"
+    text = (f"Rollout {state.id}: host {host} recovered after its {record.get('step')} "
+            f"execution {stale_id} outlived its action runner: "
+            f"{'done' if succeeded else 'failed (restored or marked)'}; workflow "
+            f"{parent_id} {ended}.")
+    return {"settled": settled, "message": text}
+
+
+def message(rollout_id: str, record: Dict[str, Any]) -> str:
+    text = (f"Rollout {rollout_id}: host {record['host']}'s {record['step']} execution "
+            f"{record['execution']} outlived its action runner ({record['why']}). ")
+    if record.get("recovery"):
+        return text + (f"Its workflow {record['parent']} cannot go on by itself: recovering "
+                       f"the host in {record['recovery']} (every step idempotent, no second "
+                       "reset).")
+    if record["action"] == "left":
+        return text + "No workflow waits for it; nothing to do."
+    return text + f"Completed it as {record['status']}, so its workflow goes on."

@@ -1,0 +1,160 @@
+"""watchdog.py over a stand-in of the st2 API (a dict of executions): which running host
+actions are stale, what is done about each (its execution completed as its step ended, or its
+host recovered when StackStorm refuses that), once, and who may settle a recovery. The real
+API (the runtime's, modelling st2's answers) is exercised by tests/e2e/test_watchdog_rollout.py
+and tests/runtime/test_runtime_dead_runner.py."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+
+from fleet_rollout import watchdog
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.st2api import ApiRefused
+from fleet_rollout.store import MemoryStore, RolloutState
+
+NOW = 1_800_000_000.0
+
+
+def _ts(seconds: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.executions: Dict[str, Dict[str, Any]] = {}
+        self.completed_liveactions: set = set()
+        self.puts: List[Any] = []
+        self.posts: List[Any] = []
+
+    def add(self, ex_id: str, ref: str, status: str = "running", parent: str = "",
+            started: float = NOW - 60, **params: Any) -> Dict[str, Any]:
+        self.executions[ex_id] = {"id": ex_id, "action": {"ref": ref}, "status": status,
+                                  "parent": parent or None, "parameters": params,
+                                  "start_timestamp": _ts(started)}
+        return self.executions[ex_id]
+
+    def get(self, path: str) -> Any:
+        query = dict(p.split("=") for p in path.split("?", 1)[1].split("&"))
+        return [e for e in self.executions.values()
+                if e["action"]["ref"] == query["action"] and e["status"] == query["status"]]
+
+    def execution(self, ex_id: str) -> Dict[str, Any]:
+        return self.executions[ex_id]
+
+    def put(self, path: str, body: Any) -> Any:
+        ex_id = path.split("/")[1]
+        self.puts.append((ex_id, body["status"]))
+        if ex_id in self.completed_liveactions or self.executions[ex_id]["status"] not in (
+                "running", "paused", "canceling"):
+            raise ApiRefused("Execution is already in completed state.", 400)
+        self.executions[ex_id]["status"] = body["status"]
+        return self.executions[ex_id]
+
+    def post(self, path: str, body: Any) -> Any:
+        self.posts.append(body)
+        return {"id": f"rec{len(self.posts)}"}
+
+
+@pytest.fixture()
+def dog(tmp_path):
+    api, store = FakeApi(), MemoryStore()
+    return watchdog.Watchdog(api, store, str(tmp_path), grace=60, clock=lambda: NOW), api
+
+
+def _step_done(dog_: watchdog.Watchdog, host: str, step: str, ex_id: str, ok: bool,
+               at: float) -> None:
+    state = RolloutState(dog_.store, "r1")
+    record = state.host(host) or {"steps": {}}
+    record["steps"][step] = {"ok": ok, "at": at, "execution": ex_id,
+                             "detail": {} if ok else {"error": "BMC said no"}}
+    state.save_host(host, record)
+
+
+def test_a_running_step_is_stale_only_past_the_grace_after_its_work_or_its_timeout(dog):
+    dog_, api = dog
+    ex = api.add("s1", watchdog.HOST_STEP, rollout_id="r1", host="h1", step="reboot",
+                 timeout=900)
+    assert dog_.judge(ex) is None  # still working, within its timeout
+    _step_done(dog_, "h1", "reboot", "s1", True, NOW - 30)
+    assert dog_.judge(ex) is None  # its work ended 30 s ago: st2 may still be reporting it
+    _step_done(dog_, "h1", "reboot", "s1", True, NOW - 61)
+    assert "work ended 61 s ago" in dog_.judge(ex)["why"]
+    # a record of another execution (an earlier attempt) says nothing about this one
+    _step_done(dog_, "h1", "reboot", "old", True, NOW - 500)
+    assert dog_.judge(ex) is None
+    late = api.add("s2", watchdog.HOST_STEP, rollout_id="r1", host="h2", step="wait",
+                   timeout=900, started=NOW - 961)
+    assert "past its timeout of 900 s" in dog_.judge(late)["why"]
+
+
+def test_a_prepare_ends_with_its_stage_or_its_first_failure(dog):
+    dog_, api = dog
+    ex = api.add("p1", watchdog.HOST_STEP, rollout_id="r1", host="h1", step="prepare")
+    _step_done(dog_, "h1", "precheck", "p1", True, NOW - 100)
+    assert watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex) is None
+    _step_done(dog_, "h1", "drain", "p1", False, NOW - 90)
+    ended = watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex)
+    assert ended == {"ok": False, "at": NOW - 90, "error": "BMC said no"}
+
+
+def test_a_stale_step_st2_can_complete_is_completed_with_its_outcome_once(dog, tmp_path):
+    dog_, api = dog
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1",
+            step="verify")
+    _step_done(dog_, "h1", "verify", "s1", False, NOW - 120)
+    [done] = dog_.check(by="stanley", execution_id="wd1")
+    assert api.puts == [("s1", "failed")] and done["action"] == "completed failed"
+    assert "Completed it as failed" in done["message"]
+    assert RolloutState(dog_.store, "r1").stale("s1")["status"] == "failed"
+    api.executions["s1"]["status"] = "running"  # were it listed again: handled once
+    assert dog_.check(execution_id="wd2") == [] and len(api.puts) == 1
+    [entry] = [e for e in open(tmp_path / "r1" / "audit.jsonl")]
+    assert '"stale_execution"' in entry and '"s1"' in entry
+
+
+def test_a_step_past_its_timeout_is_timed_out_for_the_workflows_retry(dog):
+    dog_, api = dog
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1", step="wait",
+            timeout=100, started=NOW - 200)
+    [done] = dog_.check()
+    assert api.puts == [("s1", "timeout")] and done["status"] == "timeout"
+
+
+def test_when_st2_refuses_the_host_is_recovered_and_only_that_recovery_settles(dog, tmp_path):
+    dog_, api = dog
+    api.add("hc1", "fleet_rollout.host_change", timeouts={"reboot": 900}, rollout_id="r1",
+            host="h1")
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1", step="reboot")
+    api.completed_liveactions.add("s1")  # the runner wrote its LiveAction, then died
+    _step_done(dog_, "h1", "reboot", "s1", True, NOW - 120)
+    [done] = dog_.check(execution_id="wd1")
+    assert done["recovery"] == "rec1" and "recovering the host in rec1" in done["message"]
+    [body] = api.posts
+    assert body["action"] == watchdog.RECOVER
+    assert body["parameters"] == {"rollout_id": "r1", "host": "h1", "stale": "s1",
+                                  "parent": "hc1", "rerun": "host_change",
+                                  "timeouts": {"reboot": 900}, "hosts": None,
+                                  "cause": "operator", "batch": -1}
+    state = RolloutState(dog_.store, "r1")
+    with pytest.raises(ConfigError, match="no recovery other"):
+        watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "other", True)
+    assert api.executions["hc1"]["status"] == "running"
+    out = watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "rec1", True)
+    assert out["settled"] == "succeeded" and api.executions["hc1"]["status"] == "succeeded"
+    assert state.stale("s1")["settled"] == "succeeded"
+    again = watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "rec1", True)
+    assert again["settled"] == "already completed"
+
+
+def test_a_stale_execution_nothing_waits_for_is_left(dog):
+    dog_, api = dog
+    api.add("s1", watchdog.HOST_RESTORE, rollout_id="r1", host="h1")  # run by hand
+    api.completed_liveactions.add("s1")
+    _step_done(dog_, "h1", "restore", "s1", True, NOW - 120)
+    [done] = dog_.check()
+    assert done["action"] == "left" and api.posts == []
