@@ -127,6 +127,7 @@ TRIGGER_FIELDS = {
     "core.st2.generic.actiontrigger": {"execution_id", "status", "start_timestamp",
                                        "action_name", "action_ref", "runner_ref"},
     "core.st2.generic.inquiry": {"id", "route"},
+    "core.st2.IntervalTimer": {"executed_at", "schedule"},
 }
 
 
