@@ -95,8 +95,12 @@ def test_runners_dying_in_every_host_action_leave_no_host_drained(tmp_path):
             assert state["status"] == ("restored" if host == faulty else "done"), (host, state)
             assert not lab.drained(host), host
             resets = lab.bmc(host)["resets"]
-            # the change's and, for the restored host, the restore's: never a second
-            assert len(resets) == (2 if host == faulty else 1), (host, resets)
+            # the change's and, for the restored host, the restore's if it had to reset: never
+            # a second of either
+            if host == faulty:
+                assert 1 <= len(resets) <= 2, (host, resets)
+            else:
+                assert len(resets) == 1, (host, resets)
         audit = [e for e in _audit(lab, rollout_id) if e["action"] == "stale_execution"]
         assert sorted(e["old"] for e in audit) == sorted(dead)
         chat = open(os.path.join(lab.home, "chat.jsonl")).read()
