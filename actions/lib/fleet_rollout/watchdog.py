@@ -79,8 +79,8 @@ def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dic
         record = mine.get(step)
     if not record or not isinstance(record.get("at"), (int, float)):
         return None
-    error = ((record.get("detail") or {}) if isinstance(record.get("detail"), dict) else {}
-             ).get("error")
+    detail = record.get("detail")
+    error = detail.get("error") if isinstance(detail, dict) else None
     return {"ok": bool(record.get("ok")), "at": float(record["at"]), "error": error}
 
 
