@@ -26,6 +26,7 @@ from fleet_runtime.engine.events import (
     InquiryCompleted,
     InquiryExpired,
     Message,
+    PendingArrived,
     ResumeArrived,
     StartRequested,
     StatusReported,
@@ -127,6 +128,8 @@ class Runtime(
         self._in_worker = 0
         self._occupying: Dict[Tuple[str, Any], set] = {}
         self._answered: set = set()  # inquiries whose answer is accepted, not yet written
+        # st2_races: an inquiry's statuses not yet told to its workflow (parent id, payloads)
+        self._held_events: Dict[str, Tuple[str, List[Dict[str, Any]]]] = {}
         self._policy_waiting: Dict[Tuple[str, Any], List[str]] = {}
         self._commits = 0
         kill_after = os.environ.get(ENV_KILL_AFTER)
@@ -553,6 +556,8 @@ class Runtime(
                 self.queue.put(ResumeArrived(*timer.data))
             elif timer.kind == "answer_complete":
                 self.queue.put(InquiryCompleted(*timer.data))
+            elif timer.kind == "pending_arrives":
+                self.queue.put(PendingArrived(timer.data))
             elif timer.kind == "interval":
                 self._fire_interval(timer.data)
 

@@ -59,6 +59,15 @@ class ResumeArrived:
 
 
 @dataclass(frozen=True)
+class PendingArrived:
+    """Under st2's race: an inquiry's pending status (and whatever status it reached since)
+    reaches the workflow that asked, a moment after the inquiry became visible and
+    answerable (st2: the workflow engine handles the pending status from the message bus)."""
+
+    ex_id: str
+
+
+@dataclass(frozen=True)
 class InquiryExpired:
     """A pending inquiry's ttl ran out."""
 
@@ -92,7 +101,8 @@ class WorkerDone:
 
 
 Message = Union[StartRequested, ControlRequested, InquiryAnswered, InquiryCompleted,
-                ResumeArrived, InquiryExpired, StatusReported, WorkerStarted, WorkerDone]
+                ResumeArrived, PendingArrived, InquiryExpired, StatusReported, WorkerStarted,
+                WorkerDone]
 
 
 # ---------------------------------------------------------------------------- events
@@ -107,6 +117,16 @@ class StatusChanged:
     wf: Optional[WorkflowRun] = None
     seq: int = 0
     payload: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActionEventArrived:
+    """A child's status event appended to its workflow's event log after being held back
+    (PendingArrived): the conductor is told now."""
+
+    wf: WorkflowRun
+    seq: int
+    payload: Dict[str, Any]
 
 
 @dataclass
@@ -128,4 +148,4 @@ class ActionControlled:
     op: str
 
 
-Event = Union[StatusChanged, WorkflowControlled, ActionControlled]
+Event = Union[StatusChanged, ActionEventArrived, WorkflowControlled, ActionControlled]

@@ -8,7 +8,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 from fleet_runtime import params as params_util
-from fleet_runtime.engine.events import Event, InquiryAnswered, StatusReported, WorkflowControlled
+from fleet_runtime.engine.events import (
+    ActionEventArrived,
+    Event,
+    InquiryAnswered,
+    StatusReported,
+    WorkflowControlled,
+)
 from fleet_runtime.engine.model import (
     LOG,
     EngineState,
@@ -29,6 +35,9 @@ from fleet_runtime.statuses import (
 
 # seconds within which the two halves of an answer reach the engine under st2_races
 RACE_WINDOW = 0.3
+# seconds between an inquiry turning pending (visible, answerable) and its workflow hearing of
+# it, under st2_races (at most, drawn at random; completion-first: always this long)
+PAUSE_WINDOW = 3.0
 
 
 class InquiriesMixin(EngineState):
@@ -103,6 +112,34 @@ class InquiriesMixin(EngineState):
         self._post.append(lambda: self.emit_trigger(
             "core.st2.generic.inquiry", {"id": info.id, "route": result["route"]}))
         self._arm_ttl(info.id, time.time(), result["ttl"])
+
+    def _hold_until_paused(self, info: ExecInfo, status: str, payload: Dict[str, Any]) -> bool:
+        """st2_races: an inquiry's pending status, and what follows it, reach the workflow that
+        asked a moment after the inquiry is visible and answerable. On st2 the inquirer runner
+        returns pending, the action runner writes it, and the workflow engine pauses the
+        workflow only when it handles that status from the message bus
+        (services/workflows.py handle_action_execution_pending); respond() in between finds
+        the workflow running, requests no resume and records no requester."""
+        held = self._held_events.get(info.id)
+        if held is not None:
+            held[1].append(payload)
+            return True
+        if status != PENDING or info.runner != "inquirer" or not self.home.st2_races:
+            return False
+        self._held_events[info.id] = (str(info.parent_id), [payload])
+        first = self.home.st2_races == "completion-first"
+        self._add_timer(PAUSE_WINDOW if first else self._race_rng.uniform(0, PAUSE_WINDOW),
+                        "pending_arrives", info.id)
+        return True
+
+    def _persist_pending_arrived(self, ex_id: str) -> List[Event]:
+        """The held statuses of an inquiry reach its workflow, in the order they came."""
+        parent_id, payloads = self._held_events.pop(ex_id, ("", []))
+        wf = self.workflows.get(parent_id)
+        if wf is None:
+            return []
+        return [ActionEventArrived(wf, self.store.append_event(wf.wf_id, "action", payload),
+                                   payload) for payload in payloads]
 
     def _arm_ttl(self, ex_id: str, start_ts: float, ttl: Any) -> None:
         try:

@@ -143,6 +143,7 @@ class EngineState:
     # concurrency policies: executions holding / waiting for a slot, by policy key
     _occupying: Dict[Tuple[str, Any], Set[str]]
     _answered: Set[str]
+    _held_events: Dict[str, Tuple[str, List[Dict[str, Any]]]]
     _policy_waiting: Dict[Tuple[str, Any], List[str]]
     _commits: int
     _kill_after: Optional[int]

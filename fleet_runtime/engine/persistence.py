@@ -17,12 +17,14 @@ from orquesta import statuses as wf_statuses
 from fleet_runtime.conductor import RuntimeConductor
 from fleet_runtime.engine.events import (
     ActionControlled,
+    ActionEventArrived,
     ControlRequested,
     Event,
     InquiryAnswered,
     InquiryCompleted,
     InquiryExpired,
     Message,
+    PendingArrived,
     ResumeArrived,
     StartRequested,
     StatusChanged,
@@ -83,6 +85,8 @@ class PersistenceMixin(EngineState):
             return self._persist_inquiry_succeeded(msg.ex_id, msg.response, msg.requester)
         if isinstance(msg, ResumeArrived):
             return self._persist_resume_arrived(msg.wf_ex_id, msg.inquiry_id)
+        if isinstance(msg, PendingArrived):
+            return self._persist_pending_arrived(msg.ex_id)
         if isinstance(msg, InquiryExpired):
             return self._persist_ttl(msg.ex_id)
         if isinstance(msg, WorkerStarted):
@@ -180,6 +184,8 @@ class PersistenceMixin(EngineState):
                 "status": status,
                 "result": result,
             }
+            if self._hold_until_paused(info, status, payload):
+                return event  # reaches the workflow later (PendingArrived)
             event.seq = self.store.append_event(parent.wf_id, "action", payload)
             event.payload = payload
             event.wf = parent
@@ -216,6 +222,10 @@ class PersistenceMixin(EngineState):
     def _apply(self, event: Event) -> None:
         if isinstance(event, StatusChanged):
             self._apply_status(event)
+        elif isinstance(event, ActionEventArrived):
+            if event.wf.ex_id in self.workflows:
+                event.wf.last_seq = max(event.wf.last_seq, event.seq)
+                self._apply_action_event(event.wf, event.payload)
         elif isinstance(event, WorkflowControlled):
             event.wf.last_seq = max(event.wf.last_seq, event.seq)
             self._apply_control(event.wf, event.op, mark=not event.internal)

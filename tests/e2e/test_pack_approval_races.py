@@ -6,7 +6,9 @@ tests/runtime/test_runtime_st2_races.py shows a batch-shaped workflow stranded s
 The pack asks each question in a workflow of its own and its batch reads the answer through
 the API, so no batch pauses: on every answer path, with the completion always first, and over
 fifty answers at random moments, no rollout is left paused or running, and who answered is
-recorded."""
+recorded. An inquiry is answerable a moment before its workflow pauses on it, and StackStorm
+records nobody for an answer given then: the pack asks such a question again, and
+fleet_rollout.respond answers only once the question has paused."""
 from __future__ import annotations
 
 import json
@@ -21,6 +23,8 @@ from typing import Any, Dict, List
 import pytest
 from locations import ROOT
 from rollout_support import SimLab, error_text, output
+
+from fleet_runtime.database import Store
 
 ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
 ONE_HOST_BATCHES = {"canary_size": 1, "max_unavailable_per_rack": 1,
@@ -67,6 +71,19 @@ def race_lab(tmp_path):
     lab.down()
 
 
+def _question_paused(lab: RaceLab, inquiry_id: str, timeout: float = 60) -> None:
+    """Wait until the inquiry's workflow has paused on it: StackStorm records who answers
+    only from then on."""
+    store = Store(os.path.join(lab.home, "runtime.db"))
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        parent = store.get_execution(store.get_execution(inquiry_id)["parent_id"])
+        if parent["status"] != "running":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the workflow of inquiry {inquiry_id} never paused")
+
+
 def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
     lab = race_lab
     profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
@@ -85,6 +102,7 @@ def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
         else:
             asked += 1
             if path == "inquiry":
+                _question_paused(lab, inquiry["id"])
                 out = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}')
             elif path == "chat":
                 out = lab.cli("chat", "--user", "bob", f"rollout approve {rollout_id}")
@@ -108,6 +126,75 @@ def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
     assert _questions_left(lab) == []
     answers = [e for e in _audit(lab, rollout_id) if e["action"] == "answer"]
     assert len(answers) >= batches
+
+
+def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab):
+    """Each question answered the moment it is listed, before its workflow has paused: by `st2
+    inquiry respond` (StackStorm records nobody: the pack asks again, and the answer to that,
+    given once it has paused, counts), by `st2 run fleet_rollout.respond` and by the chat alias
+    (respond waits for the pause: counted at once)."""
+    lab = race_lab
+    profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
+    lab.start_engine()
+    out = lab.cli("run", "fleet_rollout.rollout", f"profile={profile}", "-a", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    root = json.loads(out.stdout)["id"]
+    store = Store(os.path.join(lab.home, "runtime.db"))
+    paths = ["inquiry", "run", "chat"]
+    answered: Dict[str, str] = {}   # inquiry id -> path
+    first_asks = 0
+    deadline = time.time() + 900
+    while _status(lab, root) not in ("succeeded", "failed", "canceled") and \
+            time.time() < deadline:
+        pending = [r for r in store.find_executions("runner='inquirer' AND status='pending'")
+                   if r["id"] not in answered]
+        if not pending:
+            time.sleep(0.1)
+            continue
+        inquiry = pending[0]
+        schema_props = inquiry["result"]["schema"]["properties"]
+        rollout_id = schema_props["rollout_id"]["default"]
+        message = schema_props.get("approved", {}).get("description", "")
+        if "choice" in schema_props:
+            path, args = "verdict", ["inquiry", "respond", inquiry["id"], "-r",
+                                     '{"choice": "proceed"}']
+            _question_paused(lab, inquiry["id"])
+        elif message.startswith("Asked again:"):
+            path, args = "inquiry", ["inquiry", "respond", inquiry["id"], "-r",
+                                     '{"approved": true}']
+            _question_paused(lab, inquiry["id"])  # read, then answered: counted
+        else:
+            path = paths[first_asks % len(paths)]
+            first_asks += 1
+            # the question's workflow has not paused yet: the answer comes first
+            assert store.get_execution(inquiry["parent_id"])["status"] == "running"
+            args = {"inquiry": ["inquiry", "respond", inquiry["id"], "-r",
+                                '{"approved": true}'],
+                    "run": ["run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
+                            "decision=approve"],
+                    "chat": ["chat", "--user", "bob", f"rollout approve {rollout_id}"]}[path]
+        answered[inquiry["id"]] = path
+        out = lab.cli(*args)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert _status(lab, root) == "succeeded", _status(lab, root)
+    [rollout_id] = lab.kv_ids()
+    assert lab.kv(rollout_id, "meta")["status"] == "completed"
+    batches = lab.kv(rollout_id, "meta")["batches"]
+    assert batches >= 3 and first_asks == batches
+    approvals = [lab.kv(rollout_id, f"batch.{b}")["approval"] for b in range(batches)]
+    expected = [("alice", "api"), ("alice", "api"), ("bob", "chat")]
+    assert [(a["by"], a["via"], a["approved"]) for a in approvals] == [
+        expected[b % 3] + (True,) for b in range(batches)]
+    # asked again exactly for the answers `inquiry respond` gave before the pause
+    reasked = [b for b in range(batches)
+               if lab.kv(rollout_id, f"batch.{b}")["questions"]["approval"].get("asked_again")]
+    assert reasked == [b for b in range(batches) if b % 3 == 0]
+    entries = _audit(lab, rollout_id)
+    unattributed = [e for e in entries if e["action"] == "answer_unattributed"]
+    assert len(unattributed) == len(reasked)
+    assert {e["old"] for e in unattributed} <= set(answered)
+    time.sleep(2)
+    assert _questions_left(lab) == [] and _paused_batches(lab) == []
 
 
 def _audit(lab: RaceLab, rollout_id: str) -> List[Dict[str, Any]]:

@@ -137,3 +137,68 @@ def test_await_without_a_question_refuses(asking):
     q, _api, _clock = asking
     with pytest.raises(ApiRefused, match="asked no approval question"):
         q.await_answer(0, "approval")
+
+
+def test_an_answer_nobody_is_recorded_for_is_asked_again_with_the_rest_of_its_ttl(asking):
+    q, api, clock = asking
+    q.ask(0, "approval", "Approve batch 1?", ["alice"], [], 60)
+    calls = []
+
+    def reask(kind, inquiry_id, ttl_left):
+        calls.append((kind, inquiry_id, ttl_left))
+        return q.ask(0, kind, "Asked again: ...", ["alice"], [], ttl_left,
+                     again=q.asked(0, kind))
+
+    clock.now += 25 * 60  # 25 of its 60 minutes gone
+    # answered before its workflow paused: st2 resumed nothing, recorded nobody
+    api.children["w1"][0]["status"] = "succeeded"
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=reask)
+    assert out == {"status": "pending", "workflow": "w2", "unattributed": "i1",
+                   "workflow_status": "canceling"}
+    assert calls == [("approval", "i1", 35)]
+    assert q.author(0, "i1") == ""
+    # the new question keeps the first one's ttl, and counts how often it was asked again
+    assert q.asked(0, "approval") == {"workflow": "w2", "asked": 1000.0, "ttl": 60,
+                                      "asked_again": 1}
+    assert api.posts[1]["parameters"]["ttl"] == 35
+    # the batch's next read waits for the new question; its answer, attributed, counts
+    api.answer("w2", "alice")
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=reask)
+    assert (out["status"], out["inquiry"]) == ("answered", "i2")
+    assert q.author(0, "i2") == "alice" and len(calls) == 1
+
+
+def test_the_requester_written_between_two_reads_is_kept(asking):
+    """respond() may come between await_answer's read of the workflow and of the inquiry:
+    the workflow is read again once the answer is seen."""
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    first_read = api.execution
+
+    def execution(ex_id):
+        record = dict(first_read(ex_id), context=dict(first_read(ex_id)["context"]))
+        if api.children["w1"][0]["status"] == "pending":
+            api.answer("w1", "alice")  # the answer lands right after this read
+        return record
+
+    api.execution = execution
+    out = q.await_answer(0, "approval", wait=5, poll=1,
+                         reask=lambda *a: pytest.fail("asked again"))
+    assert out["status"] == "answered" and q.author(0, "i1") == "alice"
+
+
+def test_without_a_reask_an_unattributed_answer_is_answered_with_no_author(asking):
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    api.children["w1"][0]["status"] = "succeeded"
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert out["status"] == "answered" and q.author(0, "i1") == ""
+
+
+def test_a_question_without_ttl_has_none_left(asking):
+    q, _api, clock = asking
+    assert q.ttl_left({"asked": 1000.0, "ttl": 0}) == 0
+    clock.now += 59.5 * 60
+    assert q.ttl_left({"asked": 1000.0, "ttl": 60}) == 1
+    clock.now += 3600
+    assert q.ttl_left({"asked": 1000.0, "ttl": 60}) == 1

@@ -1,6 +1,8 @@
 """st2_races: an answer's resume and its completion reach the asking workflow in either order,
 as on StackStorm (st2common services/inquiry.py respond). When the completion comes first the
-workflow stays paused with its question answered, until someone resumes it.
+workflow stays paused with its question answered, until someone resumes it. And an inquiry is
+answerable a moment before its workflow pauses on it: an answer in that moment resumes nothing
+and records no requester.
 
 The fixture's ask_flow (a core.ask, then tasks on its answer) on the real Orquesta conductor;
 answers through the engine's respond, the path of `inquiry respond` and the st2 API.
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 from runtime_support import children, engine, fixture_home, wait
 
-from fleet_runtime.statuses import PAUSED, SUCCEEDED
+from fleet_runtime.statuses import PAUSED, PENDING, RUNNING, SUCCEEDED
 
 FLOWS = 24
 
@@ -72,5 +74,33 @@ def test_without_the_setting_every_answer_resumes_its_workflow(
             rt.respond(_ask(rt, ex_id)["id"], {"approved": True}, requester="operator")
         for ex_id in flows:
             assert wait(rt, ex_id, until_completed=True, timeout=30)["status"] == SUCCEEDED
+    finally:
+        rt.close()
+
+
+def test_an_answer_before_its_workflow_pauses_records_nobody_and_strands_it(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEET_ROLLOUT_ST2_RACES", "completion-first")
+    rt = engine(home)
+    try:
+        flows = [rt.request("rt_test.ask_flow", {}) for _ in range(4)]
+
+        def asked() -> bool:
+            return all(any(c["runner"] == "inquirer" and c["status"] == PENDING
+                           for c in children(rt, ex_id)) for ex_id in flows)
+
+        rt.run(until=asked, timeout=60, eager=True)
+        for ex_id in flows:
+            # the inquiry is pending (listed, answerable); its workflow has not paused yet
+            assert rt.store.get_execution(ex_id)["status"] == RUNNING
+            rt.respond(_ask(rt, ex_id)["id"], {"approved": True}, requester="operator")
+        for ex_id in flows:
+            record = wait(rt, ex_id)
+            ask = _ask(rt, ex_id)
+            assert ask["status"] == SUCCEEDED and ask["result"]["response"]["approved"] is True
+            # nothing resumed, nobody recorded; the workflow paused on its answered question
+            assert "resumed_by" not in record["context"]
+            assert record["status"] == PAUSED
+            assert [c["status"] for c in children(rt, ex_id)] == [SUCCEEDED]
     finally:
         rt.close()

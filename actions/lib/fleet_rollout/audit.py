@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 _LOCK = threading.Lock()
+ROLLOUT = "(rollout)"  # the host of entries about the rollout itself (answers)
 
 
 class Audit:
@@ -64,7 +65,7 @@ class Audit:
 
     def summary(self) -> Dict[str, Any]:
         entries, bad = self.read()
-        hosts = sorted({e["host"] for e in entries if e["action"] != "answer"})
+        hosts = sorted({e["host"] for e in entries if e["host"] != ROLLOUT})
         by_action: Dict[str, int] = {}
         for e in entries:
             by_action[e["action"]] = by_action.get(e["action"], 0) + 1

@@ -6,15 +6,24 @@ in its schema, checks the caller (approvals.caller: the chat user behind an alia
 the API user) and answers through the StackStorm API with the action's own token. StackStorm
 then checks that token's account against the inquiry's users/roles and records it as the
 requester; the batch workflow reads the approver from there (approvals.answer_author).
+
+StackStorm records a requester only when the question's workflow has paused on its inquiry,
+which it does a moment after the inquiry appears; so respond answers once that workflow is
+paused (waiting up to PAUSE_WAIT seconds), and says so when the answer still came first
+(the batch then asks the question again: questions.py).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+import time
+from typing import Any, Callable, Dict, List, Mapping
 
 from fleet_rollout import approvals
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ActionApi
+
+PAUSE_WAIT = 30.0  # seconds respond waits for the question's workflow to pause
+POLL = 0.5
 
 DECISIONS = {
     "approve": {"approved": True, "choice": "proceed"},
@@ -44,7 +53,9 @@ def build_response(rollout_id: str, decision: str, props: Mapping[str, Any],
     return response
 
 
-def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi) -> Dict[str, Any]:
+def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi,
+            sleep: Callable[[float], None] = time.sleep,
+            clock: Callable[[], float] = time.time) -> Dict[str, Any]:
     """Answer as the caller; raises ApprovalRefused (caller may not answer) or ConfigError."""
     if decision not in DECISIONS:
         raise ConfigError(f"decision {decision!r}: one of {', '.join(DECISIONS)}")
@@ -56,8 +67,29 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi) 
     inquiry = matches[0]
     props = (inquiry.get("schema") or {}).get("properties") or {}
     response = build_response(rollout_id, decision, props, who)
+    workflow_id = asking_workflow_paused(api, str(inquiry["id"]), sleep, clock)
     api.put(f"inquiries/{inquiry['id']}", {"id": inquiry["id"], "response": response})
-    return {"rollout_id": rollout_id, "inquiry": inquiry["id"], "decision": decision,
-            "by": who.name, "via": who.via,
-            "message": f"{who.name} answered {decision} for rollout {rollout_id} "
-                       f"(inquiry {inquiry['id']})"}
+    out = {"rollout_id": rollout_id, "inquiry": inquiry["id"], "decision": decision,
+           "by": who.name, "via": who.via, "attributed": True,
+           "message": f"{who.name} answered {decision} for rollout {rollout_id} "
+                      f"(inquiry {inquiry['id']})"}
+    if workflow_id and not (api.execution(workflow_id).get("context") or {}).get("resumed_by"):
+        out["attributed"] = False
+        out["message"] += (": it came before StackStorm had paused the question, so it is not "
+                           "counted and the question is asked again; answer once more")
+    return out
+
+
+def asking_workflow_paused(api: ActionApi, inquiry_id: str,
+                           sleep: Callable[[float], None] = time.sleep,
+                           clock: Callable[[], float] = time.time) -> str:
+    """The id of the workflow that asked this inquiry ("" for none), once it is neither
+    running nor pausing (st2 refuses to resume a pausing workflow: the answer fails), or after
+    PAUSE_WAIT seconds."""
+    workflow_id = str(api.execution(inquiry_id).get("parent") or "")
+    end = clock() + PAUSE_WAIT
+    while workflow_id and clock() < end:
+        if api.execution(workflow_id).get("status") not in ("running", "pausing"):
+            break
+        sleep(POLL)
+    return workflow_id

@@ -12,20 +12,28 @@ question's own workflow, which nothing waits for.
 
 Who answered is what StackStorm recorded: respond() resumes the asking workflow as the
 requester (`context.resumed_by` of the question's workflow, written before the inquiry
-succeeds). await_answer keeps it, bound to the inquiry's id, in the batch's state before
-anything else can resume that workflow; record_answer reads it from there. Then the
-question's workflow is given a few seconds to end by itself; on StackStorm the race can leave it
-paused, resuming or running for good, so one that has not ended is canceled (st2's orquesta
-runner cancels a workflow with no active task at once).
+succeeds). await_answer reads it once it sees the answer and keeps it, bound to the inquiry's
+id, in the batch's state before anything else can resume that workflow; record_answer reads it
+from there. respond() records a requester only when the workflow has already paused on its
+question: an answer given in the moment between the inquiry appearing and its workflow pausing
+has no author. Such an answer is not counted either way: the question is asked again (the
+`reask` callback), with a note and the rest of its ttl, and the unattributed answer goes to the
+audit trail. Then the question's workflow is given a few seconds to end by itself; on
+StackStorm the race can leave it paused, resuming or running for good, so one that has not
+ended is canceled (st2's orquesta runner cancels a workflow with no active task at once).
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 from fleet_rollout.approvals import CHAT_USER_FIELD
 from fleet_rollout.st2api import ApiRefused
 from fleet_rollout.store import RolloutState
+
+# asks a question again: (kind, the unattributed inquiry's id, ttl minutes left) -> its record
+Reask = Callable[[str, str, int], Dict[str, Any]]
 
 QUESTION_WORKFLOW = "fleet_rollout.question"
 ASK_ACTION = "core.ask"
@@ -81,13 +89,20 @@ class Questions:
         return (self.state.batch(batch).get("questions") or {}).get(kind) or {}
 
     def ask(self, batch: int, kind: str, message: str, users: List[str], roles: List[str],
-            ttl: int) -> Dict[str, Any]:
-        """Start the question's workflow and record it as the batch's question of this kind."""
+            ttl: int, again: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """Start the question's workflow and record it as the batch's question of this kind.
+        `again`: the record of the question this one asks again, whose ttl it keeps (the new
+        inquiry's own ttl is what is left of it)."""
         started = self.api.post("executions", {"action": QUESTION_WORKFLOW, "parameters": {
             "rollout_id": self.state.id, "batch": batch, "question": kind,
             "schema": schema(kind, self.state.id, message), "users": users, "roles": roles,
             "ttl": ttl}})
-        record = {"workflow": str(started["id"]), "asked": self.clock(), "ttl": ttl}
+        record: Dict[str, Any] = {"workflow": str(started["id"]), "asked": self.clock(),
+                                  "ttl": ttl}
+        if again:
+            record.update(asked=again.get("asked", record["asked"]),
+                          ttl=again.get("ttl", ttl),
+                          asked_again=int(again.get("asked_again") or 0) + 1)
 
         def put(state: Dict[str, Any]) -> None:
             state.setdefault("questions", {})[kind] = record
@@ -100,11 +115,22 @@ class Questions:
         children = self.api.get(f"executions/{workflow_id}/children?depth=1")
         return _latest([c for c in children if _ref(c) == ASK_ACTION])
 
+    def ttl_left(self, asked: Dict[str, Any]) -> int:
+        """Whole minutes left of a question's ttl (at least 1); 0: it has none."""
+        ttl = float(asked.get("ttl") or 0)
+        if ttl <= 0:
+            return 0
+        left = float(asked.get("asked") or 0) + ttl * 60.0 - self.clock()
+        return max(1, int(math.ceil(left / 60.0)))
+
     def await_answer(self, batch: int, kind: str, wait: float = WAIT,
-                     poll: float = POLL) -> Dict[str, Any]:
+                     poll: float = POLL, reask: Optional[Reask] = None) -> Dict[str, Any]:
         """Wait up to `wait` seconds for the batch's question: answered, timed_out (the
         inquiry timed out or failed, or its ttl passed here), halted (the rollout was halted:
-        the question is canceled) or still pending."""
+        the question is canceled) or still pending. An answer StackStorm recorded no requester
+        for is asked again through `reask(kind, inquiry id, ttl minutes left)` (the result is
+        then pending, naming the unattributed inquiry); without `reask` it is answered and
+        record_answer refuses it."""
         asked = self.asked(batch, kind)
         if not asked.get("workflow"):
             raise ApiRefused(f"batch {batch} of rollout {self.state.id} has asked no "
@@ -117,10 +143,18 @@ class Questions:
             inquiry = self.inquiry(workflow_id)
             status = str((inquiry or {}).get("status") or "")
             if status == "succeeded":
-                self.keep_author(batch, str(inquiry["id"]), workflow)
-                return {"status": ANSWERED, "inquiry": str(inquiry["id"]),
-                        "workflow": workflow_id,
-                        "workflow_status": self.end_question(workflow, poll)}
+                inquiry_id = str(inquiry["id"])
+                # read again: respond() writes resumed_by before the inquiry succeeds, and the
+                # answer may have come after the first read
+                workflow = self.api.execution(workflow_id)
+                author = self.keep_author(batch, inquiry_id, workflow)
+                ended = self.end_question(workflow, poll)
+                if not author and reask is not None:
+                    again = reask(kind, inquiry_id, self.ttl_left(asked))
+                    return {"status": PENDING, "workflow": str(again["workflow"]),
+                            "unattributed": inquiry_id, "workflow_status": ended}
+                return {"status": ANSWERED, "inquiry": inquiry_id, "workflow": workflow_id,
+                        "workflow_status": ended}
             if status in COMPLETED or (inquiry is None and workflow.get("status") in COMPLETED):
                 ended = status or str(workflow.get("status"))
                 return {"status": TIMED_OUT, "inquiry": str((inquiry or {}).get("id") or ""),
@@ -135,15 +169,20 @@ class Questions:
                 return {"status": PENDING, "workflow": workflow_id}
             self.sleep(poll)
 
-    def keep_author(self, batch: int, inquiry_id: str, workflow: Dict[str, Any]) -> None:
-        """Keep who StackStorm recorded as answering (first kept wins: a later resume of
-        the question's workflow, e.g. tidy's, records its own requester there)."""
+    def keep_author(self, batch: int, inquiry_id: str, workflow: Dict[str, Any]) -> str:
+        """Keep who StackStorm recorded as answering, and return it ("" when nobody was
+        recorded: nothing is kept). The first author kept wins: someone who resumes the
+        question's workflow later is recorded there as resumed_by too."""
         author = str((workflow.get("context") or {}).get("resumed_by") or "")
+        if not author:
+            return ""
+        kept: List[str] = []
 
         def put(state: Dict[str, Any]) -> None:
-            state.setdefault("answer_by", {}).setdefault(inquiry_id, author)
+            kept.append(state.setdefault("answer_by", {}).setdefault(inquiry_id, author))
 
         self.state.update_batch(batch, put)
+        return kept[-1] if kept else author
 
     def author(self, batch: int, inquiry_id: str) -> str:
         return str((self.state.batch(batch).get("answer_by") or {}).get(inquiry_id) or "")

@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout import approvals, gate, questions, timeouts
+from fleet_rollout.audit import ROLLOUT
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import approval_needed, early_pre, estimate_plan, render_estimate
@@ -245,15 +246,7 @@ def ask(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: 
     ctx = context(raw_config, datastore, rollout_id)
     if question not in questions.KINDS:
         raise ConfigError(f"question {question!r}: approval or inconclusive")
-    if question == "approval":
-        previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
-        message = approval_message(ctx, batch, gate.batch_hosts(ctx, batch), previous)
-    else:
-        verdict = ctx.state.batch(batch).get("verdict") or {}
-        if verdict.get("verdict") != "INCONCLUSIVE":
-            raise ConfigError(f"batch {batch_label(batch)} of rollout {rollout_id} has no "
-                              "INCONCLUSIVE verdict recorded: nothing to ask")
-        message = str(verdict.get("explanation") or "")
+    message = question_text(ctx, batch, question)
     if api is None:
         api = ActionApi.from_env()
     asking_workflow(api, rollout_id, batch)
@@ -261,6 +254,42 @@ def ask(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: 
     asking = questions.Questions(api, ctx.state)
     return asking.ask(batch, question, message, users, roles,
                       int(ctx.profile["approval"]["ttl_minutes"]))
+
+
+def question_text(ctx: RolloutContext, batch: int, question: str) -> str:
+    """What the batch's question says: the batch to approve, or the INCONCLUSIVE verdict."""
+    if question == "approval":
+        previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
+        return approval_message(ctx, batch, gate.batch_hosts(ctx, batch), previous)
+    verdict = ctx.state.batch(batch).get("verdict") or {}
+    if verdict.get("verdict") != "INCONCLUSIVE":
+        raise ConfigError(f"batch {batch_label(batch)} of rollout {ctx.state.id} has no "
+                          "INCONCLUSIVE verdict recorded: nothing to ask")
+    return str(verdict.get("explanation") or "")
+
+
+def unattributed_note(inquiry_id: str) -> str:
+    return (f"Asked again: the answer to inquiry {inquiry_id} came before StackStorm had "
+            "paused that question, so StackStorm recorded nobody as giving it and it was not "
+            "counted. Please answer once more. ")
+
+
+def reask(ctx: RolloutContext, api: Any, batch: int) -> questions.Reask:
+    """The callback await_answer asks a question again with, when StackStorm recorded no
+    requester for its answer: the audit trail keeps the unattributed answer, the new question
+    says why it is asked again (chat shows it through the inquiry rule)."""
+    asking = questions.Questions(api, ctx.state)
+
+    def again(question: str, inquiry_id: str, ttl_left: int) -> Dict[str, Any]:
+        ctx.audit.record(ROLLOUT, f"batch.{batch_label(batch)}.{question}", inquiry_id,
+                         "asked again", api.execution_id, "nobody",
+                         action="answer_unattributed")
+        users, roles = approvals.inquiry_acl(ctx.config)
+        message = unattributed_note(inquiry_id) + question_text(ctx, batch, question)
+        return asking.ask(batch, question, message, users, roles, ttl_left,
+                          again=asking.asked(batch, question))
+
+    return again
 
 
 def await_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, question: str,
@@ -272,7 +301,8 @@ def await_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, q
     if api is None:
         api = ActionApi.from_env()
     asking_workflow(api, rollout_id, batch)
-    return questions.Questions(api, ctx.state).await_answer(batch, question, wait=wait)
+    return questions.Questions(api, ctx.state).await_answer(
+        batch, question, wait=wait, reask=reask(ctx, api, batch))
 
 
 OUTCOMES = ("answered", "timed_out", "unasked", "halted", "auto")
@@ -340,7 +370,7 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
 
     ctx.state.update_batch(batch, put)
     what = "approval" if question == "approval" else f"inconclusive: {record['choice']}"
-    ctx.audit.record("(rollout)", f"batch.{batch_label(batch)}.{question}", None, what,
+    ctx.audit.record(ROLLOUT, f"batch.{batch_label(batch)}.{question}", None, what,
                      api.execution_id, record["by"] or "nobody", action="answer",
                      approved_by=record["by"] if record["approved"] else None)
     if question == "approval" and not record["approved"] and outcome != "halted":

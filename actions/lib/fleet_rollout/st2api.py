@@ -25,9 +25,14 @@ class ApiRefused(ConfigError):
         super().__init__(message)
 
 
+# seconds one request may take: a busy st2api (an inquiry PUT resumes workflows and writes
+# several documents before it answers) can take over a minute on a small machine
+TIMEOUT = 120.0
+
+
 class ActionApi:
     def __init__(self, url: str, token: str, execution_id: str = "",
-                 session: Optional[Any] = None, timeout: float = 30) -> None:
+                 session: Optional[Any] = None, timeout: float = TIMEOUT) -> None:
         self.url = url.rstrip("/")
         self.headers = {"X-Auth-Token": token}
         self.execution_id = execution_id

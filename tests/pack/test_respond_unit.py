@@ -1,0 +1,74 @@
+"""fleet_rollout.respond (inquiries.respond) over a stand-in of the st2 API: it answers once the
+question's workflow has paused on its inquiry (StackStorm records who answered only then), and
+says when its answer still came first. The real APIs (the runtime's and st2's) are exercised by
+the e2e approval tests."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from fleet_rollout import inquiries
+from fleet_rollout.config import load_pack_config
+
+CONFIG = load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}},
+                           "approvers": ["alice"]})
+SCHEMA = {"properties": {"approved": {"type": "boolean"}, "rollout_id": {"default": "r1"}}}
+
+
+class Api:
+    """The question's workflow w1 pauses after `pause_after` reads of it."""
+
+    def __init__(self, pause_after: int) -> None:
+        self.pause_after = pause_after
+        self.reads = 0
+        self.workflow: Dict[str, Any] = {"id": "w1", "status": "running", "context": {}}
+        self.puts: List[Any] = []
+
+    def own_execution(self) -> Dict[str, Any]:
+        return {"context": {"user": "alice"}}
+
+    def get(self, path: str) -> Any:
+        assert path == "inquiries"
+        return [{"id": "i1", "schema": SCHEMA}]
+
+    def execution(self, ex_id: str) -> Dict[str, Any]:
+        if ex_id == "i1":
+            return {"id": "i1", "parent": "w1", "status": "pending"}
+        self.reads += 1
+        if self.reads > self.pause_after and self.workflow["status"] == "running":
+            self.workflow["status"] = "paused"
+        return dict(self.workflow)
+
+    def put(self, path: str, body: Any) -> Any:
+        self.puts.append((path, body, self.workflow["status"]))
+        if self.workflow["status"] == "paused":  # st2's respond: the requester recorded
+            self.workflow["context"]["resumed_by"] = "alice"
+        return {}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_respond_answers_once_the_question_has_paused():
+    api, clock = Api(pause_after=3), Clock()
+    out = inquiries.respond(CONFIG, "r1", "approve", api, sleep=clock.sleep, clock=clock)
+    [(path, body, status_then)] = api.puts
+    assert path == "inquiries/i1" and body["response"] == {"approved": True, "rollout_id": "r1"}
+    assert status_then == "paused" and clock.now == 3 * inquiries.POLL
+    assert out["attributed"] is True and "answered approve" in out["message"]
+
+
+def test_respond_says_so_when_its_answer_still_came_before_the_pause():
+    api, clock = Api(pause_after=10**6), Clock()
+    out = inquiries.respond(CONFIG, "r1", "approve", api, sleep=clock.sleep, clock=clock)
+    [(_path, _body, status_then)] = api.puts
+    assert status_then == "running" and clock.now >= inquiries.PAUSE_WAIT
+    assert out["attributed"] is False
+    assert "not counted and the question is asked again" in out["message"]
