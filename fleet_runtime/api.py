@@ -3,7 +3,9 @@
 st2 gives every action execution `ST2_ACTION_API_URL` and a short-lived `ST2_ACTION_AUTH_TOKEN`;
 actions use them e.g. to answer an inquiry from chat. The engine serves the same endpoints on
 an ephemeral loopback port, with one token per running execution, acting as the execution's
-context user as st2's action tokens do (st2actions/container/base.py _create_auth_token):
+context user as st2's action tokens do (st2actions/container/base.py _create_auth_token), with
+that user's RBAC grants (fleet_runtime/rbac.py: action_execute to start, execution_stop to pause,
+resume, cancel or complete, inquiry_respond to answer):
 
     GET  /api/v1/inquiries            pending inquiries  [{id, route, ttl, users, roles, schema}]
     GET  /api/v1/inquiries/<id>       one pending inquiry
@@ -29,6 +31,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
+from fleet_runtime.rbac import AccessDenied
 from fleet_runtime.runtime_errors import (
     ExecutionStateError,
     InquiryError,
@@ -41,6 +44,7 @@ from fleet_runtime.st2api import views
 class LocalApi:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
+        self.rbac = runtime.home.rbac()
         self.tokens: Dict[str, str] = {}
         self._lock = threading.Lock()
         api = self
@@ -129,6 +133,10 @@ class LocalApi:
                                                     f' {record["status"]}.'}
                     return 200, views.inquiry(record)
                 if method == "PUT":
+                    parent = record.get("parent_id")
+                    found = self.runtime.store.get_execution(parent) if parent else None
+                    self.rbac.require_inquiry(user, "inquiry_respond", record["id"],
+                                              found["action"] if found else None)
                     response = (body or {}).get("response")
                     result = self.runtime.respond(record["id"], response, requester=user)
                     return 200, {"id": result["id"], "response": result["response"]}
@@ -156,6 +164,8 @@ class LocalApi:
                 record = self.runtime._execution(parts[1])
                 return 200, [render.public(self.runtime.registry, child) for child in
                              self.runtime.store.find_executions("parent_id=?", (record["id"],))]
+        except AccessDenied as e:
+            return 403, {"faultstring": str(e)}
         except NotFoundError as e:
             return 404, {"faultstring": str(e)}
         except InquiryError as e:
@@ -177,6 +187,9 @@ class LocalApi:
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             return 400, {"faultstring": "`parameters` must be an object"}
+        if body["action"] not in self.runtime.registry.actions:
+            return 404, {"faultstring": f'Action "{body["action"]}" cannot be found.'}
+        self.rbac.require_action(user, "action_execute", body["action"])
         started = self.runtime.submit_queued("run", {
             "action": body["action"], "parameters": parameters, "context": {"user": user}})
         return 201, render.public(self.runtime.registry, self.runtime._execution(started["id"]))
@@ -210,6 +223,7 @@ class LocalApi:
         from fleet_runtime.statuses import COMPLETED, CONTROL_OF
 
         record = self.runtime._execution(ex_id)
+        self.rbac.require_execution(user, "execution_stop", record["id"], record["action"])
         # a dead runner's execution: st2 completed its LiveAction, which this refusal reads
         if record["status"] in COMPLETED or record["id"] in \
                 self.runtime.dead_runner_executions():

@@ -4,6 +4,7 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
 
     runtime.db            SQLite: executions, workflow state, events, datastore, inquiries
     runtime.lock          held (flock) by the process that runs the engine
+    rbac/                 StackStorm RBAC: roles/*.yaml, assignments/*.yaml (fleet_runtime/rbac.py)
     config.yaml           runtime settings: user, roles, user_roles, system_user, chatops_user,
                           chat_webhook_url, workers, packs, time_factor, python_workers
                           (warm|cold), warm_preload
@@ -22,11 +23,14 @@ import getpass
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
 from fleet_runtime.runtime_errors import MetadataError
+
+if TYPE_CHECKING:
+    from fleet_runtime.rbac import Rbac
 
 ENV_HOME = "FLEET_ROLLOUT_HOME"
 ENV_USER = "FLEET_ROLLOUT_USER"
@@ -67,6 +71,7 @@ class RuntimeHome:
         (self.path / "configs").mkdir(mode=PRIVATE_DIR, exist_ok=True)
         make_private(self.path)
         self.settings = self._load_settings()
+        self._rbac: Dict[Tuple[str, ...], Rbac] = {}
 
     # ------------------------------------------------------------------ paths
     @property
@@ -132,12 +137,32 @@ class RuntimeHome:
         return [str(r) for r in self.settings.get("roles", [])]
 
     def roles_of(self, user: str) -> List[str]:
-        """RBAC roles of a user (st2: role assignments): the runtime user's `roles`, any
-        user's from the `user_roles` setting ({name: [role, ...]})."""
+        """RBAC roles of a user (st2: role assignments): the assignments under `rbac/`, the
+        runtime user's `roles`, any user's from the `user_roles` setting ({name: [role,
+        ...]})."""
         found = [str(r) for r in (self.settings.get("user_roles") or {}).get(user) or []]
         if user == self.user:
             found += [r for r in self.roles if r not in found]
+        found += [r for r in self.rbac().roles_of(user) if r not in found]
         return found
+
+    @property
+    def rbac_path(self) -> Path:
+        """StackStorm's RBAC definitions (st2: /opt/stackstorm/rbac): roles/, assignments/."""
+        return self.path / "rbac"
+
+    def rbac(self, admins: Sequence[str] = ()) -> Rbac:
+        """Who may do what through the APIs; the runtime's own user and its system user are
+        `system_admin` (StackStorm's installer assigns it to its admin and to stanley), the
+        `admins` given are `admin`."""
+        from fleet_runtime.rbac import Rbac
+
+        key = tuple(admins)
+        cached = self._rbac.get(key)
+        if cached is None:
+            cached = self._rbac[key] = Rbac(self.rbac_path, (self.user, self.system_user),
+                                            admins)
+        return cached
 
     @property
     def time_factor(self) -> float:

@@ -25,7 +25,15 @@ RUNTIME_PACK = FIXTURES / "runtime_pack"
 ST2API_PACK = FIXTURES / "st2api_pack"
 
 PASSWORDS = {"sre-alice": "alice-pw-1", "sre-bob": "bob-pw-2", "st2admin": "admin-pw-3",
-             "chatops_bot": "bot-pw-4"}
+             "chatops_bot": "bot-pw-4", "sre-carol": "carol-pw-5", "sre-viewer": "viewer-pw-6",
+             "sre-operator": "operator-pw-7"}
+# The tests' everyday users may run every action of the packs a test loads (a role the harness
+# writes); sre-carol has no grant at all; sre-viewer and sre-operator have the pack's roles.
+TESTS_ROLE = "tests_runner"
+DEFAULT_ROLES = {"sre-alice": [TESTS_ROLE], "sre-bob": [TESTS_ROLE],
+                 "chatops_bot": [TESTS_ROLE], "sre-carol": [],
+                 "sre-viewer": ["fleet_rollout_viewer"],
+                 "sre-operator": ["fleet_rollout_operator", "fleet_rollout_approver"]}
 
 
 def st2_cli() -> Path:
@@ -37,8 +45,8 @@ def st2_cli() -> Path:
 
 class St2Api:
     def __init__(self, tmp: Path, packs: List[Path], default_pack: bool = False,
-                 admins: Optional[List[str]] = None, home_settings: Optional[Dict] = None
-                 ) -> None:
+                 admins: Optional[List[str]] = None, home_settings: Optional[Dict] = None,
+                 roles: Optional[Dict[str, List[str]]] = None) -> None:
         self.tmp = tmp
         self.home = tmp / "home"
         self.home.mkdir(parents=True, exist_ok=True)
@@ -53,8 +61,32 @@ class St2Api:
         self.state: Dict[str, Any] = {}
         self.log = tmp / "st2api.log"
         self._tokens: Dict[str, str] = {}
+        self._write_tests_role()
+        self.fleet(["api", "roles", str(REPO / "rbac")])
+        assigned = dict(DEFAULT_ROLES, **(roles or {}))
         for name, password in PASSWORDS.items():
-            self.fleet(["api", "user", name], stdin=password + "\n")
+            args = ["api", "user", name]
+            for role in assigned.get(name, []):
+                args += ["--role", role]
+            self.fleet(args, stdin=password + "\n")
+
+    def _write_tests_role(self) -> None:
+        """Every action of the packs this API loads (and st2's core and chatops packs)."""
+        import yaml
+
+        names = {"core", "chatops", "fleet_rollout"}
+        for pack in self.packs:
+            names.add(str(yaml.safe_load((pack / "pack.yaml").read_text())["ref"]))
+        grants: List[Dict[str, Any]] = [
+            {"resource_uid": f"pack:{name}", "permission_types": ["action_all"]}
+            for name in sorted(names)]
+        grants.append({"permission_types": ["action_list", "execution_list", "inquiry_list",
+                                            "inquiry_respond", "stream_view"]})
+        roles_dir = self.home / "rbac" / "roles"
+        roles_dir.mkdir(parents=True, exist_ok=True)
+        (roles_dir / f"{TESTS_ROLE}.yaml").write_text(yaml.safe_dump(
+            {"name": TESTS_ROLE, "description": "the tests' users", "enabled": True,
+             "permission_grants": grants}))
 
     # ------------------------------------------------------------------ processes
     def common(self) -> List[str]:

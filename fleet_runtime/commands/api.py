@@ -4,7 +4,9 @@ chat bots.
 `serve` listens on 127.0.0.1 (st2's API port 9101 by default; `--port 0` picks a free one),
 with the engine as a second process (started here when none runs for the home, stopped with
 this one). `user NAME` adds or changes a user of the flat users file (password from stdin).
-`env` prints the ST2_* variables that point the st2 CLI at the running API.
+`roles DIR` installs role files (the pack's `rbac/`); `user NAME --role R` also assigns RBAC
+roles (fleet_runtime/rbac.py). `env` prints the ST2_* variables that point the st2 CLI at the
+running API.
 """
 from __future__ import annotations
 
@@ -49,7 +51,13 @@ def register(subparsers: Any) -> None:
     user = sub.add_parser("user", help="add a user or change a password (stdin)")
     user.add_argument("name")
     user.add_argument("--users-file", default=None)
+    user.add_argument("--role", action="append", default=None,
+                      help="RBAC role to assign (rbac/assignments/NAME.yaml, st2's format);"
+                           " repeatable; replaces the user's roles")
     finish(user, cmd_user, json_flag=False)
+    roles = sub.add_parser("roles", help="install RBAC role definitions (st2's roles/*.yaml)")
+    roles.add_argument("directory", help="a directory holding roles/*.yaml, as the pack's rbac/")
+    finish(roles, cmd_roles, json_flag=False)
     env = sub.add_parser("env", help="print the ST2_* variables for the st2 CLI")
     finish(env, cmd_env, json_flag=True)
 
@@ -69,6 +77,40 @@ def cmd_user(args: argparse.Namespace) -> int:
     except users.UsersFileError as e:
         return fail(e)
     print(f"user {args.name} set in {_users_path(args, home)}")
+    if args.role is not None:
+        from fleet_runtime import rbac
+
+        path = rbac.write_assignment(home.rbac_path, args.name, args.role)
+        try:
+            rbac.load(home.rbac_path)
+        except rbac.RbacError as e:
+            path.unlink()
+            return fail(e)
+        print(f"roles of {args.name}: {', '.join(args.role) or 'none'} ({path})")
+    return 0
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    """Copy role files into the home's rbac/roles (st2: into /opt/stackstorm/rbac/roles, then
+    st2-apply-rbac-definitions), refusing the lot when one of them is not valid."""
+    import shutil
+
+    from fleet_runtime import rbac
+
+    home = RuntimeHome(args.home)
+    source = Path(args.directory) / "roles"
+    files = sorted(source.glob("*.yaml"))
+    if not files:
+        return fail(f"no role files in {source} (roles/*.yaml)")
+    target = home.rbac_path / "roles"
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        rbac.load(Path(args.directory))  # every file valid before any is copied
+    except rbac.RbacError as e:
+        return fail(e)
+    for path in files:
+        shutil.copyfile(path, target / path.name)
+        print(f"role file {path.name} installed in {target}")
     return 0
 
 

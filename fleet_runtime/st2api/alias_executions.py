@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from fleet_runtime import alias_execution
+from fleet_runtime import alias_execution, rbac
 from fleet_runtime.runtime_errors import RuntimeErrorBase
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
@@ -60,6 +60,9 @@ class AliasExecutions:
                 alias_name=alias_name, format_str=body.get("format"))
         except RuntimeErrorBase as e:
             raise http_error(e) from None
+        for run in planned.runs:  # st2: the account that posts runs the alias's action
+            self.svc.check(self.svc.rbac.may_action(req.user, "action_execute", run.action.ref),
+                           req.user, "action_execute", rbac.action_uid(run.action.ref))
         results = []
         for run in planned.runs:
             response = self.svc.call("run", {"action": run.action.ref,

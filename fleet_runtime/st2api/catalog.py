@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from fleet_runtime import aliases as alias_match
+from fleet_runtime import rbac
 from fleet_runtime.packs import RUNNERS
 from fleet_runtime.runtime_errors import AliasError
 from fleet_runtime.st2api import views
@@ -39,6 +40,7 @@ class Catalog:
         return {"version": ST2_VERSION, "server": "fleet-rollout embedded runtime"}
 
     def actions(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "action_list"), req.user, "action_list")
         items = [views.action(a) for a in sorted(self.registry.actions.values(),
                                                  key=lambda a: a.ref)]
         pack = req.query.get("pack")
@@ -53,6 +55,8 @@ class Catalog:
         found = self.registry.actions.get(ref)
         if found is None:
             raise HttpError(404, f'Resource with a reference or id "{ref}" not found')
+        self.svc.check(self.svc.rbac.may_action(req.user, "action_view", found.ref), req.user,
+                       "action_view", rbac.action_uid(found.ref))
         return views.action(found)
 
     def runners(self, req: Request) -> Response:
@@ -113,10 +117,9 @@ class Catalog:
         return {"available": len(lines), "helpstrings": page}
 
     def user(self, req: Request) -> Dict[str, Any]:
-        admin = self.svc.is_admin(req.user)
         return {"username": req.user, "authentication": dict(req.auth),
-                "rbac": {"enabled": False, "roles": ["admin"] if admin else [],
-                         "is_admin": admin}}
+                "rbac": {"enabled": True, "roles": self.svc.rbac.roles_of(req.user),
+                         "is_admin": self.svc.is_admin(req.user)}}
 
 
 def _of_pack(req: Request, items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from fleet_runtime import rbac
 from fleet_runtime.st2api import views
 from fleet_runtime.st2api.http import HttpError, Request, Response, Router
 from fleet_runtime.st2api.service import ID_PATTERN, ApiService
@@ -41,6 +42,19 @@ class Executions:
             raise HttpError(404, f'Resource with a reference or id "{ex_id}" not found')
         return record
 
+    def _may_view(self, req: Request, record: Dict[str, Any]) -> None:
+        self.svc.check(self.svc.rbac.may_execution(req.user, "execution_view", record["action"]),
+                       req.user, "execution_view", f"execution:{record['id']}")
+
+    def _may_stop(self, req: Request, record: Dict[str, Any]) -> None:
+        self.svc.check(self.svc.rbac.may_execution(req.user, "execution_stop", record["action"]),
+                       req.user, "execution_stop", f"execution:{record['id']}")
+
+    def _viewable(self, req: Request, ex_id: str) -> Dict[str, Any]:
+        record = self._record(ex_id)
+        self._may_view(req, record)
+        return record
+
     def _child_ids(self, ex_id: str) -> List[str]:
         return [r["id"] for r in self.rt.store.find_executions("parent_id=?", (ex_id,))]
 
@@ -56,6 +70,7 @@ class Executions:
         return req.flag("show_secrets") and self.svc.is_admin(req.user)
 
     def list(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "execution_list"), req.user, "execution_list")
         where, args = ["1=1"], []  # type: List[str], List[Any]
         for field, column in (("action", "action"), ("status", "status")):
             if req.query.get(field):
@@ -93,13 +108,13 @@ class Executions:
         return Response(200, body, {"X-Total-Count": str(total), "X-Limit": str(limit)})
 
     def get(self, req: Request, ex_id: str) -> Dict[str, Any]:
-        view = self._view(req, self._record(ex_id))
+        view = self._view(req, self._viewable(req, ex_id))
         return views.select(view, req.query.get("include_attributes"),
                             req.query.get("exclude_attributes"))
 
     def children(self, req: Request, ex_id: str) -> List[Dict[str, Any]]:
         """Descendants, depth first (st2: `depth=-1` for all levels)."""
-        record = self._record(ex_id)
+        record = self._viewable(req, ex_id)
         depth = req.int_param("depth", 1)
         out: List[Dict[str, Any]] = []
 
@@ -113,18 +128,18 @@ class Executions:
         return out
 
     def result(self, req: Request, ex_id: str) -> Dict[str, Any]:
-        view = self._view(req, self._record(ex_id), with_children=False)
+        view = self._view(req, self._viewable(req, ex_id), with_children=False)
         return {"id": view["id"], "result": view["result"]}
 
     def attribute(self, req: Request, ex_id: str, attribute: str) -> Any:
-        view = self._view(req, self._record(ex_id))
+        view = self._view(req, self._viewable(req, ex_id))
         if attribute not in view:
             raise HttpError(400, f'Invalid attribute "{attribute}" specified.')
         return view[attribute]
 
     def output(self, req: Request, ex_id: str) -> Response:
         """stdout/stderr of the execution (st2 streams them as they come; here: the final)."""
-        record = self._record(ex_id)
+        record = self._viewable(req, ex_id)
         result = record.get("result")
         wanted = req.query.get("output_type")
         lines: List[str] = []
@@ -158,7 +173,7 @@ class Executions:
         overrides = body.get("parameters") or {}
         if not isinstance(overrides, dict):
             raise HttpError(400, "The parameters needs to be a dictionary.")
-        existing = self._record(ex_id)
+        existing = self._viewable(req, ex_id)
         parameters: Dict[str, Any] = {}
         if not req.flag("no_merge"):
             parameters.update(existing.get("parameters") or {})
@@ -181,6 +196,8 @@ class Executions:
              context: Dict[str, Any]) -> Response:
         if ref not in self.rt.registry.actions:
             raise HttpError(404, f'Action "{ref}" cannot be found.')
+        self.svc.check(self.svc.rbac.may_action(req.user, "action_execute", ref), req.user,
+                       "action_execute", rbac.action_uid(ref))
         response = self.svc.call("run", {"action": ref, "parameters": parameters,
                                          "context": context})
         record = self._record(response["id"])
@@ -189,6 +206,7 @@ class Executions:
     def update(self, req: Request, ex_id: str) -> Dict[str, Any]:
         body = req.json_body()
         record = self._record(ex_id)
+        self._may_stop(req, record)
         status = body.get("status")
         if record["status"] in COMPLETED:
             raise HttpError(400, "Execution is already in completed state.")
@@ -201,6 +219,7 @@ class Executions:
 
     def cancel(self, req: Request, ex_id: str) -> Any:
         record = self._record(ex_id)
+        self._may_stop(req, record)
         if record["status"] == CANCELED:
             return self._view(req, record)
         if record["status"] not in CANCELABLE:

@@ -34,7 +34,18 @@ class Inquiries:
             raise HttpError(404, f'Resource with a reference or id "{inquiry_id}" not found')
         return record
 
+    def _workflow_ref(self, record: Dict[str, Any]) -> Any:
+        parent = record.get("parent_id")
+        found = self.rt.store.get_execution(parent) if parent else None
+        return found["action"] if found else None
+
+    def _may(self, req: Request, permission: str, record: Dict[str, Any]) -> None:
+        self.svc.check(self.svc.rbac.may_inquiry(req.user, permission,
+                                                 self._workflow_ref(record)),
+                       req.user, permission, f"inquiry:{record['id']}")
+
     def list(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "inquiry_list"), req.user, "inquiry_list")
         rows = self._pending()
         limit = req.int_param("limit", 0)
         page = rows[:limit] if limit > 0 else rows
@@ -42,6 +53,7 @@ class Inquiries:
 
     def get(self, req: Request, inquiry_id: str) -> Dict[str, Any]:
         record = self._record(inquiry_id)
+        self._may(req, "inquiry_view", record)
         if record["status"] != "pending":
             raise HttpError(400, f'Inquiry "{record["id"]}" is {record["status"]}.')
         return views.inquiry(record)
@@ -52,6 +64,7 @@ class Inquiries:
         if not isinstance(response, dict):
             raise HttpError(400, '"response" must be an object')
         record = self._record(inquiry_id)
+        self._may(req, "inquiry_respond", record)
         result = self.svc.call("respond", {"id": record["id"], "response": response,
                                            "requester": req.user})
         return {"id": result["id"], "response": result["response"]}

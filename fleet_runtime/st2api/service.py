@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from fleet_runtime import runtime_errors as errors
+from fleet_runtime.rbac import AccessDenied
 from fleet_runtime.st2api import users as users_file
 from fleet_runtime.st2api.credentials import Credentials
 from fleet_runtime.st2api.http import HttpError, Request
@@ -38,7 +39,7 @@ class ApiService:
         self.rt = runtime
         self.users_path = Path(users_path)
         self.users = users_file.load(self.users_path)
-        self.admins = set(admins or [])
+        self.rbac = runtime.home.rbac(list(admins or []))
         self.credentials = Credentials(str(runtime.home.db_path))
         self._logins = threading.BoundedSemaphore(LOGINS_AT_ONCE)
 
@@ -65,7 +66,13 @@ class ApiService:
             return users_file.verify(self.users, name, password)
 
     def is_admin(self, user: Optional[str]) -> bool:
-        return user in self.admins
+        return self.rbac.is_admin(user)
+
+    def check(self, allowed: bool, user: Optional[str], permission: str,
+              resource_uid: Optional[str] = None) -> None:
+        """403 as st2 answers a missing RBAC grant."""
+        if not allowed:
+            raise HttpError(403, str(AccessDenied(str(user), permission, resource_uid)))
 
     # ------------------------------------------------------------------ changes
     def call(self, op: str, payload: Dict[str, Any]) -> Any:

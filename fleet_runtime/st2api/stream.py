@@ -41,6 +41,7 @@ Event = Tuple[str, Dict[str, Any]]
 
 class StreamHub:
     def __init__(self, service: ApiService) -> None:
+        self.service = service
         self.rt = service.rt
         self._clients: List[queue.Queue[Event]] = []
         self._lock = threading.Lock()
@@ -86,6 +87,8 @@ class StreamHub:
                     LOG.warning("stream client dropped: %d events unread", QUEUE_LIMIT)
 
     def stream(self, req: Request) -> Response:
+        self.service.check(self.service.rbac.may(req.user, "stream_view"), req.user,
+                           "stream_view")
         events = [e for e in (req.query.get("events") or "").split(",") if e] or DEFAULT_EVENTS
         end_event = req.query.get("end_event") or None
         end_id = req.query.get("end_execution_id") or None

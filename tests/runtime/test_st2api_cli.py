@@ -225,7 +225,7 @@ def test_inquiry_roles_are_the_requesters_own(tmp_path: Path) -> None:
         refused = server.http("PUT", f"/api/v1/inquiries/{inquiry['id']}", user="sre-bob",
                               json=body)
         assert refused.status_code == 403
-        assert "roles of sre-bob: none" in refused.json()["faultstring"]
+        assert "roles of sre-bob: tests_runner" in refused.json()["faultstring"]
         ok = server.http("PUT", f"/api/v1/inquiries/{inquiry['id']}", json=body)
         assert ok.status_code == 200, ok.text
         assert server.wait_status(wf_id, ("succeeded",))["context"]["resumed_by"] == "sre-alice"

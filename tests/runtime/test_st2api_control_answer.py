@@ -16,7 +16,8 @@ EX_ID = "6b0963af2e9e2a5e5728f2c9"
 
 class Store:
     def __init__(self, status: str) -> None:
-        self.record: Dict[str, Any] = {"id": EX_ID, "status": status, "runner": "orquesta"}
+        self.record: Dict[str, Any] = {"id": EX_ID, "status": status, "runner": "orquesta",
+                                       "action": "rt_test.flow"}
 
     def resolve_execution_id(self, ex_id: str) -> str:
         return EX_ID
@@ -34,6 +35,10 @@ class Service:
         self.store = store
         self.applies = applies
         self.calls: List[str] = []
+        self.rbac = type("Rbac", (), {"may_execution": lambda *args: True})()
+
+    def check(self, allowed: bool, *args: Any) -> None:
+        assert allowed
 
     def call(self, op: str, payload: Dict[str, Any]) -> Dict[str, Any]:
         self.calls.append(op)
