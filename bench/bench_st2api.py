@@ -45,9 +45,11 @@ def start(home: Path) -> subprocess.Popen:
     subprocess.run(fleet + ["api", "user", "bench", "--home", str(home),
                             "--no-default-pack"], input=PASSWORD + "\n", text=True,
                    check=True, capture_output=True, cwd=ROOT)
+    # the bench user is an administrator: RBAC grants are not what this measures
     proc = subprocess.Popen(fleet + ["api", "serve", "--port", "0", "--home", str(home),
-                                     "--no-default-pack"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     "--no-default-pack", "--admin", "bench"], cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     state = home / "st2api.json"
     for _ in range(600):
         if state.exists() and json.loads(state.read_text()).get("pid") == proc.pid:

@@ -4,8 +4,9 @@ st2 gives every action execution `ST2_ACTION_API_URL` and a short-lived `ST2_ACT
 actions use them e.g. to answer an inquiry from chat. The engine serves the same endpoints on
 an ephemeral loopback port, with one token per running execution, acting as the execution's
 context user as st2's action tokens do (st2actions/container/base.py _create_auth_token), with
-that user's RBAC grants (fleet_runtime/rbac.py: action_execute to start, execution_stop to pause,
-resume, cancel or complete, inquiry_respond to answer):
+that user's RBAC grants once the home has RBAC definitions (fleet_runtime/rbac.py:
+action_execute to start, execution_stop to pause, resume, cancel or complete, inquiry_respond
+to answer; a home without an rbac/ directory serves one owner, whose executions act freely):
 
     GET  /api/v1/inquiries            pending inquiries  [{id, route, ttl, users, roles, schema}]
     GET  /api/v1/inquiries/<id>       one pending inquiry
@@ -44,7 +45,8 @@ from fleet_runtime.st2api import views
 class LocalApi:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
-        self.rbac = runtime.home.rbac()
+        rbac = runtime.home.rbac()
+        self.rbac = rbac if rbac.defined else None
         self.tokens: Dict[str, str] = {}
         self._lock = threading.Lock()
         api = self
@@ -133,10 +135,11 @@ class LocalApi:
                                                     f' {record["status"]}.'}
                     return 200, views.inquiry(record)
                 if method == "PUT":
-                    parent = record.get("parent_id")
-                    found = self.runtime.store.get_execution(parent) if parent else None
-                    self.rbac.require_inquiry(user, "inquiry_respond", record["id"],
-                                              found["action"] if found else None)
+                    if self.rbac is not None:
+                        parent = record.get("parent_id")
+                        found = self.runtime.store.get_execution(parent) if parent else None
+                        self.rbac.require_inquiry(user, "inquiry_respond", record["id"],
+                                                  found["action"] if found else None)
                     response = (body or {}).get("response")
                     result = self.runtime.respond(record["id"], response, requester=user)
                     return 200, {"id": result["id"], "response": result["response"]}
@@ -189,7 +192,8 @@ class LocalApi:
             return 400, {"faultstring": "`parameters` must be an object"}
         if body["action"] not in self.runtime.registry.actions:
             return 404, {"faultstring": f'Action "{body["action"]}" cannot be found.'}
-        self.rbac.require_action(user, "action_execute", body["action"])
+        if self.rbac is not None:
+            self.rbac.require_action(user, "action_execute", body["action"])
         started = self.runtime.submit_queued("run", {
             "action": body["action"], "parameters": parameters, "context": {"user": user}})
         return 201, render.public(self.runtime.registry, self.runtime._execution(started["id"]))
@@ -223,7 +227,9 @@ class LocalApi:
         from fleet_runtime.statuses import COMPLETED, CONTROL_OF
 
         record = self.runtime._execution(ex_id)
-        self.rbac.require_execution(user, "execution_stop", record["id"], record["action"])
+        if self.rbac is not None:
+            self.rbac.require_execution(user, "execution_stop", record["id"],
+                                        record["action"])
         # a dead runner's execution: st2 completed its LiveAction, which this refusal reads
         if record["status"] in COMPLETED or record["id"] in \
                 self.runtime.dead_runner_executions():

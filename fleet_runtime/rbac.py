@@ -241,6 +241,11 @@ class Rbac:
                 self._stamp = stamp
             return self._defs
 
+    @property
+    def defined(self) -> bool:
+        """Whether the home has RBAC definitions (an rbac/ directory)."""
+        return self.directory.is_dir()
+
     # ------------------------------------------------------------------ who has what
     def roles_of(self, user: Optional[str]) -> List[str]:
         if not user:

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from fleet_lab.chatops import bot, ircd, procs
 from fleet_runtime.paths import REPO_ROOT
@@ -105,22 +105,39 @@ def _child_env(home: str) -> Dict[str, str]:
 # -- st2 users ------------------------------------------------------------------------------
 
 
-def add_user(home: str, name: str, password: str) -> None:
-    """`fleet-rollout api user NAME --home H`, the password on stdin (never argv)."""
-    out = subprocess.run(_fleet_cli() + ["api", "user", name, "--home", home],
-                         input=password + "\n", capture_output=True, text=True, timeout=120,
-                         cwd=str(REPO), env=_child_env(home))
+# The pack's RBAC roles (rbac/roles): the lab's SREs run and approve rollouts, the bot's
+# account runs the chat aliases for them.
+SRE_ROLES = ("fleet_rollout_operator", "fleet_rollout_approver")
+BOT_ROLES = ("fleet_rollout_chatops",)
+
+
+def _api_cli(home: str, args: List[str], what: str, stdin: Optional[str] = None) -> None:
+    out = subprocess.run(_fleet_cli() + ["api"] + args + ["--home", home], input=stdin,
+                         capture_output=True, text=True, timeout=120, cwd=str(REPO),
+                         env=_child_env(home))
     if out.returncode != 0:
-        raise RuntimeError(f"st2 user {name} not added to {home}/st2api-users: "
-                           f"{(out.stderr or out.stdout).strip()[-1000:]}")
+        raise RuntimeError(f"{what}: {(out.stderr or out.stdout).strip()[-1000:]}")
 
 
-def create_users(home: str, names: List[str]) -> Dict[str, str]:
-    """A random password per user, registered in the home's users file; returns them."""
+def add_user(home: str, name: str, password: str, roles: Sequence[str] = ()) -> None:
+    """`fleet-rollout api user NAME --home H [--role R ...]`, the password on stdin (never
+    argv)."""
+    args = ["user", name]
+    for role in roles:
+        args += ["--role", role]
+    _api_cli(home, args, f"st2 user {name} not added to {home}/st2api-users",
+             stdin=password + "\n")
+
+
+def create_users(home: str, names: List[str], bot_user: Optional[str] = None
+                 ) -> Dict[str, str]:
+    """A random password per user, registered in the home's users file with the pack's roles
+    (the bot's account: the chat role; the others: operator and approver); returns them."""
+    _api_cli(home, ["roles", str(REPO / "rbac")], "the pack's RBAC roles not installed")
     passwords: Dict[str, str] = {}
     for name in dict.fromkeys(names):
         passwords[name] = secrets.token_urlsafe(18)
-        add_user(home, name, passwords[name])
+        add_user(home, name, passwords[name], BOT_ROLES if name == bot_user else SRE_ROLES)
     return passwords
 
 
@@ -199,7 +216,7 @@ def start(state_dir: str, home: str, users: List[str], bot_user: str,
     """Users, API (+engine), ngircd, errbot. The caller stops it with `stop` on failure."""
     d = dirs(state_dir)
     home = str(Path(home).resolve())
-    passwords = create_users(home, [bot_user] + list(users))
+    passwords = create_users(home, [bot_user] + list(users), bot_user)
     progress(f"chatops: st2 users {', '.join(passwords)} (passwords in {d['st2']}/*.conf)")
     api = start_api(home, state_dir)
     write_cli_configs(d["st2"], passwords, api)

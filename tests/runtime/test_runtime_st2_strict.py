@@ -848,3 +848,48 @@ def test_an_action_starts_an_execution_through_the_local_api_as_its_user(rt: Run
     assert answers["unknown"].status_code == 404, answers["unknown"].text
     assert answers["bad"].status_code == 400 and "action" in answers["bad"].json()["faultstring"]
     assert answers["invalid"].status_code == 400, answers["invalid"].text
+
+
+def test_an_action_token_has_its_users_grants_once_the_home_has_rbac(
+        home: Path, packs: List[str]) -> None:
+    """With RBAC definitions in the home, the engine's action API checks the token's user as
+    st2 checks an action's token: no grant, no new execution, no answer, no cancel."""
+    from fleet_runtime import rbac
+
+    (home / "rbac" / "roles").mkdir(parents=True)
+    (home / "rbac" / "roles" / "rt.yaml").write_text(
+        "name: rt\npermission_grants:\n  - resource_uid: pack:rt_test\n"
+        "    permission_types: [action_execute]\n")
+    rbac.write_assignment(home / "rbac", "dora", ["rt"])
+    runtime = engine(home, packs=packs)
+    try:
+        body = {"action": "rt_test.greet", "parameters": {"name": "x"}}
+        answers: Dict[str, Any] = {}
+
+        def post(user: str) -> None:
+            answers[user] = requests.post(f"{runtime.api.url}/executions", json=body,
+                                          timeout=30,
+                                          headers={"X-Auth-Token": runtime.api.issue_token(user)})
+
+        import threading
+
+        threads = [threading.Thread(target=post, args=(u,)) for u in ("carol", "dora")]
+        for thread in threads:
+            thread.start()
+        runtime.run(until=lambda: not any(t.is_alive() for t in threads), forever=True,
+                    timeout=60)
+        assert answers["carol"].status_code == 403, answers["carol"].text
+        assert "action_execute" in answers["carol"].json()["faultstring"]
+        assert answers["dora"].status_code == 201, answers["dora"].text
+        ex = run(runtime, "rt_test.ask_flow", {"users": ["carol"]})
+        ask = inquiry_below(runtime, ex["id"])
+        refused = requests.put(f"{runtime.api.url}/inquiries/{ask['id']}", timeout=10,
+                               json={"id": ask["id"], "response": {"approved": True}},
+                               headers={"X-Auth-Token": runtime.api.issue_token("carol")})
+        assert refused.status_code == 403 and "inquiry_respond" in refused.json()["faultstring"]
+        stop = requests.put(f"{runtime.api.url}/executions/{ex['id']}", timeout=10,
+                            json={"status": "canceling"},
+                            headers={"X-Auth-Token": runtime.api.issue_token("carol")})
+        assert stop.status_code == 403 and "execution_stop" in stop.json()["faultstring"]
+    finally:
+        runtime.close()
