@@ -4,7 +4,7 @@ from fleet_rollout import service
 
 
 class Abort(Action):
-    def run(self, rollout_id, cause='operator', batch=-1):
-        _, user = service.action_identity()
+    def run(self, rollout_id, cause='operator', batch=-1, force=False):
+        _, who = service.action_caller(self.config)
         return service.abort(self.config, self.action_service, rollout_id, cause, int(batch),
-                             user)
+                             caller=who, force=bool(force))

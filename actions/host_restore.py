@@ -5,6 +5,6 @@ from fleet_rollout import service
 
 class HostRestore(Action):
     def run(self, rollout_id, host, leave_drained=None):
-        execution_id, user = service.action_identity()
+        execution_id, who = service.action_caller(self.config)
         return service.host_restore(self.config, self.action_service, rollout_id, host,
-                                    execution_id, user, leave_drained)
+                                    execution_id, who.name, leave_drained, caller=who)

@@ -5,6 +5,6 @@ from fleet_rollout import service
 
 class HostStep(Action):
     def run(self, rollout_id, host, step):
-        execution_id, user = service.action_identity()
+        execution_id, user = service.action_identity(self.config)
         return service.host_step(self.config, self.action_service, rollout_id, host, step,
                                  execution_id, user)

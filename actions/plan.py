@@ -5,6 +5,6 @@ from fleet_rollout import service
 
 class PlanRollout(Action):
     def run(self, profile, targets='all', rollout_id=None):
-        _, user = service.action_identity()
+        _, who = service.action_caller(self.config)
         return service.plan_rollout(self.config, self.action_service, profile, targets,
-                                    rollout_id, user)
+                                    rollout_id, caller=who)

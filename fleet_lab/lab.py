@@ -380,6 +380,9 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         "chat_route": stack.ROUTE if config.chatops else "chatops",
         "chat_channel": stack.CHANNEL if config.chatops else "fleet-rollout",
         "approvers": _approvers(config),
+        # the lab's SREs run their own rollouts, and so does the runtime's user (the demo's
+        # and the tests' `fleet-rollout run`)
+        "operators": list(dict.fromkeys(_approvers(config) + [_runtime_user()])),
         "chatops_users": list(config.chatops_users),
         "ansible_private_key": manifest.get("ssh_key") or "",
         "ssh_known_hosts": manifest.get("known_hosts") or "",

@@ -366,6 +366,25 @@ def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
     assert host_run.restore(leave_drained=leave)["skipped"] is True  # done: not again
 
 
+def test_a_restore_leaves_a_host_a_later_rollout_changed(run: Any, fleet: Any) -> None:
+    """A finished rollout rolled back later (force) never undoes a later rollout's change: a
+    host another rollout claimed since is left as it is, and the result says by whom."""
+    from fleet_rollout import claims
+
+    host_run, side = run
+    _steps(host_run)
+    state_dir = host_run.ctx.state_dir
+    claims.claim(state_dir, host_run.name, "later-rollout-2")
+    claims.release(state_dir, host_run.name, "later-rollout-2")
+    resets = len(state(fleet, 0)["resets"])
+    report = host_run.restore()
+    assert report["skipped"] is True and report["changed_later_by"] == "later-rollout-2"
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "home"  # not put back
+    assert len(state(fleet, 0)["resets"]) == resets
+    assert side.sysctl[SYSCTL] == "16777216" and not side.drained
+    assert host_run.load()["status"] == DONE
+
+
 # ------------------------------------------------------------------------ prepare (one action)
 def test_prepare_checks_snapshots_drains_and_stages_in_one_bmc_session(run: Any,
                                                                         fleet: Any) -> None:

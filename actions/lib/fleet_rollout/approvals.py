@@ -65,13 +65,52 @@ def chat_name(api_user: str) -> str:
 
 
 def caller(execution: Mapping[str, Any]) -> Identity:
-    """Who started an execution, from its record (context set by StackStorm)."""
+    """Who started an execution, from its record (context set by StackStorm): the st2 account
+    (`context.user`) and the chat user an alias execution named (`api_user`: its own, or, for a
+    task of a workflow an alias started, the root's, which StackStorm keeps in the `parent`
+    chain of the context). StackStorm gives every task of a workflow its workflow's user; a
+    chain that names another account below is not StackStorm's (a caller can pass a
+    `context` of its own to POST /executions) and counts as the account alone."""
     ctx = execution.get("context") or {}
     account = str(ctx.get("user") or "")
-    chat = ctx.get("api_user")
+    chat: Any = None
+    level: Any = ctx
+    depth = 0
+    while isinstance(level, Mapping) and depth < 64:
+        if level.get("user") is not None and str(level.get("user")) != account:
+            return Identity(account, account, "api")
+        if level.get("api_user"):
+            chat = level.get("api_user")
+        level = level.get("parent")
+        depth += 1
     if chat:
         return Identity(chat_name(str(chat)), account, "chat")
     return Identity(account, account, "api")
+
+
+def trusted(who: Identity, config: PackConfig) -> Identity:
+    """The identity to record: a chat user only when a configured chat bot account named it,
+    else the st2 account itself."""
+    if who.via == "chat" and who.account not in config.chatops_users:
+        return Identity(who.account, who.account, "api")
+    return who
+
+
+class NotAnOperator(ConfigError):
+    """This identity may not start, abort, roll back or restore."""
+
+
+def require_operator(who: Identity, config: PackConfig, what: str) -> None:
+    """Only the pack config's `operators` (st2 users, or chat users through a chatops_users
+    account) plan, start, abort, roll back and restore, on StackStorm with or without RBAC."""
+    if not config.operators:
+        raise NotAnOperator(f"Refused: {what} needs an operator and the pack config names no "
+                            "operators (set operators: the st2 users and chat users who may "
+                            "plan, start, abort, roll back and restore)")
+    who = trusted(who, config)
+    if not who.name or who.name not in config.operators:
+        raise NotAnOperator(f"Refused: {who.name or 'an unknown caller'} is not an operator "
+                            f"(operators: {', '.join(config.operators)}); {what} is refused")
 
 
 def check_may_answer(who: Identity, config: PackConfig) -> None:

@@ -4,6 +4,8 @@ A rollout claims a host at its first step (before anything changes) and releases
 host is done or restored. Another rollout's step on a claimed host is refused, and its restore
 leaves the host alone (it changed nothing there). A host whose restore failed stays claimed until
 a restore of its rollout succeeds (`st2 run fleet_rollout.host_restore`, or the rollback again).
+The rollout that claimed a host last is kept after its release: a later restore of an older
+rollout leaves that host alone (it would undo the later rollout's change).
 Claims are files under the pack's state_dir (a FileStore keyed by host name: names are checked
 plain names), changed only under the host's lock (locks.host_lock).
 """
@@ -18,6 +20,9 @@ from fleet_rollout.errors import HostError
 from fleet_rollout.store import FileStore
 
 CLAIM_DIR = "claims"
+# the rollout that claimed each host last (kept after its release): a restore of an older
+# rollout leaves a host that a later rollout changed as it is
+LAST_DIR = "claims-last"
 
 
 class HostClaimed(HostError):
@@ -46,8 +51,19 @@ def claim(state_dir: str, host: str, rollout_id: str) -> None:
     if held is not None:
         raise HostClaimed(f"held by rollout {held} (one rollout per host at a time); finish, "
                           f"roll back or restore it there first", host)
-    _claims(state_dir).set(host, json.dumps({"host": host, "rollout_id": rollout_id,
-                                             "at": time.time()}))
+    record = json.dumps({"host": host, "rollout_id": rollout_id, "at": time.time()})
+    FileStore(os.path.join(state_dir, LAST_DIR)).set(host, record)
+    _claims(state_dir).set(host, record)
+
+
+def last_claimant(state_dir: str, host: str) -> Optional[str]:
+    """The rollout that claimed `host` last (None: none recorded, or unreadable)."""
+    try:
+        data = FileStore(os.path.join(state_dir, LAST_DIR)).get_json(host)
+    except ValueError:
+        return None
+    held = data.get("rollout_id") if isinstance(data, dict) else None
+    return held if isinstance(held, str) and held else None
 
 
 def release(state_dir: str, host: str, rollout_id: str) -> None:

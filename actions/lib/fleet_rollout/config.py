@@ -26,6 +26,9 @@ class PackConfig:
     chat_route: str = "chatops"
     chat_channel: str = "fleet-rollout"
     approvers: List[str] = field(default_factory=list)
+    # who may plan, start, abort, roll back and restore (st2 users; chat users through a
+    # chatops_users account)
+    operators: List[str] = field(default_factory=list)
     approver_roles: List[str] = field(default_factory=list)
     chatops_users: List[str] = field(default_factory=list)
     ansible_private_key: Optional[str] = None
@@ -112,6 +115,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             chat_route=str(data.get("chat_route") or "chatops"),
             chat_channel=str(data.get("chat_channel") or "fleet-rollout"),
             approvers=_names(data, "approvers"),
+            operators=_names(data, "operators"),
             approver_roles=_names(data, "approver_roles"),
             chatops_users=_names(data, "chatops_users"),
             ansible_private_key=data.get("ansible_private_key") or None,

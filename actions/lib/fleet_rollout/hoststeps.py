@@ -54,6 +54,7 @@ from fleet_rollout.states import (
     DONE,
     FAILED,
     HOST_STEPS,
+    IN_PROGRESS_STATES,
     LEFT_DRAINED,
     PENDING,
     PREPARE,
@@ -765,6 +766,15 @@ class HostRun:
             self.save(state)
             return {"host": self.name, "status": state["status"], "skipped": True,
                     "held_by": owner}
+        later = claims.last_claimant(self.ctx.state_dir, self.name)
+        if later and later != self.ctx.rollout_id and state["status"] not in IN_PROGRESS_STATES:
+            # a later rollout has changed the host since this one let it go: putting this
+            # rollout's snapshot back would undo that rollout's work
+            state["restore"] = {"host": self.name, "changed_later_by": later,
+                                "note": f"changed later by rollout {later}; left as it is"}
+            self.save(state)
+            return {"host": self.name, "status": state["status"], "skipped": True,
+                    "changed_later_by": later}
         policy = self.ctx.profile["failure_budget"]["on_host_failure"]
         leave = policy == "leave_drained" if leave_drained is None else leave_drained
         started = time.time()

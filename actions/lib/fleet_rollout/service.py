@@ -33,6 +33,7 @@ from fleet_rollout.st2api import ActionApi
 from fleet_rollout.states import (
     ABORTING,
     DONE,
+    END_RANK,
     FAIL,
     FAILED,
     LEFT_DRAINED,
@@ -41,6 +42,7 @@ from fleet_rollout.states import (
     REJECTED,
     RESTORE_FAILED,
     RESTORED,
+    RESTORING,
     ROLLING_BACK,
     RUNNING,
     batch_label,
@@ -84,12 +86,17 @@ def warm_ansible_dir(config: PackConfig) -> Optional[str]:
 
 
 def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "all",
-                 rollout_id: Optional[str] = None, user: str = "") -> Dict[str, Any]:
+                 rollout_id: Optional[str] = None, user: str = "",
+                 caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
     """Dry run: validate inputs, look at every target BMC (read-only), store the plan.
 
     The profile by name from the pack's profiles/, the hosts from the pack config's inventory:
-    a caller passes names, never paths."""
+    a caller passes names, never paths. `caller` (the action's authenticated identity) must be
+    one of the pack config's operators."""
     config = pack_config(raw_config)
+    if caller is not None:
+        approvals.require_operator(caller, config, f"planning a rollout of {profile}")
+        user = approvals.trusted(caller, config).name
     check_targets(targets)
     if rollout_id is not None:
         check_rollout_id(rollout_id)
@@ -380,12 +387,20 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     return record
 
 
-def action_identity(api: Any = None) -> Tuple[str, str]:
+def action_caller(raw_config: Any, api: Any = None) -> Tuple[str, approvals.Identity]:
     """(this execution's id, who it runs for) from StackStorm's own record of it: the chat user
-    behind an alias execution, else the st2 user; never a name a caller typed."""
+    behind an alias execution when a chatops_users account named it, else the st2 user; never
+    a name a caller typed."""
     if api is None:
         api = ActionApi.from_env()
-    return api.execution_id, approvals.caller(api.own_execution()).name
+    who = approvals.trusted(approvals.caller(api.own_execution()), pack_config(raw_config))
+    return api.execution_id, who
+
+
+def action_identity(raw_config: Any, api: Any = None) -> Tuple[str, str]:
+    """action_caller with the identity's name."""
+    execution_id, who = action_caller(raw_config, api)
+    return execution_id, who.name
 
 
 def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
@@ -405,8 +420,19 @@ def _approval_of(ctx: RolloutContext, host: str) -> Optional[str]:
 
 def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
                  execution_id: str = "", user: str = "",
-                 leave_drained: Optional[bool] = None) -> Dict[str, Any]:
+                 leave_drained: Optional[bool] = None,
+                 caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
+    """Put a host back. Who may: the rollout's own workflows (they run as whoever started it),
+    anyone once the rollout is halted or the host has failed (a restore is then the way back,
+    as the rollback and the watchdog's recovery run it), else an operator."""
     ctx = context(raw_config, datastore, rollout_id, execution_id, user)
+    if caller is not None:
+        who = approvals.trusted(caller, ctx.config)
+        status = (ctx.state.hosts().get(host) or {}).get("status")
+        if not ctx.state.halted() and status not in (FAILED, RESTORING, RESTORE_FAILED) and \
+                who.name != ctx.state.meta().get("started_by"):
+            approvals.require_operator(who, ctx.config,
+                                       f"restoring {host} of rollout {rollout_id}")
     return HostRun(ctx, host).restore(leave_drained)
 
 
@@ -445,6 +471,9 @@ def changed_hosts(raw_config: Any, datastore: Any, rollout_id: str,
     """Hosts to roll back: every host this rollout touched (or the given ones), and the action
     timeouts to restore them with."""
     ctx = context(raw_config, datastore, rollout_id)
+    if not ctx.state.halted():
+        raise ConfigError(f"rollout {rollout_id} is not halted: fleet_rollout.rollback halts "
+                          "it (as an operator) before it looks for the hosts to restore")
     states = ctx.state.hosts()
     # every host with a recorded step or a non-pending status (its claim is released by its
     # restore, even when only the precheck ran)
@@ -476,8 +505,32 @@ def _halt_reason(cause: str, batch: int, verdict: Dict[str, Any], user: str) -> 
                                                    " (the batch failed)")
 
 
+def _may_halt(ctx: RolloutContext, cause: str, caller: approvals.Identity, force: bool
+              ) -> str:
+    """The name to record for a halt `caller` may make; NotAnOperator otherwise."""
+    meta = ctx.state.meta()
+    who = approvals.trusted(caller, ctx.config)
+    ended = meta.get("status") in END_RANK
+    rollout = ctx.rollout_id
+    if cause == "operator" or (ended and cause != "canary_regression"):
+        approvals.require_operator(who, ctx.config, f"halting or rolling back rollout {rollout}")
+    elif cause == "automatic" and who.name != meta.get("started_by"):
+        approvals.require_operator(who, ctx.config, f"an automatic rollback of rollout {rollout}"
+                                   f" (it runs as {meta.get('started_by') or 'its starter'})")
+    if ended and cause != "canary_regression" and not force:
+        raise ConfigError(f"Refused: rollout {rollout} has ended ({meta.get('status')}); "
+                          "rolling it back restores hosts it finished with and needs "
+                          "force=true (hosts a later rollout changed are left as they are)")
+    return who.name
+
+
 def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operator",
-          batch: int = -1, user: str = "") -> Dict[str, Any]:
+          batch: int = -1, user: str = "", caller: Optional[approvals.Identity] = None,
+          force: bool = False) -> Dict[str, Any]:
+    """Halt a rollout (the first task of every rollback). Who may: an operator (cause
+    operator); the rollout's own workflow, which runs as whoever started it (automatic);
+    anyone, when the batch's FAIL verdict is recorded (canary_regression, the rule's). A
+    rollout that has ended is halted again only by an operator with `force`."""
     if cause not in CAUSES:
         raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
@@ -487,6 +540,8 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     if cause == "canary_regression" and verdict.get("verdict") != FAIL:
         raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
                           f"{batch_label(batch)}; a canary_regression halt is refused")
+    if caller is not None:
+        user = _may_halt(ctx, cause, caller, bool(force))
     reason = _halt_reason(cause, batch, verdict, user)
     ctx.state.halt(reason, user)
     ctx.state.update_meta(status=ABORTING, aborted_by=user)
@@ -511,12 +566,19 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
     audit = ctx.audit.summary()
     damaged = (f" ({audit['unreadable_lines']} unreadable audit line(s) skipped)"
                if audit["unreadable_lines"] else "")
+    later = sorted(f"{host} (by {st['restore']['changed_later_by']})"
+                   for host, st in states.items()
+                   if isinstance(st.get("restore"), dict)
+                   and st["restore"].get("changed_later_by"))
+    kept = (f" Not restored, a later rollout changed them: {', '.join(later[:20])}"
+            + (f" and {len(later) - 20} more" if len(later) > 20 else "") + "."
+            if later else "")
     message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {meta.get('status')}: "
                + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-               + f"; {audit['entries']} audited change(s){damaged}."
+               + f"; {audit['entries']} audited change(s){damaged}.{kept}"
                + (f" Report: {report_path}" if report_path else ""))
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
-            "audit": audit, "report": report_path, "message": message,
+            "changed_later": later, "audit": audit, "report": report_path, "message": message,
             "route": ctx.config.chat_route, "channel": ctx.config.chat_channel,
             "announce": announce}
 
@@ -581,7 +643,7 @@ def watchdog(raw_config: Any, datastore: Any, api: Any = None) -> Dict[str, Any]
     config = pack_config(raw_config)
     if api is None:
         api = ActionApi.from_env()
-    execution_id, user = action_identity(api)
+    execution_id, user = action_identity(raw_config, api)
     handled = Watchdog(api, as_store(datastore), config.state_dir,
                        config.watchdog_grace).check(by=user, execution_id=execution_id)
     for record in handled:
@@ -604,6 +666,6 @@ def settle_stale(raw_config: Any, datastore: Any, rollout_id: str, stale: str, p
     recovery = str(((own.get("context") or {}).get("parent") or {}).get("execution_id") or "")
     state = RolloutState(as_store(datastore), check_rollout_id(rollout_id))
     out = settle(api, state, config.state_dir, stale, parent, recovery, bool(succeeded),
-                 by=approvals.caller(own).name)
+                 by=approvals.trusted(approvals.caller(own), config).name)
     out.update({"route": config.chat_route, "channel": config.chat_channel})
     return out
