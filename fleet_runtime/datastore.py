@@ -187,7 +187,7 @@ class Datastore:
         return result
 
     def secret_values(self) -> List[str]:
-        """The decrypted values of every key stored encrypted (to mask them in outputs);
+        """The decrypted values of every system key stored encrypted (to mask them in outputs);
         decrypted again only when a key changed."""
         conn = self._conn()
         stamp = tuple(conn.execute(
@@ -196,7 +196,10 @@ class Datastore:
         if cached is not None and cached[0] == stamp:
             return list(cached[1])
         values = []
-        for row in conn.execute("SELECT value FROM kv WHERE secret=1 AND value IS NOT NULL"):
+        # system-scoped secrets only: a user's own encrypted keys are private to them, and
+        # one user's key must not mask (and so change) what everyone else is shown
+        for row in conn.execute("SELECT value FROM kv WHERE secret=1 AND value IS NOT NULL"
+                                " AND scope=?", (FULL_SYSTEM_SCOPE,)):
             try:
                 values.append(self.crypto.decrypt(row["value"]))
             except Exception:  # not ours (another key file): nothing to mask it with

@@ -170,9 +170,12 @@ class PersistenceMixin(EngineState):
             return None
         if info.status in COMPLETED:
             return None
-        result = self.masker.mask(result)  # config and datastore secrets never stored
-        self._set_status_row(info, status, result)
-        event = StatusChanged(info, status, result)
+        # the execution record is what the API, the stream and the CLI show: secrets masked
+        # there; the workflow that waits for this execution reads the result as the action
+        # returned it (st2 masks what it shows, never what orquesta reads)
+        shown = self.masker.mask(result)
+        self._set_status_row(info, status, shown)
+        event = StatusChanged(info, status, shown)
         parent = self.workflows.get(info.parent_id or "")
         if parent is not None and status in TO_CONDUCTOR | {RUNNING}:
             payload = {
