@@ -9,7 +9,7 @@ class Respond(Action):
     def run(self, rollout_id, decision):
         try:
             return inquiries.respond(service.pack_config(self.config), rollout_id, decision,
-                                     ActionApi.from_env())
+                                     ActionApi.from_env(), service.as_store(self.action_service))
         except ApprovalRefused as err:
             return (False, {"rollout_id": rollout_id, "decision": decision, "refused": True,
                             "message": f"Refused: {err}"})

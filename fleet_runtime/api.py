@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, Optional, Tuple
 
 from fleet_runtime.rbac import AccessDenied
@@ -40,6 +40,7 @@ from fleet_runtime.runtime_errors import (
     RuntimeErrorBase,
 )
 from fleet_runtime.st2api import views
+from fleet_runtime.st2api.http import MAX_BODY, SOCKET_TIMEOUT, BoundedHTTPServer
 
 
 class LocalApi:
@@ -52,6 +53,8 @@ class LocalApi:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = SOCKET_TIMEOUT  # a client that stops sending or reading is dropped
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -69,8 +72,15 @@ class LocalApi:
                     self._send(401, {"faultstring": "Unauthorized - invalid or missing token"})
                     return
                 body = None
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    self._send(400, {"faultstring": "bad Content-Length"})
+                    return
+                if length > MAX_BODY:
+                    self._send(413, {"faultstring": "the request body is too large"})
+                    return
+                if length > 0:
                     try:
                         body = json.loads(self.rfile.read(length))
                     except ValueError:
@@ -88,8 +98,7 @@ class LocalApi:
             def do_POST(self) -> None:
                 self._handle("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
                                        name="local-st2-api")
         self.thread.start()

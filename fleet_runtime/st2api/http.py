@@ -21,6 +21,32 @@ LOG = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
 SOCKET_TIMEOUT = 30.0
+MAX_CONNECTIONS = 64  # connections served at once; more are closed at once (st2: nginx's cap)
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once: a flood of connections
+    cannot take every thread and file descriptor of the process."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            LOG.warning("connection from %s refused: %d connections are served already",
+                        client_address, MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class HttpError(Exception):
@@ -134,8 +160,7 @@ class ApiServer:
             def do_DELETE(self) -> None:
                 server.handle(self, "DELETE")
 
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = BoundedHTTPServer((host, port), _Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
                                        name="st2api")
 

@@ -39,31 +39,50 @@ class ApiService:
         self.rt = runtime
         self.users_path = Path(users_path)
         self.users = users_file.load(self.users_path)
+        self._users_stamp: Optional[tuple] = None
         self.rbac = runtime.home.rbac(list(admins or []))
         self.credentials = Credentials(str(runtime.home.db_path))
         self._logins = threading.BoundedSemaphore(LOGINS_AT_ONCE)
 
     # ------------------------------------------------------------------ who
+    def current_users(self) -> Dict[str, bytes]:
+        """The users file as it is now (read again when it changed): a user removed from it
+        loses their tokens and API keys at once."""
+        try:
+            stamp = self.users_path.stat()
+            key = (stamp.st_mtime_ns, stamp.st_size)
+        except OSError:
+            return {}
+        if key != self._users_stamp:
+            try:
+                self.users = users_file.load(self.users_path)
+            except users_file.UsersFileError:
+                self.users = {}
+            self._users_stamp = key
+        return self.users
+
     def authenticate(self, req: Request) -> Optional[str]:
         token = req.headers.get("X-Auth-Token") or req.query.get("x-auth-token")
         if token:
             found = self.credentials.token(token)
             if found is None:
                 return None
-            if found["user"] not in self.users:  # removed from the users file since
+            if found["user"] not in self.current_users():  # removed from the users file
                 return None
             req.auth = {"method": "authentication token", "token_expire": found["expiry"]}
             return str(found["user"])
         key = req.headers.get("St2-Api-Key") or req.query.get("st2-api-key")
         if key:
+            user = self.credentials.user_for_api_key(key)
+            if user is None or user not in self.current_users():
+                return None
             req.auth = {"method": "api key"}
-            return self.credentials.user_for_api_key(key)
+            return user
         return None
 
     def login(self, name: str, password: str) -> bool:
         with self._logins:
-            self.users = users_file.load(self.users_path)  # users added while serving count
-            return users_file.verify(self.users, name, password)
+            return users_file.verify(self.current_users(), name, password)
 
     def is_admin(self, user: Optional[str]) -> bool:
         return self.rbac.is_admin(user)

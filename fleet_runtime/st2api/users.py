@@ -51,7 +51,12 @@ def load(path: Union[str, Path]) -> Dict[str, bytes]:
     return users
 
 
+MAX_PASSWORD_BYTES = 72  # bcrypt uses no more: a longer password is refused, not cut
+
+
 def verify(users: Dict[str, bytes], name: str, password: str) -> bool:
+    if len(password.encode()) > MAX_PASSWORD_BYTES:
+        return False
     hashed = users.get(name)
     if hashed is None:
         bcrypt.checkpw(password.encode(), _DUMMY)  # same cost whether or not the user exists
@@ -64,6 +69,9 @@ def set_password(path: Union[str, Path], name: str, password: str) -> None:
     check_name(name)
     if not password:
         raise UsersFileError("the password is empty")
+    if len(password.encode()) > MAX_PASSWORD_BYTES:
+        raise UsersFileError(f"the password is longer than {MAX_PASSWORD_BYTES} bytes (bcrypt"
+                             " uses no more); choose a shorter one")
     p = Path(path)
     lines = []
     if p.exists():

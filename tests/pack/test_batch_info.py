@@ -406,3 +406,17 @@ def test_the_next_batchs_pre_window_starts_when_this_post_window_ends(tmp_path: 
     meta.save_plan(stored)
     infos = [service.batch_info(config, store, "early-1", i) for i in range(len(plan["batches"]))]
     assert [i["early_pre"] for i in infos] == [True] * (len(infos) - 1) + [False]
+
+
+def test_the_announcement_says_what_the_batch_needs_from_people(tmp_path: Path):
+    """A batch the profile approves by itself is not announced as waiting for an approval."""
+    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
+              "state_dir": str(tmp_path / "state"), "approvers": ["alice"]}
+    for required, said, unsaid in ((True, "Approve with `rollout approve", "Approved by"),
+                                   (False, "Approved by the profile", "rollout approve")):
+        rollout_id = f"ask-{int(required)}"
+        plan, store = stored_plan(rollout_id, 4)
+        plan["profile"]["approval"].update(required=required, auto_approve_canary=False)
+        RolloutState(store, rollout_id).save_plan(plan)
+        message = service.batch_info(config, store, rollout_id, 1)["message"]
+        assert said in message and unsaid not in message, message

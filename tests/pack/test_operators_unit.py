@@ -111,3 +111,40 @@ def test_changed_hosts_needs_a_halted_rollout(tmp_path: Path) -> None:
     store, _state = _rollout(tmp_path, "ab-5", "running")
     with pytest.raises(ConfigError, match="is not halted"):
         service.changed_hosts(_config(tmp_path), store, "ab-5")
+
+
+class _Api:
+    """The executions a batch_info action sees: its own (in batch workflow b1), b1 (started
+    by rollout workflow r1 as `batch_user`), r1 (as alice)."""
+
+    def __init__(self, batch_user: str = "alice", batch: int = 0) -> None:
+        self.records = {
+            "own": {"context": {"user": batch_user, "parent": {"execution_id": "b1"}}},
+            "b1": {"action": {"ref": "fleet_rollout.rollout_batch"},
+                   "parameters": {"rollout_id": "bw-1", "batch": batch},
+                   "context": {"user": batch_user, "parent": {"execution_id": "r1"}}},
+            "r1": {"action": {"ref": "fleet_rollout.rollout"}, "context": {"user": "alice"}}}
+
+    def own_execution(self) -> Dict[str, Any]:
+        return self.records["own"]
+
+    def execution(self, ex_id: str) -> Dict[str, Any]:
+        return self.records[ex_id]
+
+
+def test_a_batch_workflow_runs_only_as_its_rollouts_own(tmp_path: Path) -> None:
+    """batch_info, the first task of rollout_batch, refuses a batch workflow the rollout did
+    not start: another account's (its context may name the real rollout as its parent: st2
+    keeps a context the caller passes), another batch's, or one of a rollout planned outside a
+    rollout workflow."""
+    store, state = _rollout(tmp_path, "bw-1", "running")
+    state.update_meta(workflow="r1")
+    service.check_batch_workflow(_Api(), state, "bw-1", 0)
+    for api in (_Api(batch_user="mallory"), _Api(batch=1)):
+        with pytest.raises(ConfigError, match="Refused: rollout bw-1 batch 1 runs only"):
+            service.check_batch_workflow(api, state, "bw-1", 0)
+    with pytest.raises(ConfigError, match="Refused"):
+        service.batch_info(_config(tmp_path), store, "bw-1", 0, _Api(batch_user="mallory"))
+    state.update_meta(workflow="")
+    with pytest.raises(ConfigError, match="none recorded"):
+        service.check_batch_workflow(_Api(), state, "bw-1", 0)

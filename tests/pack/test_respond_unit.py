@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+import pytest
+
 from fleet_rollout import inquiries
 from fleet_rollout.config import load_pack_config
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.store import MemoryStore, RolloutState
 
 CONFIG = load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}},
                            "approvers": ["alice"]})
@@ -17,22 +21,34 @@ SCHEMA = {"properties": {"approved": {"type": "boolean"}, "rollout_id": {"defaul
 class Api:
     """The question's workflow w1 pauses after `pause_after` reads of it."""
 
-    def __init__(self, pause_after: int) -> None:
+    def __init__(self, pause_after: int, forged_first: bool = False) -> None:
         self.pause_after = pause_after
         self.reads = 0
-        self.workflow: Dict[str, Any] = {"id": "w1", "status": "running", "context": {}}
+        self.workflow: Dict[str, Any] = {
+            "id": "w1", "status": "running", "context": {},
+            "action": {"ref": "fleet_rollout.question"},
+            "parameters": {"rollout_id": "r1", "batch": 0, "question": "approval"}}
         self.puts: List[Any] = []
+        self.forged_first = forged_first
+        self.store = MemoryStore()  # the batch recorded w1 as its question (fleet_rollout.ask)
+        RolloutState(self.store, "r1").update_batch(
+            0, lambda b: b.update(questions={"approval": {"workflow": "w1"}}))
 
     def own_execution(self) -> Dict[str, Any]:
         return {"context": {"user": "alice"}}
 
     def get(self, path: str) -> Any:
         assert path == "inquiries"
-        return [{"id": "i1", "schema": SCHEMA}]
+        forged = [{"id": "i2", "schema": SCHEMA}] if self.forged_first else []
+        return forged + [{"id": "i1", "schema": SCHEMA}]
 
     def execution(self, ex_id: str) -> Dict[str, Any]:
         if ex_id == "i1":
             return {"id": "i1", "parent": "w1", "status": "pending"}
+        if ex_id == "i2":  # a core.ask somebody started with the rollout's id in its schema
+            return {"id": "i2", "parent": "w2", "status": "pending"}
+        if ex_id == "w2":  # ... in a question workflow of their own, which no batch recorded
+            return dict(self.workflow, id="w2")
         self.reads += 1
         if self.reads > self.pause_after and self.workflow["status"] == "running":
             self.workflow["status"] = "paused"
@@ -57,8 +73,9 @@ class Clock:
 
 
 def test_respond_answers_once_the_question_has_paused():
-    api, clock = Api(pause_after=3), Clock()
-    out = inquiries.respond(CONFIG, "r1", "approve", api, sleep=clock.sleep, clock=clock)
+    api, clock = Api(pause_after=4), Clock()  # the first read: which question it is
+    out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
+                            clock=clock)
     [(path, body, status_then)] = api.puts
     assert path == "inquiries/i1" and body["response"] == {"approved": True, "rollout_id": "r1"}
     assert status_then == "paused" and clock.now == 3 * inquiries.POLL
@@ -67,8 +84,23 @@ def test_respond_answers_once_the_question_has_paused():
 
 def test_respond_says_so_when_its_answer_still_came_before_the_pause():
     api, clock = Api(pause_after=10**6), Clock()
-    out = inquiries.respond(CONFIG, "r1", "approve", api, sleep=clock.sleep, clock=clock)
+    out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
+                            clock=clock)
     [(_path, _body, status_then)] = api.puts
     assert status_then == "running" and clock.now >= inquiries.PAUSE_WAIT
     assert out["attributed"] is False
     assert "not counted and the question is asked again" in out["message"]
+
+
+def test_respond_answers_only_the_question_the_rollout_asked():
+    """A question somebody else started with the rollout's id (listed first) is passed over;
+    with only that one pending, the rollout is not waiting for an answer."""
+    api, clock = Api(pause_after=0, forged_first=True), Clock()
+    out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
+                            clock=clock)
+    assert [put[0] for put in api.puts] == ["inquiries/i1"] and out["inquiry"] == "i1"
+    RolloutState(api.store, "r1").update_batch(
+        0, lambda b: b.update(questions={"approval": {"workflow": "w9"}}))
+    with pytest.raises(ConfigError, match="not waiting for an answer"):
+        inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
+                          clock=clock)

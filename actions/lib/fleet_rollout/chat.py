@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
+from fleet_rollout import questions
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ActionApi, ApiRefused
@@ -17,9 +18,8 @@ def _where(config: PackConfig, message: str) -> Dict[str, Any]:
     return {"message": message, "route": config.chat_route, "channel": config.chat_channel}
 
 
-def inquiry_message(inquiry: Mapping[str, Any]) -> str:
+def inquiry_message(inquiry: Mapping[str, Any], rollout_id: str) -> str:
     props = (inquiry.get("schema") or {}).get("properties") or {}
-    rollout_id = (props.get("rollout_id") or {}).get("default") or "?"
     ident = inquiry.get("id", "?")
     if "choice" in props:
         return (f"Rollout {rollout_id}: the canary verdict is INCONCLUSIVE (inquiry {ident}). "
@@ -54,13 +54,17 @@ def ended_message(execution: Mapping[str, Any], status: str) -> str:
 
 
 def compose(config: PackConfig, event: str, ident: str, status: str,
-            api: ActionApi) -> Dict[str, Any]:
+            api: ActionApi, store: Any) -> Dict[str, Any]:
+    """The message for a rule's event. An inquiry is announced only when a rollout's batch
+    asked it (questions.question_of): a core.ask anyone else starts with the pack's route is
+    refused here and never reaches the channel."""
     if event == "inquiry":
+        rollout_id, _batch, _kind = questions.question_of(api, store, ident)
         try:
             inquiry = api.get(f"inquiries/{ident}")
         except ApiRefused:
             inquiry = {"id": ident}
-        return _where(config, inquiry_message(inquiry))
+        return _where(config, inquiry_message(inquiry, rollout_id))
     if event == "rollout_ended":
         return _where(config, ended_message(api.execution(ident), status))
     raise ConfigError(f"event {event!r}: inquiry or rollout_ended")

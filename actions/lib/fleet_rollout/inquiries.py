@@ -1,11 +1,12 @@
 """Answer a rollout's pending question (core.ask) on behalf of the caller.
 
 `fleet_rollout.respond` (the chat aliases `rollout approve|reject|extend <id>`, or
-`st2 run fleet_rollout.respond`) finds the rollout's pending inquiry by the `rollout_id` default
-in its schema, checks the caller (approvals.caller: the chat user behind an alias execution, else
-the API user) and answers through the StackStorm API with the action's own token. StackStorm
-then checks that token's account against the inquiry's users/roles and records it as the
-requester; the batch workflow reads the approver from there (approvals.answer_author).
+`st2 run fleet_rollout.respond`) finds the rollout's pending inquiry (the one its batch recorded
+as asked: a core.ask anyone else started with the rollout's id is never answered), checks the
+caller (approvals.caller: the chat user behind an alias execution, else the API user) and
+answers through the StackStorm API with the action's own token. StackStorm then checks that
+token's account against the inquiry's users/roles and records it as the requester; the batch
+workflow reads the approver from there (approvals.answer_author).
 
 StackStorm records a requester only when the question's workflow has paused on its inquiry,
 which it does a moment after the inquiry appears; so respond answers once that workflow is
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Mapping
 
-from fleet_rollout import approvals
+from fleet_rollout import approvals, questions
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ActionApi
@@ -53,7 +54,21 @@ def build_response(rollout_id: str, decision: str, props: Mapping[str, Any],
     return response
 
 
-def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi,
+def recorded_pending(rollout_id: str, api: ActionApi, store: Any) -> Dict[str, Any]:
+    """The rollout's pending question: of the pending inquiries naming the rollout, the one
+    its batch recorded as asked (questions.question_of); a question anyone else started with
+    the rollout's id is never answered."""
+    for inquiry in pending_for(rollout_id, api.get("inquiries")):
+        try:
+            owner, _batch, _kind = questions.question_of(api, store, str(inquiry.get("id")))
+        except questions.NotOurQuestion:
+            continue
+        if owner == rollout_id:
+            return inquiry
+    raise ConfigError(f"rollout {rollout_id} is not waiting for an answer")
+
+
+def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi, store: Any,
             sleep: Callable[[float], None] = time.sleep,
             clock: Callable[[], float] = time.time) -> Dict[str, Any]:
     """Answer as the caller; raises ApprovalRefused (caller may not answer) or ConfigError."""
@@ -61,10 +76,7 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi,
         raise ConfigError(f"decision {decision!r}: one of {', '.join(DECISIONS)}")
     who = approvals.caller(api.own_execution())
     approvals.check_may_answer(who, config)
-    matches = pending_for(rollout_id, api.get("inquiries"))
-    if not matches:
-        raise ConfigError(f"rollout {rollout_id} is not waiting for an answer")
-    inquiry = matches[0]
+    inquiry = recorded_pending(rollout_id, api, store)
     props = (inquiry.get("schema") or {}).get("properties") or {}
     response = build_response(rollout_id, decision, props, who)
     workflow_id = asking_workflow_paused(api, str(inquiry["id"]), sleep, clock)

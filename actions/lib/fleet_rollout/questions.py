@@ -25,10 +25,13 @@ ended is canceled (st2's orquesta runner cancels a workflow with no active task 
 from __future__ import annotations
 
 import math
+import re
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet_rollout.approvals import CHAT_USER_FIELD
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.names import ROLLOUT_ID_PATTERN
 from fleet_rollout.st2api import ApiRefused
 from fleet_rollout.store import RolloutState
 
@@ -71,6 +74,32 @@ def _ref(execution: Dict[str, Any]) -> str:
 
 def _latest(executions: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return max(executions, key=lambda e: str(e.get("start_timestamp") or ""), default=None)
+
+
+class NotOurQuestion(ConfigError):
+    """An inquiry no rollout's batch asked (a core.ask or a question workflow somebody else
+    started): never answered by respond, never announced."""
+
+
+def question_of(api: Any, store: Any, inquiry_id: str) -> Tuple[str, int, str]:
+    """(rollout id, batch, kind) of an inquiry the pack asked: its parent is a
+    fleet_rollout.question workflow that the batch it names recorded as its question (ask).
+    Anyone may start a fleet_rollout.question or a core.ask with a rollout's id in its schema;
+    only the recorded one is the rollout's."""
+    asked = api.execution(inquiry_id)
+    parent_id = str(asked.get("parent") or "")
+    parent = api.execution(parent_id) if parent_id else {}
+    params = parent.get("parameters") or {}
+    rollout_id, kind = str(params.get("rollout_id") or ""), str(params.get("question") or "")
+    if _ref(parent) != QUESTION_WORKFLOW or not re.match(ROLLOUT_ID_PATTERN, rollout_id) or \
+            kind not in KINDS or not isinstance(params.get("batch"), int):
+        raise NotOurQuestion(f"inquiry {inquiry_id} was not asked by a rollout's batch")
+    batch = int(params["batch"])
+    recorded = (RolloutState(store, rollout_id).batch(batch).get("questions") or {}).get(kind)
+    if not isinstance(recorded, dict) or recorded.get("workflow") != parent_id:
+        raise NotOurQuestion(f"inquiry {inquiry_id} (workflow {parent_id}) is not the question "
+                             f"rollout {rollout_id} asked for batch {batch + 1}")
+    return rollout_id, batch, kind
 
 
 class Questions:

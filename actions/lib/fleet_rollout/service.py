@@ -85,9 +85,26 @@ def warm_ansible_dir(config: PackConfig) -> Optional[str]:
     return os.path.join(config.state_dir, "ansible", "warm")
 
 
+ROLLOUT_WORKFLOW = "fleet_rollout.rollout"
+
+
+def parent_of(execution: Dict[str, Any]) -> str:
+    """The id of the workflow an execution runs in ("" for a root execution)."""
+    return str(((execution.get("context") or {}).get("parent") or {}).get("execution_id") or "")
+
+
+def rollout_workflow_of(api: Any, own: Dict[str, Any]) -> str:
+    """The fleet_rollout.rollout execution the plan action runs in ("" when run on its own)."""
+    parent = parent_of(own)
+    if parent and ((api.execution(parent).get("action") or {}).get("ref")) == ROLLOUT_WORKFLOW:
+        return parent
+    return ""
+
+
 def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "all",
                  rollout_id: Optional[str] = None, user: str = "",
-                 caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
+                 caller: Optional[approvals.Identity] = None,
+                 workflow: str = "") -> Dict[str, Any]:
     """Dry run: validate inputs, look at every target BMC (read-only), store the plan.
 
     The profile by name from the pack's profiles/, the hosts from the pack config's inventory:
@@ -121,8 +138,10 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if state.plan_exists():
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
+    # workflow: the rollout workflow that planned it, whose batch workflows alone may ask,
+    # record answers and change hosts (batch_info checks)
     state.update_meta(status=PLANNED, planned_at=time.time(), started=time.time(),
-                      planned_by=user, started_by=user,
+                      planned_by=user, started_by=user, workflow=workflow,
                       profile=prof.name, batches=len(plan["batches"]))
     estimate = estimate_plan(plan, forks=config.ansible_forks)
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
@@ -144,17 +163,50 @@ def profile_dir(config: PackConfig, name: str) -> str:
 
 def approval_message(ctx: RolloutContext, batch: int, hosts: List[str],
                      previous: Optional[Dict[str, Any]]) -> str:
+    """The batch's announcement: its hosts, and what it needs from people (an answer, or
+    none when the profile approves it by itself)."""
     rollout_id = ctx.state.id
     shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
     prev = (f" Previous batch: {previous['verdict']}." if previous else "")
+    if needs_approval(ctx.profile, batch):
+        ask = (f" Approve with `rollout approve {rollout_id}` or reject with `rollout reject "
+               f"{rollout_id}`.")
+    else:
+        ask = (f" Approved by the profile: it starts now (stop it with `rollout abort "
+               f"{rollout_id}`).")
     return (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch_label(batch)} of "
             f"{len(ctx.plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
-            f"host(s): {shown}.{prev} Approve with `rollout approve {rollout_id}` or "
-            f"reject with `rollout reject {rollout_id}`.")
+            f"host(s): {shown}.{prev}{ask}")
 
 
-def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int) -> Dict[str, Any]:
+def check_batch_workflow(api: Any, state: RolloutState, rollout_id: str, batch: int) -> None:
+    """The rollout_batch this action runs in is the rollout's own: for this rollout and batch,
+    started by the rollout workflow that planned it, as the same account. A batch workflow
+    anybody else starts (st2 keeps a `context` a caller passes, parent included, but gives
+    the execution the caller's own user) is refused before it asks or changes anything."""
+    own = api.own_execution()
+    batch_id = parent_of(own)
+    batch_wf = api.execution(batch_id) if batch_id else {}
+    params = batch_wf.get("parameters") or {}
+    recorded = str(state.meta().get("workflow") or "")
+    rollout_id_of = params.get("rollout_id")
+    if ((batch_wf.get("action") or {}).get("ref")) != BATCH_WORKFLOW or \
+            rollout_id_of != rollout_id or str(params.get("batch")) != str(batch) or \
+            not recorded or parent_of(batch_wf) != recorded or \
+            (batch_wf.get("context") or {}).get("user") != \
+            (api.execution(recorded).get("context") or {}).get("user"):
+        raise ConfigError(f"Refused: rollout {rollout_id} batch {batch_label(batch)} runs only "
+                          f"in a {BATCH_WORKFLOW} its own {ROLLOUT_WORKFLOW} workflow started "
+                          f"({recorded or 'none recorded'}); nothing asked or changed")
+
+
+def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
+               api: Any = None) -> Dict[str, Any]:
+    """The batch's facts; with `api` (the action), first checks that the batch workflow is
+    the rollout's own (check_batch_workflow)."""
     ctx = context(raw_config, datastore, rollout_id)
+    if api is not None:
+        check_batch_workflow(api, ctx.state, rollout_id, batch)
     plan = ctx.plan
     hosts = gate.batch_hosts(ctx, batch)
     approval = ctx.profile["approval"]
