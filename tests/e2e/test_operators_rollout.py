@@ -8,9 +8,7 @@ import os
 
 import pytest
 from rollout_support import SimLab, error_text, output
-
-EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
-HOME = {"snoop_mode": "home", "node_interleaving": "disabled"}
+from test_rollout_sim import EARLY, HOME
 
 
 @pytest.fixture()

@@ -40,7 +40,8 @@ def test_a_rollback_whose_first_tasks_fail_still_restores_every_host(tmp_path):
         shutil.rmtree(locks)
         with open(locks, "w") as handle:
             handle.write("not a directory\n")
-        proc = lab.start("fleet_rollout.rollback", rollout_id=rollout_id)
+        # the rollout completed: its rollback is an operator's explicit choice (force)
+        proc = lab.start("fleet_rollout.rollback", rollout_id=rollout_id, force="true")
         try:
             deadline = time.time() + 120
             failed = []

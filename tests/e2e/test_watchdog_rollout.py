@@ -129,8 +129,8 @@ def test_a_runner_dying_in_a_rollbacks_restore_is_recovered(tmp_path):
         changed = [h for h, s in lab.keys(rollout_id).items() if h.startswith("host.")
                    and s.get("status") == "done"]
         assert changed
-        out = lab.cli("run", "fleet_rollout.rollback", f"rollout_id={rollout_id}", "-a",
-                      "--json")
+        out = lab.cli("run", "fleet_rollout.rollback", f"rollout_id={rollout_id}", "force=true",
+                      "-a", "--json")
         assert out.returncode == 0, out.stderr[-2000:]
         rollback = lab.wait_status(json.loads(out.stdout)["id"], DONE, timeout=900)
         assert rollback["status"] == "succeeded", error_text(rollback)

