@@ -74,4 +74,23 @@ def test_only_a_question_the_rollout_asked_is_announced():
     told = chat.compose(config, "inquiry", "i1", "", _Api(), store)  # type: ignore[arg-type]
     assert "Approval needed for rollout r1 (inquiry i1)" in told["message"]
     with pytest.raises(NotOurQuestion, match="not the question rollout r1 asked"):
-        chat.compose(config, "inquiry", "i2", "", _Api(), store)  # type: ignore[arg-type]
+        chat.compose(config, "inquiry", "i2", "", _Api(), store, 0)  # type: ignore[arg-type]
+
+
+def test_a_question_seen_before_ask_recorded_it_is_announced_once_recorded():
+    """The chat rule can see an inquiry a moment before `ask` records its workflow: the
+    question is read again until it is (questions.question_of)."""
+    from fleet_rollout import questions
+    from fleet_rollout.store import MemoryStore, RolloutState
+
+    store = MemoryStore()
+    state = RolloutState(store, "r1")
+    naps = []
+
+    def sleep(seconds: float) -> None:  # `ask` records the question during the second nap
+        naps.append(seconds)
+        if len(naps) == 2:
+            state.update_batch(0, lambda b: b.update(questions={"approval": {"workflow": "w1"}}))
+
+    found = questions.question_of(_Api(), store, "i1", 30, sleep, lambda: 0.0)
+    assert found == ("r1", 0, "approval") and len(naps) == 2

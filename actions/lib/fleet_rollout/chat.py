@@ -54,12 +54,12 @@ def ended_message(execution: Mapping[str, Any], status: str) -> str:
 
 
 def compose(config: PackConfig, event: str, ident: str, status: str,
-            api: ActionApi, store: Any) -> Dict[str, Any]:
+            api: ActionApi, store: Any, wait: float = questions.RECORD_WAIT) -> Dict[str, Any]:
     """The message for a rule's event. An inquiry is announced only when a rollout's batch
     asked it (questions.question_of): a core.ask anyone else starts with the pack's route is
     refused here and never reaches the channel."""
     if event == "inquiry":
-        rollout_id, _batch, _kind = questions.question_of(api, store, ident)
+        rollout_id, _batch, _kind = questions.question_of(api, store, ident, wait)
         try:
             inquiry = api.get(f"inquiries/{ident}")
         except ApiRefused:

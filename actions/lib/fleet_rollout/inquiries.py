@@ -54,13 +54,29 @@ def build_response(rollout_id: str, decision: str, props: Mapping[str, Any],
     return response
 
 
-def recorded_pending(rollout_id: str, api: ActionApi, store: Any) -> Dict[str, Any]:
+def recorded_pending(rollout_id: str, api: ActionApi, store: Any,
+                     sleep: Callable[[float], None] = time.sleep,
+                     clock: Callable[[], float] = time.time) -> Dict[str, Any]:
     """The rollout's pending question: of the pending inquiries naming the rollout, the one
     its batch recorded as asked (questions.question_of); a question anyone else started with
-    the rollout's id is never answered."""
+    the rollout's id is never answered. One asked a moment ago may not be recorded yet: those
+    are read again (after the others)."""
+    later = []
     for inquiry in pending_for(rollout_id, api.get("inquiries")):
         try:
-            owner, _batch, _kind = questions.question_of(api, store, str(inquiry.get("id")))
+            owner, _batch, _kind = questions.question_of(api, store, str(inquiry.get("id")),
+                                                         wait=0)
+        except questions.NotYetOurs:
+            later.append(inquiry)
+            continue
+        except questions.NotOurQuestion:
+            continue
+        if owner == rollout_id:
+            return inquiry
+    for inquiry in later:
+        try:
+            owner, _batch, _kind = questions.question_of(api, store, str(inquiry.get("id")),
+                                                         sleep=sleep, clock=clock)
         except questions.NotOurQuestion:
             continue
         if owner == rollout_id:
@@ -76,7 +92,7 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi, 
         raise ConfigError(f"decision {decision!r}: one of {', '.join(DECISIONS)}")
     who = approvals.caller(api.own_execution())
     approvals.check_may_answer(who, config)
-    inquiry = recorded_pending(rollout_id, api, store)
+    inquiry = recorded_pending(rollout_id, api, store, sleep, clock)
     props = (inquiry.get("schema") or {}).get("properties") or {}
     response = build_response(rollout_id, decision, props, who)
     workflow_id = asking_workflow_paused(api, str(inquiry["id"]), sleep, clock)

@@ -81,11 +81,33 @@ class NotOurQuestion(ConfigError):
     started): never answered by respond, never announced."""
 
 
-def question_of(api: Any, store: Any, inquiry_id: str) -> Tuple[str, int, str]:
+RECORD_WAIT = 30.0  # seconds a question's reader waits for `ask` to record it
+
+
+def question_of(api: Any, store: Any, inquiry_id: str, wait: float = RECORD_WAIT,
+                sleep: Callable[[float], None] = time.sleep,
+                clock: Callable[[], float] = time.time) -> Tuple[str, int, str]:
     """(rollout id, batch, kind) of an inquiry the pack asked: its parent is a
     fleet_rollout.question workflow that the batch it names recorded as its question (ask).
     Anyone may start a fleet_rollout.question or a core.ask with a rollout's id in its schema;
-    only the recorded one is the rollout's."""
+    only the recorded one is the rollout's. `ask` records the question once StackStorm has
+    started it, so its inquiry can be seen (by the chat rule, by an answer) a moment before:
+    a question workflow of the right shape is read again for up to `wait` seconds."""
+    end = clock() + wait
+    while True:
+        try:
+            return _question_of(api, store, inquiry_id)
+        except NotYetOurs:
+            if clock() >= end:
+                raise
+            sleep(POLL)
+
+
+class NotYetOurs(NotOurQuestion):
+    """A fleet_rollout.question workflow that no batch has recorded (yet)."""
+
+
+def _question_of(api: Any, store: Any, inquiry_id: str) -> Tuple[str, int, str]:
     asked = api.execution(inquiry_id)
     parent_id = str(asked.get("parent") or "")
     parent = api.execution(parent_id) if parent_id else {}
@@ -97,7 +119,7 @@ def question_of(api: Any, store: Any, inquiry_id: str) -> Tuple[str, int, str]:
     batch = int(params["batch"])
     recorded = (RolloutState(store, rollout_id).batch(batch).get("questions") or {}).get(kind)
     if not isinstance(recorded, dict) or recorded.get("workflow") != parent_id:
-        raise NotOurQuestion(f"inquiry {inquiry_id} (workflow {parent_id}) is not the question "
+        raise NotYetOurs(f"inquiry {inquiry_id} (workflow {parent_id}) is not the question "
                              f"rollout {rollout_id} asked for batch {batch + 1}")
     return rollout_id, batch, kind
 
