@@ -98,9 +98,18 @@ def test_an_ended_rollout_is_rolled_back_only_by_an_operator_with_force(
     assert state.halted() is None
     service.abort(_config(tmp_path), store, "ab-3", caller=ident("alice"), force=True)
     assert state.halted()["by"] == "alice"
-    # halted: a halt again (a rollback's retry, the watchdog's re-run) changes nothing
+    # halted, on its way back: a halt again (a rollback's retry, the watchdog's re-run)
+    # changes nothing
     again = service.abort(_config(tmp_path), store, "ab-3", caller=ident("bob"))
     assert again["already"] is True and state.halted()["by"] == "alice"
+    # ended halted (rolled back): its rollback run again is an operator's choice, with force
+    state.update_meta(status="rolled_back")
+    with pytest.raises(approvals.NotAnOperator, match="bob is not an operator"):
+        service.abort(_config(tmp_path), store, "ab-3", caller=ident("bob"), force=True)
+    with pytest.raises(ConfigError, match="force=true"):
+        service.abort(_config(tmp_path), store, "ab-3", caller=ident("alice"))
+    assert service.abort(_config(tmp_path), store, "ab-3", caller=ident("alice"),
+                         force=True)["already"] is True
 
 
 def test_a_restore_outside_a_halt_or_a_failure_needs_an_operator(tmp_path: Path) -> None:

@@ -582,8 +582,8 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
     """Halt a rollout (the first task of every rollback). Who may: an operator (cause
     operator); the rollout's own workflow, which runs as whoever started it (automatic);
     anyone, when the batch's FAIL verdict is recorded (canary_regression, the rule's). A
-    rollout that has ended is halted only by an operator with `force`. A halted rollout
-    stays as it was halted (by whom, why)."""
+    rollout that has ended is halted (its rollback run again) only by an operator with
+    `force`. A halted rollout stays as it was halted (by whom, why)."""
     if cause not in CAUSES:
         raise ConfigError(f"cause {cause!r}: one of {', '.join(CAUSES)}")
     ctx = context(raw_config, datastore, rollout_id)
@@ -594,13 +594,15 @@ def abort(raw_config: Any, datastore: Any, rollout_id: str, cause: str = "operat
         raise ConfigError(f"rollout {rollout_id}: no FAIL verdict recorded for batch "
                           f"{batch_label(batch)}; a canary_regression halt is refused")
     halted = ctx.state.halted()
+    ended = ctx.state.meta().get("status") in END_RANK
+    # a rollout halted and still on its way back: a halt again changes nothing, so a rollback
+    # run again (its retries, the watchdog's recovery) goes on to its restores; once it has
+    # ended, running its rollback again is a new choice, checked as any other
+    if caller is not None and (halted is None or ended):
+        user = _may_halt(ctx, cause, caller, bool(force))
     if halted is not None:
-        # halted already (by whoever was allowed to): a halt again changes nothing, so a
-        # rollback run again (its retries, the watchdog's recovery) goes on to its restores
         return {"rollout_id": rollout_id, "halted": True, "reason": halted.get("reason"),
                 "by": halted.get("by"), "already": True}
-    if caller is not None:
-        user = _may_halt(ctx, cause, caller, bool(force))
     reason = _halt_reason(cause, batch, verdict, user)
     ctx.state.halt(reason, user)
     ctx.state.update_meta(status=ABORTING, aborted_by=user)
