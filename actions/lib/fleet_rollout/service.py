@@ -439,13 +439,15 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     return record
 
 
-def action_caller(raw_config: Any, api: Any = None) -> Tuple[str, approvals.Identity]:
-    """(this execution's id, who it runs for) from StackStorm's own record of it: the chat user
-    behind an alias execution when a chatops_users account named it, else the st2 user; never
-    a name a caller typed."""
+def action_caller(raw_config: Any, api: Any = None, own: Optional[Dict[str, Any]] = None
+                  ) -> Tuple[str, approvals.Identity]:
+    """(this execution's id, who it runs for) from StackStorm's own record of it (`own`, read
+    when not given): the chat user behind an alias execution when a chatops_users account
+    named it, else the st2 user; never a name a caller typed."""
     if api is None:
         api = ActionApi.from_env()
-    who = approvals.trusted(approvals.caller(api.own_execution()), pack_config(raw_config))
+    record = own if own is not None else api.own_execution()
+    who = approvals.trusted(approvals.caller(record), pack_config(raw_config))
     return api.execution_id, who
 
 
@@ -480,7 +482,7 @@ def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
     ctx = context(raw_config, datastore, rollout_id, execution_id, user)
     if caller is not None:
         who = approvals.trusted(caller, ctx.config)
-        status = (ctx.state.hosts().get(host) or {}).get("status")
+        status = ctx.state.host(host).get("status")
         if not ctx.state.halted() and status not in (FAILED, RESTORING, RESTORE_FAILED) and \
                 who.name != ctx.state.meta().get("started_by"):
             approvals.require_operator(who, ctx.config,
