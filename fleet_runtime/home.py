@@ -41,6 +41,7 @@ ENV_PACKS = "FLEET_ROLLOUT_PACKS"
 ENV_CHATOPS_USER = "FLEET_ROLLOUT_CHATOPS_USER"
 ENV_PYTHON_WORKERS = "FLEET_ROLLOUT_PYTHON_WORKERS"
 ENV_ST2_RACES = "FLEET_ROLLOUT_ST2_RACES"
+ENV_ST2_PAUSE_WINDOW = "FLEET_ROLLOUT_ST2_PAUSE_WINDOW"
 ENV_DEAD_RUNNER = "FLEET_ROLLOUT_DEAD_RUNNER"
 PYTHON_WORKERS = ("warm", "cold")
 
@@ -57,6 +58,7 @@ _SETTINGS_KEYS = {
     "python_workers": str,
     "warm_preload": list,
     "st2_races": (bool, str),
+    "st2_pause_window": (int, float),
     "dead_runner": str,
 }
 
@@ -188,6 +190,23 @@ class RuntimeHome:
             return text
         raise MetadataError(str(self.path / "config.yaml"), "st2_races",
                             f"{value!r}: true, false, random or completion-first")
+
+    @property
+    def st2_pause_window(self) -> float:
+        """Under st2_races, the seconds at most between an inquiry turning pending (listed,
+        answerable) and its workflow pausing on it (docs/runtime.md, "st2 races"); on st2
+        it is the time the workflow engine takes to handle that status from the message bus."""
+        env = os.environ.get(ENV_ST2_PAUSE_WINDOW)
+        value: Any = env if env is not None and env.strip() else \
+            self.settings.get("st2_pause_window", 3.0)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:
+            raise MetadataError(str(self.path / "config.yaml"), "st2_pause_window",
+                                f"{value!r}: a number of seconds from 0 to 3600")
+        return seconds
 
     @property
     def dead_runners(self) -> List[Tuple[str, Dict[str, str]]]:

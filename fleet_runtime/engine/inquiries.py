@@ -35,9 +35,6 @@ from fleet_runtime.statuses import (
 
 # seconds within which the two halves of an answer reach the engine under st2_races
 RACE_WINDOW = 0.3
-# seconds between an inquiry turning pending (visible, answerable) and its workflow hearing of
-# it, under st2_races (at most, drawn at random; completion-first: always this long)
-PAUSE_WINDOW = 3.0
 
 
 class InquiriesMixin(EngineState):
@@ -128,7 +125,8 @@ class InquiriesMixin(EngineState):
             return False
         self._held_events[info.id] = (str(info.parent_id), [payload])
         first = self.home.st2_races == "completion-first"
-        self._add_timer(PAUSE_WINDOW if first else self._race_rng.uniform(0, PAUSE_WINDOW),
+        window = self.home.st2_pause_window
+        self._add_timer(window if first else self._race_rng.uniform(0, window),
                         "pending_arrives", info.id)
         return True
 

@@ -134,6 +134,8 @@ def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab):
     given once it has paused, counts), by `st2 run fleet_rollout.respond` and by the chat alias
     (respond waits for the pause: counted at once)."""
     lab = race_lab
+    # long enough for a CLI started on a loaded machine to answer before the pause
+    lab.env["FLEET_ROLLOUT_ST2_PAUSE_WINDOW"] = "10"
     profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
     lab.start_engine()
     out = lab.cli("run", "fleet_rollout.rollout", f"profile={profile}", "-a", "--json")

@@ -104,3 +104,34 @@ def test_an_answer_before_its_workflow_pauses_records_nobody_and_strands_it(
             assert [c["status"] for c in children(rt, ex_id)] == [SUCCEEDED]
     finally:
         rt.close()
+
+
+def test_the_pause_window_is_a_setting_and_a_bad_one_is_named(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet_runtime.home import RuntimeHome
+    from fleet_runtime.runtime_errors import MetadataError
+
+    monkeypatch.setenv("FLEET_ROLLOUT_ST2_PAUSE_WINDOW", "0.25")
+    assert RuntimeHome(str(home)).st2_pause_window == 0.25
+    monkeypatch.delenv("FLEET_ROLLOUT_ST2_PAUSE_WINDOW")
+    assert RuntimeHome(str(home)).st2_pause_window == 3.0
+    for bad in ("soon", "-1", "7200"):
+        monkeypatch.setenv("FLEET_ROLLOUT_ST2_PAUSE_WINDOW", bad)
+        with pytest.raises(MetadataError) as info:
+            print(RuntimeHome(str(home)).st2_pause_window)
+        assert "st2_pause_window" in str(info.value) and bad in str(info.value)
+
+
+def test_a_zero_pause_window_pauses_before_any_answer_can_come(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEET_ROLLOUT_ST2_RACES", "completion-first")
+    monkeypatch.setenv("FLEET_ROLLOUT_ST2_PAUSE_WINDOW", "0")
+    rt = engine(home)
+    try:
+        ex_id = rt.request("rt_test.ask_flow", {})
+        assert wait(rt, ex_id)["status"] == PAUSED
+        rt.respond(_ask(rt, ex_id)["id"], {"approved": True}, requester="operator")
+        record = wait(rt, ex_id)
+        assert record["context"]["resumed_by"] == "operator"
+    finally:
+        rt.close()
