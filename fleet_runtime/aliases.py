@@ -22,10 +22,7 @@ else:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
 _KEY = r"\s*(\S+?)\s*"
-_VALUE = r'""|\'\'|"(.+?)"|\'(.+?)\'|({.+?})|(\S+)'
 _EXT_VALUE = r'""|\'\'|"(.+?)"|\'(.+?)\'|({.+?})|(.+?)'
-_PAIRS = rf"(?:^|\s+){_KEY}=({_VALUE})"
-_ENDING = rf".*?(({_PAIRS}\s*)*)$"
 _DEFAULT = rf"\s*=\s*(?:{_EXT_VALUE})\s*"
 _OPTIONAL = "{{" + _KEY + _DEFAULT + "}}"
 _REQUIRED = "{{" + _KEY + "}}"
@@ -53,6 +50,64 @@ def _has_anchor(tokens: Any, wanted: Tuple[Any, ...], backwards: bool = False) -
     return False
 
 
+def _next_index(text: str, char: str) -> List[int]:
+    """For each position, where `char` next occurs at or after it (len(text): nowhere)."""
+    out = [len(text)] * (len(text) + 1)
+    for i in range(len(text) - 1, -1, -1):
+        out[i] = i if text[i] == char else out[i + 1]
+    return out
+
+
+def trailing_pairs(text: str) -> Tuple[List[Tuple[str, str]], int]:
+    """The `key=value` pairs that end a command, as (key, value), and where they start
+    (len(text) for none), in one pass: a value is "..." or '...' (the quotes dropped), {...}
+    (kept whole) or a run of non-blanks, and a pair stands after a blank or at the start.
+    Linear in the command's length: a chat line is someone's input."""
+    closing = {q: _next_index(text, q) for q in ('"', "'", "}")}
+    n = len(text)
+    run: List[Tuple[str, str]] = []
+    run_start = n
+    i = 0
+    while i < n:
+        if text[i].isspace():
+            i += 1
+            continue
+        word = i
+        while i < n and not text[i].isspace() and text[i] != "=":
+            i += 1
+        key_end = i
+        while i < n and text[i].isspace():
+            i += 1
+        pair = None
+        if key_end > word and i < n and text[i] == "=":
+            j = i + 1
+            if j < n and text[j] in ('"', "'", "{"):
+                close = closing["}" if text[j] == "{" else text[j]][j + 1] if j + 1 <= n else n
+                if close < n:
+                    value = text[j:close + 1] if text[j] == "{" else text[j + 1:close]
+                    pair = (text[word:key_end], value, close + 1)
+            elif j < n and not text[j].isspace():
+                end = j
+                while end < n and not text[end].isspace():
+                    end += 1
+                pair = (text[word:key_end], text[j:end], end)
+        if pair is not None and (pair[2] == n or text[pair[2]].isspace()):
+            if not run:
+                run_start = word
+            run.append((pair[0], pair[1]))
+            i = pair[2]
+            continue
+        run, run_start = [], n
+        i = key_end
+        while i < n and not text[i].isspace():
+            i += 1
+    if not run:
+        return [], n
+    while run_start > 0 and text[run_start - 1].isspace():
+        run_start -= 1
+    return run, run_start
+
+
 class FormatParser:
     """Extract parameters from a command according to one alias format."""
 
@@ -64,14 +119,9 @@ class FormatParser:
         self.regex = self._format_regex()
 
     @staticmethod
-    def _kv_pairs_at_end(stream: str) -> Tuple[List[Any], str]:
-        ending = re.match(_ENDING, stream, re.DOTALL)
-        if ending and ending.group(1):
-            pairs = re.findall(_PAIRS, ending.group(1), re.DOTALL)
-            stream = stream.replace(ending.group(1), "")
-        else:
-            pairs = []
-        return pairs, f" {stream} "
+    def _kv_pairs_at_end(stream: str) -> Tuple[List[Tuple[str, str]], str]:
+        pairs, start = trailing_pairs(stream)
+        return pairs, f" {stream[:start]} "
 
     def _format_regex(self) -> Any:
         reg = re.sub(r"(\s*)" + _OPTIONAL, r"(?:" + _PARAM_MATCH + r")?", self.format)
@@ -103,7 +153,7 @@ class FormatParser:
                 # representation (and its regex) took from the command
                 raise ParseError(f'"{pair[0]}" is already given by the command; a trailing'
                                  f' "{pair[0]}=..." cannot replace it')
-            result[pair[0]] = "".join(pair[2:])
+            result[pair[0]] = pair[1]
         if self.format and not (self.stream.strip() or any(result.values())):
             raise ParseError("No value supplied and no default value found.")
         return result

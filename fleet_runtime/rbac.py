@@ -333,6 +333,20 @@ class Rbac:
                                  [action_uid(workflow_ref), f"pack:{_pack_of(workflow_ref)}"])
         return False
 
+    def may_resource(self, user: Optional[str], permission_type: str,
+                     resource_uids: Iterable[str]) -> bool:
+        """A permission on one resource (a rule, a system-scoped key, an API key): a system
+        role, or a grant on one of `resource_uids` (the resource, its pack) of that
+        permission or its type's `_all`; a view is implied by every other permission of the
+        type (st2rbac_backend/resolvers.py)."""
+        if self._by_system_role(user, permission_type):
+            return True
+        resource = resource_type_of(permission_type)
+        types = [f"{resource}_all", permission_type]
+        if _name_of(permission_type) == "view":
+            types += [f"{resource}_{name}" for name in PERMISSIONS[resource]]
+        return self._granted(user, types, list(resource_uids))
+
     # ------------------------------------------------------------------ assertions
     def require(self, user: Optional[str], permission_type: str) -> None:
         if not self.may(user, permission_type):

@@ -81,7 +81,9 @@ class St2Api:
             {"resource_uid": f"pack:{name}", "permission_types": ["action_all"]}
             for name in sorted(names)]
         grants.append({"permission_types": ["action_list", "execution_list", "inquiry_list",
-                                            "inquiry_respond", "stream_view"]})
+                                            "inquiry_respond", "stream_view", "rule_list"]})
+        grants.append({"resource_uid": "key_value_pair:st2kv.system:site",
+                       "permission_types": ["key_value_pair_view"]})
         roles_dir = self.home / "rbac" / "roles"
         roles_dir.mkdir(parents=True, exist_ok=True)
         (roles_dir / f"{TESTS_ROLE}.yaml").write_text(yaml.safe_dump(

@@ -91,10 +91,16 @@ class Catalog:
                 "representation": found["representation"]}
 
     def rules(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "rule_list"), req.user, "rule_list")
         return _page(req, _of_pack(req, [views.rule(r) for r in self.registry.rules]))
 
     def rule(self, req: Request, ref: str) -> Dict[str, Any]:
-        return views.rule(_by_ref(self.registry.rules, ref))
+        found = _by_ref(self.registry.rules, ref)
+        uid = f"rule:{found.pack}:{found.name}"
+        self.svc.check(self.svc.rbac.may_resource(req.user, "rule_view",
+                                                  [uid, f"pack:{found.pack}"]),
+                       req.user, "rule_view", uid)
+        return views.rule(found)
 
     def help(self, req: Request) -> Dict[str, Any]:
         """Help strings of the enabled aliases (st2's actionalias_helpstring), filtered by pack

@@ -1,7 +1,10 @@
 """`/api/v1/keys`: the datastore (st2api controllers/v1/keyvalue.py).
 
 Secrets are masked unless `decrypt=true`, which st2 allows on system-scoped keys to
-administrators only; user-scoped keys are the requester's own (another user's: admins)."""
+administrators only; user-scoped keys are the requester's own (another user's: admins).
+With RBAC, as in st2's keyvalue controller, a system-scoped key is read only by a user with a
+system role or a `key_value_pair_view` (or list, set, delete, all) grant on
+`key_value_pair:st2kv.system:<name>`; a listing shows the others nothing of them."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -45,6 +48,10 @@ class Keys:
             raise HttpError(403, "Decrypt option requires administrator access")
         return decrypt
 
+    def _may_read_system(self, req: Request, name: str) -> bool:
+        return self.svc.rbac.may_resource(req.user, "key_value_pair_view",
+                                          [system_key_uid(name)])
+
     @staticmethod
     def _view(item: Dict[str, Any], decrypted: bool) -> Dict[str, Any]:
         out = dict(item)
@@ -64,7 +71,8 @@ class Keys:
         prefix = req.query.get("prefix") or None
         items: List[Dict[str, Any]] = []
         if scope in ("all", ds.FULL_SYSTEM_SCOPE):
-            items += self.store.list(prefix, ds.SYSTEM_SCOPE, None, decrypt)
+            items += [i for i in self.store.list(prefix, ds.SYSTEM_SCOPE, None, decrypt)
+                      if self._may_read_system(req, i["name"])]
         if scope in ("all", ds.FULL_USER_SCOPE):
             items += self.store.list(prefix, ds.USER_SCOPE, user, decrypt)
         body = [self._view(i, decrypt) for i in items]
@@ -77,6 +85,9 @@ class Keys:
         user = self._user(req, req.query.get("user"))
         decrypt = self._check_decrypt(req, scope)
         short = ds.SYSTEM_SCOPE if scope == ds.FULL_SYSTEM_SCOPE else ds.USER_SCOPE
+        if short == ds.SYSTEM_SCOPE:
+            self.svc.check(self._may_read_system(req, name), req.user, "key_value_pair_view",
+                           system_key_uid(name))
         for item in self.store.list(name, short, user, decrypt):
             if item["name"] == name:
                 return self._view(item, decrypt)
@@ -111,6 +122,10 @@ class Keys:
         if not self.store.delete(name, short, user):
             raise HttpError(404, f'Resource with a reference or id "{name}" not found')
         return Response(204, None)
+
+
+def system_key_uid(name: str) -> str:
+    return f"key_value_pair:{ds.FULL_SYSTEM_SCOPE}:{name}"
 
 
 def _with_scope(req: Request, scope: str, user: str) -> Request:

@@ -6,9 +6,13 @@ approver is who StackStorm authenticated, never a typed name."""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 from rollout_support import SimLab, error_text, output
+
+from fleet_rollout import questions
 
 EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
 ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
@@ -163,3 +167,54 @@ def test_an_abort_while_the_approval_waits_cancels_the_question_and_changes_noth
     assert approval["reason"] == "the rollout was halted: halted by bob"
     assert lab.kv(rollout_id, "halt")["by"] == "bob"
     _untouched(lab)
+
+
+def _question_workflow(sim, inquiry_id):
+    doc = json.loads(sim.cli("execution", "get", inquiry_id, "--json").stdout)
+    return doc.get("parent") or doc["liveaction"]["context"]["parent"]["execution_id"]
+
+
+def test_a_resume_by_somebody_else_never_names_the_approver(lab):
+    """mallory resumes alice's question before she answers (`execution resume`: StackStorm then
+    records mallory as resumed_by, and alice's answer resumes nothing): the answer names
+    nobody, is not counted either way, and the question is asked again saying why. alice's
+    answer to that counts, and mallory's pause and resume after it change nothing."""
+    execution = lab.ask_run("fleet_rollout.rollout",
+                            profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
+    assert lab.waiting(execution), error_text(execution)
+    rollout_id = lab.kv_ids()[-1]
+    [inquiry] = lab.pending()
+    workflow = _question_workflow(lab, inquiry["id"])
+    out = lab.cli("execution", "resume", workflow, "--no-wait", user="mallory")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    time.sleep(questions.ANSWER_GAP + 1)  # an answer later than one respond() request takes
+    out = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}', "--no-wait")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    deadline = time.time() + 120
+    while time.time() < deadline and not [i for i in lab.pending() if i["id"] != inquiry["id"]]:
+        time.sleep(0.5)
+    [again] = lab.pending()
+    message = again["schema"]["properties"]["approved"]["description"]
+    assert message.startswith(f"Asked again: the answer to inquiry {inquiry['id']} was not "
+                              "counted: its workflow was resumed"), message
+    assert "before the answer (by mallory)" in message
+    assert "approval" not in lab.kv(rollout_id, "batch.0")
+    _untouched(lab)
+
+    out = lab.cli("inquiry", "respond", again["id"], "-r", '{"approved": true}', "--no-wait")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    second = _question_workflow(lab, again["id"])
+    for op in ("pause", "resume"):  # after the answer: refused or too late, never counted
+        lab.cli("execution", op, second, "--no-wait", user="mallory")
+    final = lab.settle(execution["id"])
+    approval = lab.kv(rollout_id, "batch.0")["approval"]
+    assert (approval["by"], approval["via"], approval["approved"]) == ("alice", "api", True)
+    path = os.path.join(lab.config["state_dir"], rollout_id, "audit.jsonl")
+    with open(path) as handle:
+        entries = [json.loads(line) for line in handle if line.strip()]
+    [unattributed] = [e for e in entries if e["action"] == "answer_unattributed"]
+    assert unattributed["old"] == inquiry["id"] and "by mallory" in unattributed["new"]
+    while lab.waiting(final):  # an INCONCLUSIVE verdict: roll back
+        lab.cli("chat", "--user", "bob", f"rollout reject {rollout_id}")
+        final = lab.settle(execution["id"])
+    assert final["status"] in ("succeeded", "failed"), final["status"]

@@ -14,7 +14,8 @@ from fleet_rollout.store import MemoryStore, RolloutState
 
 
 class FakeApi:
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = None) -> None:
+        self.clock = clock or (lambda: 0.0)
         self.executions: Dict[str, Dict[str, Any]] = {}
         self.children: Dict[str, List[Dict[str, Any]]] = {}
         self.posts: List[Dict[str, Any]] = []
@@ -24,7 +25,10 @@ class FakeApi:
         assert path == "executions"
         self.posts.append(body)
         ex_id = f"w{len(self.posts)}"
-        self.executions[ex_id] = {"id": ex_id, "status": "paused", "context": {}}
+        now = self.clock()
+        self.executions[ex_id] = {"id": ex_id, "status": "paused", "context": {},
+                                  "log": [{"status": "running", "timestamp": now},
+                                          {"status": "paused", "timestamp": now}]}
         self.children[ex_id] = [{"id": f"i{len(self.posts)}", "action": {"ref": "core.ask"},
                                  "status": "pending", "start_timestamp": "1"}]
         return self.executions[ex_id]
@@ -49,8 +53,15 @@ class FakeApi:
     def answer(self, ex_id: str, requester: str) -> None:
         """What st2's respond() writes: the requester on the paused workflow, then the
         inquiry's success (the workflow's own resume may never come: the race)."""
-        self.executions[ex_id]["context"]["resumed_by"] = requester
-        self.children[ex_id][0]["status"] = "succeeded"
+        self.resume(ex_id, requester)
+        self.children[ex_id][0].update(status="succeeded", end_timestamp=self.clock())
+
+    def resume(self, ex_id: str, requester: str) -> None:
+        """st2's request_resume of a paused workflow: its requester and a log entry."""
+        workflow = self.executions[ex_id]
+        if workflow["status"] == "paused":
+            workflow["context"]["resumed_by"] = requester
+            workflow["log"].append({"status": "resuming", "timestamp": self.clock()})
 
 
 class Clock:
@@ -66,7 +77,8 @@ class Clock:
 
 @pytest.fixture()
 def asking():
-    api, clock = FakeApi(), Clock()
+    clock = Clock()
+    api = FakeApi(clock)
     state = RolloutState(MemoryStore(), "r1")
     return questions.Questions(api, state, sleep=clock.sleep, clock=clock), api, clock
 
@@ -144,15 +156,17 @@ def test_an_answer_nobody_is_recorded_for_is_asked_again_with_the_rest_of_its_tt
     q.ask(0, "approval", "Approve batch 1?", ["alice"], [], 60)
     calls = []
 
-    def reask(kind, inquiry_id, ttl_left):
+    def reask(kind, inquiry_id, ttl_left, why):
         calls.append((kind, inquiry_id, ttl_left))
+        assert "before StackStorm had paused that question" in why
         return q.ask(0, kind, "Asked again: ...", ["alice"], [], ttl_left,
                      again=q.asked(0, kind))
 
     clock.now += 25 * 60  # 25 of its 60 minutes gone
     # answered before its workflow paused: st2 resumed nothing, recorded nobody
-    api.children["w1"][0]["status"] = "succeeded"
+    api.children["w1"][0].update(status="succeeded", end_timestamp=clock.now)
     out = q.await_answer(0, "approval", wait=5, poll=1, reask=reask)
+    assert out.pop("why").startswith("the answer came before StackStorm had paused")
     assert out == {"status": "pending", "workflow": "w2", "unattributed": "i1",
                    "workflow_status": "canceling"}
     assert calls == [("approval", "i1", 35)]
@@ -190,7 +204,7 @@ def test_the_requester_written_between_two_reads_is_kept(asking):
 def test_without_a_reask_an_unattributed_answer_is_answered_with_no_author(asking):
     q, api, clock = asking
     q.ask(0, "approval", "?", ["alice"], [], 60)
-    api.children["w1"][0]["status"] = "succeeded"
+    api.children["w1"][0].update(status="succeeded", end_timestamp=clock.now)
     out = q.await_answer(0, "approval", wait=5, poll=1)
     assert out["status"] == "answered" and q.author(0, "i1") == ""
 
@@ -202,3 +216,83 @@ def test_a_question_without_ttl_has_none_left(asking):
     assert q.ttl_left({"asked": 1000.0, "ttl": 60}) == 1
     clock.now += 3600
     assert q.ttl_left({"asked": 1000.0, "ttl": 60}) == 1
+
+
+def _asked_again(q, calls):
+    def reask(kind, inquiry_id, ttl_left, why):
+        calls.append((inquiry_id, why))
+        return q.ask(0, kind, "Asked again: ...", ["alice"], [], ttl_left,
+                     again=q.asked(0, kind))
+    return reask
+
+
+def test_a_resume_by_somebody_else_before_the_answer_names_nobody(asking):
+    """mallory resumes the paused question (the workflow runs on with its inquiry pending);
+    alice's answer later resumes nothing, so resumed_by still says mallory: not counted."""
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    clock.now += 30
+    api.resume("w1", "mallory")
+    api.executions["w1"]["status"] = "running"
+    clock.now += 60
+    api.children["w1"][0].update(status="succeeded", end_timestamp=clock.now)  # alice
+    calls: List[Any] = []
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=_asked_again(q, calls))
+    assert out["status"] == "pending" and out["unattributed"] == "i1"
+    [(inquiry_id, why)] = calls
+    assert inquiry_id == "i1" and "resumed 60 s before the answer (by mallory)" in why
+    assert q.author(0, "i1") == ""
+    api.answer("w2", "alice")  # asked again and answered: alice counts
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=_asked_again(q, calls))
+    assert out["status"] == "answered" and q.author(0, "i2") == "alice"
+
+
+def test_a_resume_by_somebody_else_after_the_answer_changes_nothing_kept(asking):
+    """alice answers; mallory resumes the workflow the race left paused: alice, read first,
+    is kept; read only after mallory's resume, nobody is named (two resumes)."""
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    clock.now += 10
+    api.answer("w1", "alice")
+    api.executions["w1"]["status"] = "paused"  # st2 dropped the answer's resume
+    out = q.await_answer(0, "approval", wait=5, poll=1)
+    assert out["status"] == "answered" and q.author(0, "i1") == "alice"
+    clock.now += 1
+    api.resume("w1", "mallory")
+    assert q.keep_author(0, api.children["w1"][0], api.executions["w1"]) == ("alice", "")
+
+    q.ask(1, "approval", "?", ["alice"], [], 60)
+    clock.now += 10
+    api.answer("w2", "alice")
+    api.executions["w2"]["status"] = "paused"
+    clock.now += 1
+    api.resume("w2", "mallory")
+    author, why = q.keep_author(1, api.children["w2"][0], api.executions["w2"])
+    assert author == "" and "resumed 2 times" in why and q.author(1, "i2") == ""
+
+
+def test_a_resume_by_somebody_else_before_an_answer_given_before_the_pause(asking):
+    """The answer came before the pause (nobody recorded); mallory then resumes the paused
+    workflow and is recorded as resumed_by: still nobody is named."""
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    api.executions["w1"]["log"] = [{"status": "running", "timestamp": clock.now}]
+    api.children["w1"][0].update(status="succeeded", end_timestamp=clock.now)
+    clock.now += 1
+    api.executions["w1"]["log"].append({"status": "paused", "timestamp": clock.now})
+    clock.now += 1
+    api.resume("w1", "mallory")
+    author, why = q.keep_author(0, api.children["w1"][0], api.executions["w1"])
+    assert author == "" and "before StackStorm had paused" in why
+
+
+@pytest.mark.parametrize("stamp, seconds", [
+    ("2026-12-06T06:00:00.12Z", 1796536800.12),
+    ("2026-12-06T06:00:00.123456Z", 1796536800.123456),
+    ("2026-12-06T06:00:00Z", 1796536800.0),
+    ("2026-12-06T06:00:00.123456+00:00", 1796536800.123456),
+    (1796536800.5, 1796536800.5),
+    ("", None), ("yesterday", None), (None, None)])
+def test_timestamps_in_every_form_st2_writes(stamp, seconds):
+    got = questions.seconds_of(stamp)
+    assert got == seconds if seconds is None else abs(got - seconds) < 1e-6

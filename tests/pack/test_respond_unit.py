@@ -19,13 +19,18 @@ SCHEMA = {"properties": {"approved": {"type": "boolean"}, "rollout_id": {"defaul
 
 
 class Api:
-    """The question's workflow w1 pauses after `pause_after` reads of it."""
+    """The question's workflow w1 pauses after `pause_after` reads of it; its log and the
+    inquiry's end are stamped with `clock`."""
 
-    def __init__(self, pause_after: int, forged_first: bool = False) -> None:
+    def __init__(self, pause_after: int, forged_first: bool = False,
+                 clock: Any = None) -> None:
         self.pause_after = pause_after
         self.reads = 0
+        self.clock = clock or (lambda: 0.0)
+        self.answered_at = None
         self.workflow: Dict[str, Any] = {
             "id": "w1", "status": "running", "context": {},
+            "log": [{"status": "running", "timestamp": 0.0}],
             "action": {"ref": "fleet_rollout.question"},
             "parameters": {"rollout_id": "r1", "batch": 0, "question": "approval"}}
         self.puts: List[Any] = []
@@ -44,6 +49,9 @@ class Api:
 
     def execution(self, ex_id: str) -> Dict[str, Any]:
         if ex_id == "i1":
+            if self.answered_at is not None:
+                return {"id": "i1", "parent": "w1", "status": "succeeded",
+                        "end_timestamp": self.answered_at}
             return {"id": "i1", "parent": "w1", "status": "pending"}
         if ex_id == "i2":  # a core.ask somebody started with the rollout's id in its schema
             return {"id": "i2", "parent": "w2", "status": "pending"}
@@ -52,12 +60,16 @@ class Api:
         self.reads += 1
         if self.reads > self.pause_after and self.workflow["status"] == "running":
             self.workflow["status"] = "paused"
+            self.workflow["log"].append({"status": "paused", "timestamp": self.clock()})
         return dict(self.workflow)
 
     def put(self, path: str, body: Any) -> Any:
         self.puts.append((path, body, self.workflow["status"]))
         if self.workflow["status"] == "paused":  # st2's respond: the requester recorded
             self.workflow["context"]["resumed_by"] = "alice"
+            self.workflow["status"] = "resuming"
+            self.workflow["log"].append({"status": "resuming", "timestamp": self.clock()})
+        self.answered_at = self.clock()
         return {}
 
 
@@ -73,7 +85,8 @@ class Clock:
 
 
 def test_respond_answers_once_the_question_has_paused():
-    api, clock = Api(pause_after=4), Clock()  # the first read: which question it is
+    clock = Clock()
+    api = Api(pause_after=4, clock=clock)  # the first read: which question it is
     out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
                             clock=clock)
     [(path, body, status_then)] = api.puts
@@ -83,13 +96,15 @@ def test_respond_answers_once_the_question_has_paused():
 
 
 def test_respond_says_so_when_its_answer_still_came_before_the_pause():
-    api, clock = Api(pause_after=10**6), Clock()
+    clock = Clock()
+    api = Api(pause_after=10**6, clock=clock)
     out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
                             clock=clock)
     [(_path, _body, status_then)] = api.puts
     assert status_then == "running" and clock.now >= inquiries.PAUSE_WAIT
     assert out["attributed"] is False
-    assert "not counted and the question is asked again" in out["message"]
+    assert "not counted (the answer came before StackStorm had paused that question" \
+        in out["message"] and "the question is asked again" in out["message"]
 
 
 def test_respond_answers_only_the_question_the_rollout_asked():
@@ -104,3 +119,20 @@ def test_respond_answers_only_the_question_the_rollout_asked():
     with pytest.raises(ConfigError, match="not waiting for an answer"):
         inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
                           clock=clock)
+
+
+def test_respond_says_so_when_somebody_resumed_the_question_before_the_answer():
+    """`st2 execution resume` of the paused question by somebody else leaves their name as
+    resumed_by and the workflow running; the answer after it resumes nothing: not counted."""
+    clock = Clock()
+    api = Api(pause_after=10**6, clock=clock)
+    api.workflow["context"]["resumed_by"] = "mallory"
+    api.workflow["log"] += [{"status": "paused", "timestamp": 0.0},
+                            {"status": "resuming", "timestamp": 1.0},
+                            {"status": "running", "timestamp": 1.0}]
+    clock.now = 60.0
+    out = inquiries.respond(CONFIG, "r1", "approve", api, api.store, sleep=clock.sleep,
+                            clock=clock)
+    assert api.workflow["context"]["resumed_by"] == "mallory"
+    assert out["attributed"] is False
+    assert "resumed 89 s before the answer (by mallory)" in out["message"], out["message"]

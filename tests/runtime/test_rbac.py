@@ -171,3 +171,34 @@ def test_a_viewer_reads_but_cannot_start_abort_or_roll_back(api: St2Api) -> None
     me = api.http("GET", "/api/v1/user", user="sre-operator").json()
     assert me["rbac"]["enabled"] is True
     assert me["rbac"]["roles"] == ["fleet_rollout_operator", "fleet_rollout_approver"]
+
+
+def test_system_keys_are_read_only_with_a_grant_and_rules_with_rule_grants(api: St2Api) -> None:
+    """As st2's keyvalue controller with RBAC: a system-scoped key is listed and read only by
+    a system role or a grant on it; a user's own keys are theirs. Rules need rule_list /
+    rule_view."""
+    api.st2(["key", "set", "bmc_password", "s3cret-bmc", "-e"], user="st2admin")
+    api.st2(["key", "set", "site", "ams"], user="st2admin")
+    api.st2(["key", "set", "mine", "carols", "--scope", "user"], user="sre-carol")
+    listed = {k["name"] for k in api.http("GET", "/api/v1/keys", user="sre-carol").json()}
+    assert listed == {"mine"}
+    for name in ("site", "bmc_password"):
+        refused = api.http("GET", f"/api/v1/keys/{name}", user="sre-carol")
+        assert refused.status_code == 403, refused.text
+        assert f"key_value_pair:st2kv.system:{name}" in refused.json()["faultstring"]
+    # the tests' role is granted view on `site` alone
+    runner = {k["name"] for k in api.http("GET", "/api/v1/keys?scope=system").json()}
+    assert runner == {"site"}
+    assert api.http("GET", "/api/v1/keys/site").json()["value"] == "ams"
+    assert api.http("GET", "/api/v1/keys/bmc_password").status_code == 403
+    admin = {k["name"] for k in api.http("GET", "/api/v1/keys?scope=system",
+                                         user="st2admin").json()}
+    assert {"site", "bmc_password"} <= admin
+
+    assert api.http("GET", "/api/v1/rules", user="sre-carol").status_code == 403
+    [rule] = api.http("GET", "/api/v1/rules?pack=fleet_rollout&limit=1").json()
+    assert api.http("GET", f"/api/v1/rules/{rule['ref']}", user="sre-carol").status_code == 403
+    assert api.http("GET", f"/api/v1/rules/{rule['ref']}", user="sre-viewer").status_code == 403
+    assert api.http("GET", f"/api/v1/rules/{rule['ref']}").status_code == 403  # list only
+    shown = api.http("GET", f"/api/v1/rules/{rule['ref']}", user="st2admin").json()
+    assert shown["ref"] == rule["ref"]

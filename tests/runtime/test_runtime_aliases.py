@@ -34,6 +34,37 @@ def test_format_parsing(fmt: str, command: str, expected: dict) -> None:
     assert aliases.extract_parameters(fmt, command) == expected
 
 
+@pytest.mark.parametrize(
+    "command,pairs,rest",
+    [("rollout p1 batch=3 dry_run=true", [("batch", "3"), ("dry_run", "true")], "rollout p1"),
+     ("x a=\"\" b=''", [("a", ""), ("b", "")], "x"),
+     ('x a={"k": 1} b=2', [("a", '{"k": 1}'), ("b", "2")], "x"),
+     ("x a =b", [("a", "b")], "x"),
+     ("x a= b", [], "x a= b"),          # a value follows its = at once
+     ("x a=b c", [], "x a=b c"),        # pairs only at the end
+     ('x a="open', [], 'x a="open'),    # an unclosed quote is no value
+     ("a=1", [("a", "1")], "")])
+def test_trailing_pairs(command: str, pairs: list, rest: str) -> None:
+    found, start = aliases.trailing_pairs(command)
+    assert (found, command[:start]) == (pairs, rest)
+
+
+@pytest.mark.parametrize("tail", [" " * 100_000, ' a="' * 30_000, " a={" * 30_000,
+                                  " a=b" * 30_000 + " c", " =" * 50_000],
+                         ids=["blanks", "open-quotes", "open-braces", "pairs-then-word",
+                              "bare-equals"])
+def test_a_long_hostile_command_is_parsed_in_one_pass(tail: str) -> None:
+    """A chat line is anyone's input: parsing is linear in its length, so a command of a
+    hundred thousand characters built to make a backtracking parser explode is refused or
+    parsed like any other (a regex parser takes hours over these)."""
+    command = "rollout approve r1" + tail
+    try:
+        params = aliases.extract_parameters("rollout approve {{rollout_id}}", command)
+    except aliases.ParseError:
+        return
+    assert params["rollout_id"].startswith("r1")
+
+
 @pytest.mark.parametrize("fmt,command", [("greet {{name}}", "hello bob"),
                                          ("run hello {{who}}", "run hello"),
                                          (r"^\s*status\s*$", "status please")])

@@ -155,10 +155,10 @@ def test_key_list_masks_secrets_and_decrypt_is_for_admins(st2_api: St2Api) -> No
     st2_api.st2(["key", "set", "site", "ams"], user="st2admin")
     refused = st2_api.st2(["key", "set", "x", "y"], check=False)  # system scope: admins
     assert refused.returncode != 0
-    keys = {k["name"]: k for k in st2_api.st2_json(["key", "list"])}
+    keys = {k["name"]: k for k in st2_api.st2_json(["key", "list"], user="st2admin")}
     assert keys["site"]["value"] == "ams"
     assert keys["bmc_password"]["value"] == "********" and keys["bmc_password"]["secret"]
-    listed = st2_api.st2(["key", "list"]).stdout
+    listed = st2_api.st2(["key", "list"], user="st2admin").stdout
     assert "s3cret-bmc" not in listed
     denied = st2_api.st2(["key", "list", "--decrypt"], check=False)
     assert denied.returncode != 0

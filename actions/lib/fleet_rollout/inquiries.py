@@ -101,11 +101,27 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi, 
            "by": who.name, "via": who.via, "attributed": True,
            "message": f"{who.name} answered {decision} for rollout {rollout_id} "
                       f"(inquiry {inquiry['id']})"}
-    if workflow_id and not (api.execution(workflow_id).get("context") or {}).get("resumed_by"):
+    why = unattributed(api, str(inquiry["id"]), workflow_id, sleep, clock)
+    if why:
         out["attributed"] = False
-        out["message"] += (": it came before StackStorm had paused the question, so it is not "
-                           "counted and the question is asked again; answer once more")
+        out["message"] += (f": it is not counted ({why}); the question is asked again, "
+                           "answer once more")
     return out
+
+
+def unattributed(api: ActionApi, inquiry_id: str, workflow_id: str,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time) -> str:
+    """Why the batch will not count an answer just given (questions.answering_requester),
+    read once the inquiry has ended (up to PAUSE_WAIT seconds); "" when it counts."""
+    if not workflow_id:
+        return ""
+    end = clock() + PAUSE_WAIT
+    inquiry = api.execution(inquiry_id)
+    while not inquiry.get("end_timestamp") and clock() < end:
+        sleep(POLL)
+        inquiry = api.execution(inquiry_id)
+    return questions.answering_requester(inquiry, api.execution(workflow_id))[1]
 
 
 def asking_workflow_paused(api: ActionApi, inquiry_id: str,

@@ -11,19 +11,24 @@ time, until it is answered, times out or the rollout is halted. The race can onl
 question's own workflow, which nothing waits for.
 
 Who answered is what StackStorm recorded: respond() resumes the asking workflow as the
-requester (`context.resumed_by` of the question's workflow, written before the inquiry
-succeeds). await_answer reads it once it sees the answer and keeps it, bound to the inquiry's
-id, in the batch's state before anything else can resume that workflow; record_answer reads it
-from there. respond() records a requester only when the workflow has already paused on its
-question: an answer given in the moment between the inquiry appearing and its workflow pausing
-has no author. Such an answer is not counted either way: the question is asked again (the
-`reask` callback), with a note and the rest of its ttl, and the unattributed answer goes to the
-audit trail. Then the question's workflow is given a few seconds to end by itself; on
-StackStorm the race can leave it paused, resuming or running for good, so one that has not
-ended is canceled (st2's orquesta runner cancels a workflow with no active task at once).
+requester (`context.resumed_by` of the question's workflow, with a `resuming` entry in its
+log) and ends the inquiry, in one API request. await_answer reads it once it sees the answer
+and keeps it, bound to the inquiry's id, in the batch's state; record_answer reads it from
+there. resumed_by names the answerer only when the log shows that request and nothing else:
+the workflow had paused before the inquiry ended, and it was resumed at most once, within
+ANSWER_GAP of the inquiry's end. Anyone else's resume (`st2 execution resume` of the question
+before or after the answer) or an answer given in the moment between the inquiry appearing
+and its workflow pausing (respond() resumes nothing then, and records nobody) leaves the
+answer without an author. Such an answer is not counted either way: the question is asked
+again (the `reask` callback), with a note saying why and the rest of its ttl, and the
+unattributed answer goes to the audit trail. Then the question's workflow is given a few
+seconds to end by itself; on StackStorm the race can leave it paused, resuming or running for
+good, so one that has not ended is canceled (st2's orquesta runner cancels a workflow with
+no active task at once).
 """
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import time
@@ -35,8 +40,9 @@ from fleet_rollout.names import ROLLOUT_ID_PATTERN
 from fleet_rollout.st2api import ApiRefused
 from fleet_rollout.store import RolloutState
 
-# asks a question again: (kind, the unattributed inquiry's id, ttl minutes left) -> its record
-Reask = Callable[[str, str, int], Dict[str, Any]]
+# asks a question again: (kind, the unattributed inquiry's id, ttl minutes left, why nobody
+# is named) -> its record
+Reask = Callable[[str, str, int, str], Dict[str, Any]]
 
 QUESTION_WORKFLOW = "fleet_rollout.question"
 ASK_ACTION = "core.ask"
@@ -48,6 +54,10 @@ PENDING, ANSWERED, TIMED_OUT, HALTED = "pending", "answered", "timed_out", "halt
 POLL = 1.0    # seconds between two reads of a pending question
 WAIT = 240.0  # seconds one await_answer run waits before the workflow runs it again
 SETTLE = 5.0  # seconds an answered question's workflow has to end before it is canceled
+# seconds at most between the resume an answer requests and the inquiry's end: respond()
+# writes both in one API request; a resume further away is somebody else's
+ANSWER_GAP = 5.0
+STAMP_PRECISION = 0.01  # seconds: the coarsest timestamps an st2-like API writes
 
 
 def schema(kind: str, rollout_id: str, message: str) -> Dict[str, Any]:
@@ -198,12 +208,13 @@ class Questions:
                 # read again: respond() writes resumed_by before the inquiry succeeds, and the
                 # answer may have come after the first read
                 workflow = self.api.execution(workflow_id)
-                author = self.keep_author(batch, inquiry_id, workflow)
+                author, why = self.keep_author(batch, inquiry, workflow)
                 ended = self.end_question(workflow, poll)
                 if not author and reask is not None:
-                    again = reask(kind, inquiry_id, self.ttl_left(asked))
+                    again = reask(kind, inquiry_id, self.ttl_left(asked), why)
                     return {"status": PENDING, "workflow": str(again["workflow"]),
-                            "unattributed": inquiry_id, "workflow_status": ended}
+                            "unattributed": inquiry_id, "why": why,
+                            "workflow_status": ended}
                 return {"status": ANSWERED, "inquiry": inquiry_id, "workflow": workflow_id,
                         "workflow_status": ended}
             if status in COMPLETED or (inquiry is None and workflow.get("status") in COMPLETED):
@@ -220,20 +231,24 @@ class Questions:
                 return {"status": PENDING, "workflow": workflow_id}
             self.sleep(poll)
 
-    def keep_author(self, batch: int, inquiry_id: str, workflow: Dict[str, Any]) -> str:
-        """Keep who StackStorm recorded as answering, and return it ("" when nobody was
-        recorded: nothing is kept). The first author kept wins: someone who resumes the
-        question's workflow later is recorded there as resumed_by too."""
-        author = str((workflow.get("context") or {}).get("resumed_by") or "")
+    def keep_author(self, batch: int, inquiry: Dict[str, Any], workflow: Dict[str, Any]
+                    ) -> Tuple[str, str]:
+        """Keep who StackStorm recorded as answering the inquiry and return it with "", or
+        ("", why nobody can be named): nothing is kept then. The first author kept wins."""
+        inquiry_id = str(inquiry["id"])
+        kept_before = self.author(batch, inquiry_id)
+        if kept_before:
+            return kept_before, ""
+        author, why = answering_requester(inquiry, workflow)
         if not author:
-            return ""
+            return "", why
         kept: List[str] = []
 
         def put(state: Dict[str, Any]) -> None:
             kept.append(state.setdefault("answer_by", {}).setdefault(inquiry_id, author))
 
         self.state.update_batch(batch, put)
-        return kept[-1] if kept else author
+        return (kept[-1] if kept else author), ""
 
     def author(self, batch: int, inquiry_id: str) -> str:
         return str((self.state.batch(batch).get("answer_by") or {}).get(inquiry_id) or "")
@@ -259,3 +274,55 @@ class Questions:
         except ApiRefused as err:
             if err.status != 400:  # 400: it has ended already
                 raise
+
+
+def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any]) -> Tuple[str, str]:
+    """(who answered the inquiry, "") from its workflow's resumed_by and log, or ("", why
+    nobody can be named): the workflow paused before the inquiry ended, and it was resumed
+    at most once, within ANSWER_GAP of that end (st2's respond(): one request)."""
+    author = str((workflow.get("context") or {}).get("resumed_by") or "")
+    if not author:
+        return "", ("the answer came before StackStorm had paused that question, so "
+                    "StackStorm recorded nobody as giving it")
+    end = seconds_of(inquiry.get("end_timestamp"))
+    log = [(str(e.get("status") or ""), seconds_of(e.get("timestamp")))
+           for e in workflow.get("log") or [] if isinstance(e, dict)]
+    if end is None or any(at is None for _status, at in log):
+        return "", "StackStorm's records do not say when it was answered"
+    if not any(status == "paused" and at is not None and at <= end + STAMP_PRECISION
+               for status, at in log):
+        return "", ("the answer came before StackStorm had paused that question, so "
+                    "StackStorm recorded nobody as giving it")
+    resumes = [at for status, at in log if status == "resuming" and at is not None]
+    if len(resumes) > 1:
+        return "", (f"its workflow was resumed {len(resumes)} times, so the name StackStorm "
+                    "recorded may not be who answered")
+    if resumes and abs(resumes[0] - end) > ANSWER_GAP:
+        side = "before" if resumes[0] < end else "after"
+        return "", (f"its workflow was resumed {abs(resumes[0] - end):.0f} s {side} the answer"
+                    f" (by {author}), so the name StackStorm recorded may not be who answered")
+    return author, ""
+
+
+def seconds_of(value: Any) -> Optional[float]:
+    """A StackStorm timestamp (ISO 8601, UTC) or epoch seconds as epoch seconds; None when it
+    is missing or unreadable."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        match = re.match(r"^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(.*)$", text)
+        if not match:
+            return None
+        fraction = (match.group(2) or "0")[:6].ljust(6, "0")
+        try:
+            when = datetime.datetime.fromisoformat(f"{match.group(1)}.{fraction}{match.group(3)}")
+        except ValueError:
+            return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()

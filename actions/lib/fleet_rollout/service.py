@@ -327,10 +327,9 @@ def question_text(ctx: RolloutContext, batch: int, question: str) -> str:
     return str(verdict.get("explanation") or "")
 
 
-def unattributed_note(inquiry_id: str) -> str:
-    return (f"Asked again: the answer to inquiry {inquiry_id} came before StackStorm had "
-            "paused that question, so StackStorm recorded nobody as giving it and it was not "
-            "counted. Please answer once more. ")
+def unattributed_note(inquiry_id: str, why: str) -> str:
+    return (f"Asked again: the answer to inquiry {inquiry_id} was not counted: {why}. "
+            "Please answer once more. ")
 
 
 def reask(ctx: RolloutContext, api: Any, batch: int) -> questions.Reask:
@@ -339,12 +338,12 @@ def reask(ctx: RolloutContext, api: Any, batch: int) -> questions.Reask:
     says why it is asked again (chat shows it through the inquiry rule)."""
     asking = questions.Questions(api, ctx.state)
 
-    def again(question: str, inquiry_id: str, ttl_left: int) -> Dict[str, Any]:
+    def again(question: str, inquiry_id: str, ttl_left: int, why: str) -> Dict[str, Any]:
         ctx.audit.record(ROLLOUT, f"batch.{batch_label(batch)}.{question}", inquiry_id,
-                         "asked again", api.execution_id, "nobody",
+                         f"asked again: {why}", api.execution_id, "nobody",
                          action="answer_unattributed")
         users, roles = approvals.inquiry_acl(ctx.config)
-        message = unattributed_note(inquiry_id) + question_text(ctx, batch, question)
+        message = unattributed_note(inquiry_id, why) + question_text(ctx, batch, question)
         return asking.ask(batch, question, message, users, roles, ttl_left,
                           again=asking.asked(batch, question))
 
