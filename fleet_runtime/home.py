@@ -59,6 +59,7 @@ _SETTINGS_KEYS = {
     "warm_preload": list,
     "st2_races": (bool, str),
     "st2_pause_window": (int, float),
+    "api_key_ttl_days": (int, float),
     "dead_runner": str,
 }
 
@@ -207,6 +208,15 @@ class RuntimeHome:
             raise MetadataError(str(self.path / "config.yaml"), "st2_pause_window",
                                 f"{value!r}: a number of seconds from 0 to 3600")
         return seconds
+
+    @property
+    def api_key_ttl_days(self) -> float:
+        """Days an API key of the runtime's st2 API works after it was created (default 90)."""
+        value = self.settings.get("api_key_ttl_days", 90)
+        if isinstance(value, bool) or not 0 < float(value) <= 3650:
+            raise MetadataError(str(self.path / "config.yaml"), "api_key_ttl_days",
+                                f"{value!r}: a number of days from 0 to 3650")
+        return float(value)
 
     @property
     def dead_runners(self) -> List[Tuple[str, Dict[str, str]]]:

@@ -1,9 +1,11 @@
 """Tokens and API keys, as st2auth and st2api issue them.
 
 A token (`X-Auth-Token`) is issued for a user who authenticated with a password; it expires
-after `ttl` seconds (st2's default 24 h). An API key (`St2-Api-Key`) does not expire; st2 shows
-the key once, at creation, and keeps only its hash. Here both are kept only as SHA-256 hashes
-in the runtime database, so a copy of the database does not let anyone in.
+after `ttl` seconds (st2's default 24 h). An API key (`St2-Api-Key`) is shown once, at
+creation, as st2 does; unlike st2's, it expires `api_key_ttl` seconds after it was created
+(the runtime setting `api_key_ttl_days`, default 90): a key that leaks does not open the API
+for ever, and a bot's key is rotated by creating a new one. Both are kept only as SHA-256
+hashes in the runtime database, so a copy of the database does not let anyone in.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from fleet_runtime.database import thread_connection
 
 DEFAULT_TOKEN_TTL = 86400
 MAX_TOKEN_TTL = 86400
+DEFAULT_API_KEY_TTL = 90 * 86400
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS st2_tokens (
@@ -44,8 +47,9 @@ def iso(ts: float) -> str:
 
 
 class Credentials:
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: str, api_key_ttl: float = DEFAULT_API_KEY_TTL) -> None:
         self.db_path = db_path
+        self.api_key_ttl = api_key_ttl
         self._local = threading.local()
         self._conn().executescript(SCHEMA)
 
@@ -95,10 +99,13 @@ class Credentials:
         return view
 
     def user_for_api_key(self, key: str) -> Optional[str]:
+        """The key's user; None when it is unknown, disabled or expired."""
         row = self._conn().execute(
-            "SELECT user FROM st2_apikeys WHERE key_hash=? AND enabled=1", (_hash(key),)
-        ).fetchone()
-        return str(row[0]) if row else None
+            "SELECT user, created_ts FROM st2_apikeys WHERE key_hash=? AND enabled=1",
+            (_hash(key),)).fetchone()
+        if row is None or float(row[1]) + self.api_key_ttl < time.time():
+            return None
+        return str(row[0])
 
     def api_keys(self, user: Optional[str] = None) -> List[Dict[str, Any]]:
         sql = "SELECT id, key_hash, user, metadata, created_ts, enabled FROM st2_apikeys"
@@ -106,21 +113,22 @@ class Credentials:
         if user is not None:
             sql += " WHERE user=?"
             args = (user,)
-        return [self._key_view(row) for row in self._conn().execute(sql + " ORDER BY created_ts",
+        return [self.key_view(row) for row in self._conn().execute(sql + " ORDER BY created_ts",
                                                                     args)]
 
     def api_key(self, key_id: str) -> Optional[Dict[str, Any]]:
         row = self._conn().execute(
             "SELECT id, key_hash, user, metadata, created_ts, enabled FROM st2_apikeys"
             " WHERE id=?", (key_id,)).fetchone()
-        return self._key_view(row) if row else None
+        return self.key_view(row) if row else None
 
     def delete_api_key(self, key_id: str) -> bool:
         cur = self._conn().execute("DELETE FROM st2_apikeys WHERE id=?", (key_id,))
         return cur.rowcount > 0
 
-    @staticmethod
-    def _key_view(row: Any) -> Dict[str, Any]:
+    def key_view(self, row: Any) -> Dict[str, Any]:
+        expires = float(row[4]) + self.api_key_ttl
         return {"id": row[0], "uid": "api_key:********", "key_hash": "********", "user": row[2],
                 "metadata": json.loads(row[3]), "created_at": iso(row[4]),
+                "expires_at": iso(expires), "expired": expires < time.time(),
                 "enabled": bool(row[5])}

@@ -41,7 +41,8 @@ class ApiService:
         self.users = users_file.load(self.users_path)
         self._users_stamp: Optional[tuple] = None
         self.rbac = runtime.home.rbac(list(admins or []))
-        self.credentials = Credentials(str(runtime.home.db_path))
+        self.credentials = Credentials(str(runtime.home.db_path),
+                                       runtime.home.api_key_ttl_days * 86400.0)
         self._logins = threading.BoundedSemaphore(LOGINS_AT_ONCE)
 
     # ------------------------------------------------------------------ who

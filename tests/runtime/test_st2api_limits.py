@@ -41,6 +41,36 @@ def test_a_user_removed_from_the_users_file_loses_tokens_and_api_keys(api: St2Ap
                             timeout=10).status_code == 401
 
 
+def test_api_keys_expire_after_the_configured_days(tmp_path: Path) -> None:
+    """Unlike st2's, an API key stops working api_key_ttl_days after its creation, and its
+    view says when."""
+    from fleet_runtime.st2api.credentials import Credentials
+
+    creds = Credentials(str(tmp_path / "creds.db"), api_key_ttl=3600)
+    made = creds.create_api_key("sre-bob")
+    assert creds.user_for_api_key(made["key"]) == "sre-bob"
+    assert made["expired"] is False and made["expires_at"] > made["created_at"]
+    old = Credentials(str(tmp_path / "creds.db"), api_key_ttl=-1)  # the same key, expired
+    assert old.user_for_api_key(made["key"]) is None
+    assert old.api_key(made["id"])["expired"] is True
+
+
+def test_the_api_key_lifetime_is_a_setting_checked_by_name(tmp_path: Path) -> None:
+    import yaml
+
+    from fleet_runtime.home import RuntimeHome
+    from fleet_runtime.runtime_errors import MetadataError
+
+    home = tmp_path / "home"
+    home.mkdir()
+    assert RuntimeHome(str(home)).api_key_ttl_days == 90
+    (home / "config.yaml").write_text(yaml.safe_dump({"api_key_ttl_days": 7}))
+    assert RuntimeHome(str(home)).api_key_ttl_days == 7
+    (home / "config.yaml").write_text(yaml.safe_dump({"api_key_ttl_days": 0}))
+    with pytest.raises(MetadataError, match="api_key_ttl_days"):
+        print(RuntimeHome(str(home)).api_key_ttl_days)
+
+
 def test_a_password_longer_than_bcrypt_takes_is_refused_clearly(api: St2Api) -> None:
     added = api.fleet(["api", "user", "long-pw"], stdin="x" * 100 + "\n", check=False)
     assert added.returncode != 0 and "longer than 72 bytes" in added.stderr
