@@ -1,4 +1,9 @@
-"""`/auth/v1/tokens` (st2auth: a token for a user of the flat file) and `/api/v1/apikeys`."""
+"""`/auth/v1/tokens` (st2auth: a token for a user of the flat file) and `/api/v1/apikeys`.
+
+API keys under RBAC, as st2's auth controller with st2-rbac-backend: creating one needs
+`api_key_create`, listing `api_key_list` (a system role has both); a user sees and deletes
+their own keys when they may create keys, an admin anyone's; a key for another user is an
+admin's to create."""
 from __future__ import annotations
 
 import logging
@@ -43,18 +48,24 @@ class Auth:
         token = req.json_body().get("token")
         return {"valid": bool(isinstance(token, str) and self.creds.token(token))}
 
-    def _mine(self, req: Request, key_id: str) -> Dict[str, Any]:
+    def _mine(self, req: Request, key_id: str, permission: str) -> Dict[str, Any]:
         key = self.creds.api_key(key_id)
         if key is None or (key["user"] != req.user and not self.svc.is_admin(req.user)):
             raise HttpError(404, f'Resource with a reference or id "{key_id}" not found')
+        self.svc.check(self.svc.rbac.may(req.user, "api_key_create")
+                       or self.svc.rbac.may_resource(req.user, permission, [f"api_key:{key_id}"]),
+                       req.user, permission, f"api_key:{key_id}")
         return key
 
     def list_keys(self, req: Request) -> List[Dict[str, Any]]:
+        self.svc.check(self.svc.rbac.may(req.user, "api_key_list"), req.user, "api_key_list")
         if self.svc.is_admin(req.user):
             return self.creds.api_keys()
         return self.creds.api_keys(req.user)
 
     def create_key(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "api_key_create"), req.user,
+                       "api_key_create")
         body = req.body if isinstance(req.body, dict) else {}
         user = body.get("user") or req.user
         if user != req.user and not self.svc.is_admin(req.user):
@@ -70,9 +81,9 @@ class Auth:
         return Response(201, self.creds.create_api_key(str(user), metadata))
 
     def get_key(self, req: Request, key_id: str) -> Dict[str, Any]:
-        return self._mine(req, key_id)
+        return self._mine(req, key_id, "api_key_view")
 
     def delete_key(self, req: Request, key_id: str) -> Response:
-        self._mine(req, key_id)
+        self._mine(req, key_id, "api_key_delete")
         self.creds.delete_api_key(key_id)
         return Response(204, None)

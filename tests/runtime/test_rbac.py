@@ -202,3 +202,23 @@ def test_system_keys_are_read_only_with_a_grant_and_rules_with_rule_grants(api: 
     assert api.http("GET", f"/api/v1/rules/{rule['ref']}").status_code == 403  # list only
     shown = api.http("GET", f"/api/v1/rules/{rule['ref']}", user="st2admin").json()
     assert shown["ref"] == rule["ref"]
+
+
+def test_api_keys_need_their_grants(api: St2Api) -> None:
+    """As st2 with RBAC: no api_key_create, no key; no api_key_list, no listing; a user who
+    may create keys manages their own, an admin anyone's."""
+    refused = api.http("POST", "/api/v1/apikeys", user="sre-carol", json={})
+    assert refused.status_code == 403 and "api_key_create" in refused.json()["faultstring"]
+    assert api.http("GET", "/api/v1/apikeys", user="sre-viewer").status_code == 403
+    made = api.http("POST", "/api/v1/apikeys", user="sre-bob", json={}).json()
+    assert [k["id"] for k in api.http("GET", "/api/v1/apikeys", user="sre-bob").json()] == [
+        made["id"]]
+    assert api.http("GET", f"/api/v1/apikeys/{made['id']}", user="sre-alice"
+                    ).status_code == 404  # someone else's key
+    carols = api.http("POST", "/api/v1/apikeys", user="st2admin",
+                      json={"user": "sre-carol"}).json()
+    assert carols["user"] == "sre-carol"
+    assert api.http("DELETE", f"/api/v1/apikeys/{carols['id']}", user="sre-carol"
+                    ).status_code == 403
+    assert api.http("DELETE", f"/api/v1/apikeys/{carols['id']}", user="st2admin"
+                    ).status_code == 204
