@@ -12,8 +12,6 @@ import time
 import pytest
 from rollout_support import SimLab, error_text, output
 
-from fleet_rollout import questions
-
 EARLY = {"snoop_mode": "early", "node_interleaving": "disabled"}
 ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
 
@@ -179,6 +177,7 @@ def test_a_resume_by_somebody_else_never_names_the_approver(lab):
     records mallory as resumed_by, and alice's answer resumes nothing): the answer names
     nobody, is not counted either way, and the question is asked again saying why. alice's
     answer to that counts, and mallory's pause and resume after it change nothing."""
+    lab.set_config(answer_gap=5)
     execution = lab.ask_run("fleet_rollout.rollout",
                             profile=lab.profile("home-snoop", approval=ASK_EVERY_BATCH))
     assert lab.waiting(execution), error_text(execution)
@@ -187,7 +186,7 @@ def test_a_resume_by_somebody_else_never_names_the_approver(lab):
     workflow = _question_workflow(lab, inquiry["id"])
     out = lab.cli("execution", "resume", workflow, "--no-wait", user="mallory")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    time.sleep(questions.ANSWER_GAP + 1)  # an answer later than one respond() request takes
+    time.sleep(6)  # later than the configured answer_gap
     out = lab.cli("inquiry", "respond", inquiry["id"], "-r", '{"approved": true}', "--no-wait")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     deadline = time.time() + 120

@@ -80,7 +80,8 @@ def asking():
     clock = Clock()
     api = FakeApi(clock)
     state = RolloutState(MemoryStore(), "r1")
-    return questions.Questions(api, state, sleep=clock.sleep, clock=clock), api, clock
+    return questions.Questions(api, state, sleep=clock.sleep, clock=clock,
+                               answer_gap=5), api, clock
 
 
 def test_a_question_is_a_root_execution_recorded_for_its_batch(asking):

@@ -14,7 +14,7 @@ from fleet_rollout.errors import ConfigError
 from fleet_rollout.store import MemoryStore, RolloutState
 
 CONFIG = load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}},
-                           "approvers": ["alice"]})
+                           "approvers": ["alice"], "answer_gap": 5})
 SCHEMA = {"properties": {"approved": {"type": "boolean"}, "rollout_id": {"default": "r1"}}}
 
 
@@ -136,3 +136,15 @@ def test_respond_says_so_when_somebody_resumed_the_question_before_the_answer():
     assert api.workflow["context"]["resumed_by"] == "mallory"
     assert out["attributed"] is False
     assert "resumed 89 s before the answer (by mallory)" in out["message"], out["message"]
+
+
+@pytest.mark.parametrize("value", [0, 3601, "soon", True])
+def test_a_bad_answer_gap_is_named(value):
+    with pytest.raises(ConfigError, match="answer_gap must be a number of seconds"):
+        load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}},
+                          "answer_gap": value})
+
+
+def test_the_answer_gap_defaults_to_five_minutes():
+    config = load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}}})
+    assert config.answer_gap == 300.0

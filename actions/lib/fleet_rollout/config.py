@@ -50,6 +50,9 @@ class PackConfig:
     # seconds a host action's execution may stay running after its work ended (or after its
     # timeout) before fleet_rollout.watchdog takes its action runner for dead
     watchdog_grace: float = 300.0
+    # seconds at most between the resume an answer writes and the inquiry's end (one st2 API
+    # request: respond()); a resume further from the answer names nobody
+    answer_gap: float = 300.0
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -127,9 +130,16 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ansible_forks=_forks(data.get("ansible_forks", DEFAULT_FORKS)),
             ansible_warm=_flag(data, "ansible_warm", True),
             watchdog_grace=_grace(data.get("watchdog_grace", 300)),
+            answer_gap=_answer_gap(data.get("answer_gap", 300)),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
+
+
+def _answer_gap(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 3600:
+        raise ConfigError("pack config: answer_gap must be a number of seconds from 1 to 3600")
+    return float(value)
 
 
 def _grace(value: Any) -> float:

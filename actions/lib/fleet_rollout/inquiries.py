@@ -101,7 +101,7 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi, 
            "by": who.name, "via": who.via, "attributed": True,
            "message": f"{who.name} answered {decision} for rollout {rollout_id} "
                       f"(inquiry {inquiry['id']})"}
-    why = unattributed(api, str(inquiry["id"]), workflow_id, sleep, clock)
+    why = unattributed(api, str(inquiry["id"]), workflow_id, config.answer_gap, sleep, clock)
     if why:
         out["attributed"] = False
         out["message"] += (f": it is not counted ({why}); the question is asked again, "
@@ -109,7 +109,7 @@ def respond(config: PackConfig, rollout_id: str, decision: str, api: ActionApi, 
     return out
 
 
-def unattributed(api: ActionApi, inquiry_id: str, workflow_id: str,
+def unattributed(api: ActionApi, inquiry_id: str, workflow_id: str, answer_gap: float,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.time) -> str:
     """Why the batch will not count an answer just given (questions.answering_requester),
@@ -121,7 +121,7 @@ def unattributed(api: ActionApi, inquiry_id: str, workflow_id: str,
     while not inquiry.get("end_timestamp") and clock() < end:
         sleep(POLL)
         inquiry = api.execution(inquiry_id)
-    return questions.answering_requester(inquiry, api.execution(workflow_id))[1]
+    return questions.answering_requester(inquiry, api.execution(workflow_id), answer_gap)[1]
 
 
 def asking_workflow_paused(api: ActionApi, inquiry_id: str,

@@ -16,15 +16,15 @@ log) and ends the inquiry, in one API request. await_answer reads it once it see
 and keeps it, bound to the inquiry's id, in the batch's state; record_answer reads it from
 there. resumed_by names the answerer only when the log shows that request and nothing else:
 the workflow had paused before the inquiry ended, and it was resumed at most once, within
-ANSWER_GAP of the inquiry's end. Anyone else's resume (`st2 execution resume` of the question
-before or after the answer) or an answer given in the moment between the inquiry appearing
-and its workflow pausing (respond() resumes nothing then, and records nobody) leaves the
-answer without an author. Such an answer is not counted either way: the question is asked
-again (the `reask` callback), with a note saying why and the rest of its ttl, and the
-unattributed answer goes to the audit trail. Then the question's workflow is given a few
-seconds to end by itself; on StackStorm the race can leave it paused, resuming or running for
-good, so one that has not ended is canceled (st2's orquesta runner cancels a workflow with
-no active task at once).
+`answer_gap` seconds of the inquiry's end. Anyone else's resume (`st2 execution resume` of
+the question before or after the answer) or an answer given in the moment between the
+inquiry appearing and its workflow pausing (respond() resumes nothing then, and records
+nobody) leaves the answer without an author. Such an answer is not counted either way: the
+question is asked again (the `reask` callback), with a note saying why and the rest of its
+ttl, and the unattributed answer goes to the audit trail. Then the question's workflow is
+given a few seconds to end by itself; on StackStorm the race can leave it paused, resuming
+or running for good, so one that has not ended is canceled (st2's orquesta runner cancels a
+workflow with no active task at once).
 """
 from __future__ import annotations
 
@@ -54,9 +54,10 @@ PENDING, ANSWERED, TIMED_OUT, HALTED = "pending", "answered", "timed_out", "halt
 POLL = 1.0    # seconds between two reads of a pending question
 WAIT = 240.0  # seconds one await_answer run waits before the workflow runs it again
 SETTLE = 5.0  # seconds an answered question's workflow has to end before it is canceled
-# seconds at most between the resume an answer requests and the inquiry's end: respond()
-# writes both in one API request; a resume further away is somebody else's
-ANSWER_GAP = 5.0
+# seconds at most between the resume an answer requests and the inquiry's end (the pack
+# config's answer_gap): respond() writes both in one API request, which a loaded st2 (its
+# database slow) was seen to stretch to 35 s; a resume further away is somebody else's
+ANSWER_GAP = 300.0
 STAMP_PRECISION = 0.01  # seconds: the coarsest timestamps an st2-like API writes
 
 
@@ -139,11 +140,13 @@ class Questions:
 
     def __init__(self, api: Any, state: RolloutState,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 answer_gap: float = ANSWER_GAP) -> None:
         self.api = api
         self.state = state
         self.sleep = sleep
         self.clock = clock
+        self.answer_gap = answer_gap
 
     def asked(self, batch: int, kind: str) -> Dict[str, Any]:
         """The batch's latest question of this kind, as `ask` recorded it ({} if none)."""
@@ -239,7 +242,7 @@ class Questions:
         kept_before = self.author(batch, inquiry_id)
         if kept_before:
             return kept_before, ""
-        author, why = answering_requester(inquiry, workflow)
+        author, why = answering_requester(inquiry, workflow, self.answer_gap)
         if not author:
             return "", why
         kept: List[str] = []
@@ -276,10 +279,11 @@ class Questions:
                 raise
 
 
-def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any]) -> Tuple[str, str]:
+def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any],
+                        gap: float = ANSWER_GAP) -> Tuple[str, str]:
     """(who answered the inquiry, "") from its workflow's resumed_by and log, or ("", why
     nobody can be named): the workflow paused before the inquiry ended, and it was resumed
-    at most once, within ANSWER_GAP of that end (st2's respond(): one request)."""
+    at most once, within `gap` seconds of that end (st2's respond(): one request)."""
     author = str((workflow.get("context") or {}).get("resumed_by") or "")
     if not author:
         return "", ("the answer came before StackStorm had paused that question, so "
@@ -297,7 +301,7 @@ def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any]) -> Tu
     if len(resumes) > 1:
         return "", (f"its workflow was resumed {len(resumes)} times, so the name StackStorm "
                     "recorded may not be who answered")
-    if resumes and abs(resumes[0] - end) > ANSWER_GAP:
+    if resumes and abs(resumes[0] - end) > gap:
         side = "before" if resumes[0] < end else "after"
         return "", (f"its workflow was resumed {abs(resumes[0] - end):.0f} s {side} the answer"
                     f" (by {author}), so the name StackStorm recorded may not be who answered")

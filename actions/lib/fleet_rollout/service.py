@@ -359,7 +359,7 @@ def await_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, q
     if api is None:
         api = ActionApi.from_env()
     asking_workflow(api, rollout_id, batch)
-    return questions.Questions(api, ctx.state).await_answer(
+    return questions.Questions(api, ctx.state, answer_gap=ctx.config.answer_gap).await_answer(
         batch, question, wait=wait, reask=reask(ctx, api, batch))
 
 
