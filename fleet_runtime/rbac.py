@@ -13,7 +13,9 @@ may do nothing but what needs no grant (their own user-scoped keys). Grants reso
 resolvers do: an action permission on the action or on its pack, `<type>_all` implying every
 permission of its type; an execution's view, stop and re-run come from `action_view` and
 `action_execute` on its action; an inquiry's view and respond from an inquiry grant or from
-`action_execute` on the workflow that asked it.
+`action_execute` on the workflow that asked it (an inquiry grant counts only with an
+`inquiry:...` resource_uid: st2-rbac-backend finds it by its resource type, which a grant
+without a uid lacks).
 
 Which users are `system_admin` without a file is the caller's to say: the runtime gives the
 role to its own user and its system user, as StackStorm's installer assigns it to its admin
@@ -281,8 +283,11 @@ class Rbac:
                 continue
             if uids is not None and grant.resource_uid not in uids:
                 continue
-            if resource_type and uids is None and grant.resource_uid is not None and \
-                    grant.resource_uid.split(":", 1)[0] != resource_type:
+            if resource_type and uids is None and (
+                    grant.resource_uid is None
+                    or grant.resource_uid.split(":", 1)[0] != resource_type):
+                # st2-rbac-backend looks such grants up by resource type, which a grant
+                # without a resource_uid does not have
                 continue
             return True
         return False

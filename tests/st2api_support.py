@@ -81,8 +81,10 @@ class St2Api:
             {"resource_uid": f"pack:{name}", "permission_types": ["action_all"]}
             for name in sorted(names)]
         grants.append({"permission_types": ["action_list", "execution_list", "inquiry_list",
-                                            "inquiry_respond", "stream_view", "rule_list",
+                                            "stream_view", "rule_list", "runner_type_list",
                                             "api_key_create", "api_key_list"]})
+        grants.append({"resource_uid": "inquiry:tests",
+                       "permission_types": ["inquiry_view", "inquiry_respond"]})
         grants.append({"resource_uid": "key_value_pair:st2kv.system:site",
                        "permission_types": ["key_value_pair_view"]})
         roles_dir = self.home / "rbac" / "roles"

@@ -60,6 +60,8 @@ class Catalog:
         return views.action(found)
 
     def runners(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "runner_type_list"), req.user,
+                       "runner_type_list")
         names = sorted(RUNNERS)
         if req.query.get("name"):
             names = [n for n in names if n == req.query["name"]]
@@ -68,6 +70,9 @@ class Catalog:
     def runner(self, req: Request, name: str) -> Dict[str, Any]:
         if name not in RUNNERS:
             raise HttpError(404, f'Resource with a reference or id "{name}" not found')
+        uid = f"runner_type:{name}"
+        self.svc.check(self.svc.rbac.may_resource(req.user, "runner_type_view", [uid]),
+                       req.user, "runner_type_view", uid)
         return views.runner(name)
 
     def aliases(self, req: Request) -> Response:

@@ -33,7 +33,10 @@ def defs(tmp_path: Path) -> Path:
                         {"resource_uid": "action:core:echo",
                          "permission_types": ["action_view"]},
                         {"permission_types": ["execution_list"]}])
-    _role(d, "answerer", [{"permission_types": ["inquiry_respond"]}])
+    _role(d, "answerer", [{"resource_uid": "inquiry:any",
+                           "permission_types": ["inquiry_respond"]}])
+    _role(d, "global_answerer", [{"permission_types": ["inquiry_respond"]}])
+    _assign(d, "gus", ["global_answerer"])
     _assign(d, "ann", ["runner"])
     _assign(d, "ivy", ["answerer"])
     _assign(d, "obs", ["observer"])
@@ -55,6 +58,8 @@ def test_grants_resolve_as_st2_rbac_backend_does(defs: Path) -> None:
     assert r.may("ann", "execution_list") and not r.may("ann", "inquiry_list")
     # an inquiry: an inquiry grant, or execute on the workflow that asked it
     assert r.may_inquiry("ivy", "inquiry_respond", "other.flow")
+    # a grant without a resource_uid is never found by st2-rbac-backend's inquiry resolver
+    assert not r.may_inquiry("gus", "inquiry_respond", "other.flow")
     assert r.may_inquiry("ann", "inquiry_respond", "fleet_rollout.question")
     assert not r.may_inquiry("ann", "inquiry_respond", "core.ask_flow")
     # system roles: observer reads, admins do everything; no assignment: nothing
@@ -106,10 +111,26 @@ def test_an_assignment_of_an_undefined_or_system_role(tmp_path: Path) -> None:
         rbac.load(d)
 
 
-def test_the_packs_roles_load_and_grant_what_they_say() -> None:
-    defs = rbac.load(ROOT / "rbac")
-    assert set(defs.roles) >= {"fleet_rollout_operator", "fleet_rollout_approver",
-                               "fleet_rollout_viewer", "fleet_rollout_chatops"}
+def test_the_packs_roles_load_and_grant_what_they_say(tmp_path: Path) -> None:
+    names = ["fleet_rollout_operator", "fleet_rollout_approver", "fleet_rollout_viewer",
+             "fleet_rollout_chatops"]
+    assert set(rbac.load(ROOT / "rbac").roles) >= set(names)
+    d = tmp_path / "rbac"
+    (d / "roles").mkdir(parents=True)
+    for name in names:
+        (d / "roles" / f"{name}.yaml").write_text((ROOT / "rbac" / "roles" /
+                                                  f"{name}.yaml").read_text())
+        _assign(d, name.replace("fleet_rollout_", ""), [name])
+    r = rbac.Rbac(d)
+    # the st2 CLI lists runner types before it runs anything
+    assert all(r.may(u, "runner_type_list") for u in ("operator", "approver", "viewer",
+                                                      "chatops"))
+    # answering: an inquiry grant with an inquiry uid, as st2-rbac-backend finds it
+    assert r.may_inquiry("approver", "inquiry_respond", "core.other")
+    assert r.may_inquiry("chatops", "inquiry_respond", "core.other")
+    assert not r.may_inquiry("viewer", "inquiry_respond", "core.other")
+    assert r.may_inquiry("operator", "inquiry_respond", "fleet_rollout.question")
+    assert not r.may_action("viewer", "action_execute", "fleet_rollout.rollout")
 
 
 # ------------------------------------------------------------------ through the API
