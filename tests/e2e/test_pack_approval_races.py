@@ -11,6 +11,7 @@ records nobody for an answer given then: the pack asks such a question again, an
 fleet_rollout.respond answers only once the question has paused."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import pytest
 from locations import ROOT
 from rollout_support import SimLab, error_text, output
 
+from fleet_runtime import home_client
 from fleet_runtime.database import Store
 
 ASK_EVERY_BATCH = {"required": True, "auto_approve_canary": False}
@@ -128,16 +130,21 @@ def test_no_batch_pauses_on_any_answer_path_with_the_completion_first(race_lab):
     assert len(answers) >= batches
 
 
-def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab):
+def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab, request):
     """Each question answered the moment it is listed, before its workflow has paused: by `st2
     inquiry respond` (StackStorm records nobody: the pack asks again, and the answer to that,
     given once it has paused, counts), by `st2 run fleet_rollout.respond` and by the chat alias
     (respond waits for the pause: counted at once)."""
     lab = race_lab
-    # long enough for a CLI started on a loaded machine to answer before the pause
     lab.env["FLEET_ROLLOUT_ST2_PAUSE_WINDOW"] = "10"
     profile = lab.profile("home-snoop", approval=ASK_EVERY_BATCH, batches=ONE_HOST_BATCHES)
     lab.start_engine()
+    # the early answers go to the engine as `inquiry respond` hands them over, from a runtime
+    # opened once here: a CLI process started on a loaded machine can take longer than the
+    # pause window to get there, and its answer would no longer come first
+    early = home_client.Session(argparse.Namespace(home=lab.home, packs=[],
+                                                   no_default_pack=False), engine=False)
+    request.addfinalizer(early.close)
     out = lab.cli("run", "fleet_rollout.rollout", f"profile={profile}", "-a", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     root = json.loads(out.stdout)["id"]
@@ -170,9 +177,12 @@ def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab):
             first_asks += 1
             # the question's workflow has not paused yet: the answer comes first
             assert store.get_execution(inquiry["parent_id"])["status"] == "running"
-            args = {"inquiry": ["inquiry", "respond", inquiry["id"], "-r",
-                                '{"approved": true}'],
-                    "run": ["run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
+            if path == "inquiry":
+                answered[inquiry["id"]] = path
+                early.submit("respond", {"id": inquiry["id"], "response": {"approved": True},
+                                         "requester": "alice"})
+                continue
+            args = {"run": ["run", "fleet_rollout.respond", f"rollout_id={rollout_id}",
                             "decision=approve"],
                     "chat": ["chat", "--user", "bob", f"rollout approve {rollout_id}"]}[path]
         answered[inquiry["id"]] = path
