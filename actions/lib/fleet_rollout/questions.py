@@ -58,6 +58,9 @@ SETTLE = 5.0  # seconds an answered question's workflow has to end before it is 
 # config's answer_gap): respond() writes both in one API request, which a loaded st2 (its
 # database slow) was seen to stretch to 35 s; a resume further away is somebody else's
 ANSWER_GAP = 300.0
+# why an answer given before its question's workflow paused names nobody
+BEFORE_PAUSE = ("the answer came before StackStorm had paused that question, so StackStorm "
+                "recorded nobody as giving it")
 STAMP_PRECISION = 0.01  # seconds: the coarsest timestamps an st2-like API writes
 
 
@@ -286,8 +289,7 @@ def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any],
     at most once, within `gap` seconds of that end (st2's respond(): one request)."""
     author = str((workflow.get("context") or {}).get("resumed_by") or "")
     if not author:
-        return "", ("the answer came before StackStorm had paused that question, so "
-                    "StackStorm recorded nobody as giving it")
+        return "", BEFORE_PAUSE
     end = seconds_of(inquiry.get("end_timestamp"))
     log = [(str(e.get("status") or ""), seconds_of(e.get("timestamp")))
            for e in workflow.get("log") or [] if isinstance(e, dict)]
@@ -295,8 +297,7 @@ def answering_requester(inquiry: Dict[str, Any], workflow: Dict[str, Any],
         return "", "StackStorm's records do not say when it was answered"
     if not any(status == "paused" and at is not None and at <= end + STAMP_PRECISION
                for status, at in log):
-        return "", ("the answer came before StackStorm had paused that question, so "
-                    "StackStorm recorded nobody as giving it")
+        return "", BEFORE_PAUSE
     resumes = [at for status, at in log if status == "resuming" and at is not None]
     if len(resumes) > 1:
         return "", (f"its workflow was resumed {len(resumes)} times, so the name StackStorm "
