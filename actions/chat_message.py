@@ -6,5 +6,6 @@ from fleet_rollout.st2api import ActionApi
 
 class ChatMessage(Action):
     def run(self, event, id, status=""):
-        return chat.compose(service.pack_config(self.config), event, id, status,
-                            ActionApi.from_env(), service.as_store(self.action_service))
+        config = service.pack_config(self.config)
+        return chat.compose(config, event, id, status, ActionApi.from_env(),
+                            service.as_store(self.action_service, config))

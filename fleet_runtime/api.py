@@ -23,6 +23,12 @@ to answer; a home without an rbac/ directory serves one owner, whose executions 
                                       completes the execution as given (a workflow's tasks are
                                       left as they are)
     GET  /api/v1/actionalias/<ref>    an action alias (chatops.format_execution_result)
+    GET  /api/v1/keys                 ?prefix=&limit=&offset=: system-scoped keys, a page at a
+                                      time (fleet_runtime/local_keys.py)
+    GET|PUT|DELETE /api/v1/keys/<name>  one system-scoped key
+
+A request carries the execution's token (X-Auth-Token), or an API key (St2-Api-Key) of a user
+in the home's users file: it then acts as that user, as st2api does (the pack's state account).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, Optional, Tuple
 
+from fleet_runtime.local_keys import ApiKeyUsers, LocalKeys
 from fleet_runtime.rbac import AccessDenied
 from fleet_runtime.runtime_errors import (
     ExecutionStateError,
@@ -50,6 +57,8 @@ class LocalApi:
         self.rbac = rbac if rbac.defined else None
         self.tokens: Dict[str, str] = {}
         self._lock = threading.Lock()
+        self.keys = LocalKeys(runtime.datastore, self.rbac)
+        self.key_users = ApiKeyUsers(runtime.home)
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,7 +68,7 @@ class LocalApi:
                 pass
 
             def _send(self, code: int, body: Any) -> None:
-                data = json.dumps(body, default=str).encode()
+                data = b"" if code == 204 else json.dumps(body, default=str).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -67,7 +76,8 @@ class LocalApi:
                 self.wfile.write(data)
 
             def _handle(self, method: str) -> None:
-                user = api.user_for(self.headers.get("X-Auth-Token"))
+                user = api.user_for(self.headers.get("X-Auth-Token")) or \
+                    api.key_users.user_for(self.headers.get("St2-Api-Key"))
                 if user is None:
                     self._send(401, {"faultstring": "Unauthorized - invalid or missing token"})
                     return
@@ -97,6 +107,9 @@ class LocalApi:
 
             def do_POST(self) -> None:
                 self._handle("POST")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
 
         self.server = BoundedHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
@@ -132,6 +145,8 @@ class LocalApi:
             return 404, {"faultstring": f"unknown path {path}"}
         parts = parts[2:]
         try:
+            if parts[:1] == ["keys"]:
+                return self.keys.dispatch(method, path, body, user)
             if parts == ["inquiries"] and method == "GET":
                 rows = self.runtime.store.find_executions(
                     "runner='inquirer' AND status='pending'")

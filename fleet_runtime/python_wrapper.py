@@ -35,8 +35,80 @@ class _KeyValuePair:
         return f"<KeyValuePair name={self.name}>"
 
 
+# what one datastore listing answers when no limit is given (st2: api.max_page_size)
+PAGE = 100
+
+
+class _DbKeys:
+    """The home's datastore read directly: a home without RBAC serves one owner."""
+
+    def __init__(self, db_path: str, key_path: str) -> None:
+        from fleet_runtime.datastore import Datastore
+
+        self.store = Datastore(db_path, key_path)
+
+    def list(self, prefix: str, limit: int, offset: int) -> List[Dict[str, Any]]:
+        return self.store.list(prefix=prefix)[offset : offset + limit]
+
+    def get(self, name: str, decrypt: bool) -> Optional[str]:
+        return self.store.get(name, decrypt=decrypt)
+
+    def set(self, name: str, value: str, secret: bool, ttl: Optional[int]) -> None:
+        self.store.set(name, value, secret=secret, ttl=ttl)
+
+    def delete(self, name: str) -> bool:
+        return bool(self.store.delete(name))
+
+
+class _ApiKeys:
+    """The datastore through the engine's local API with the execution's token, as st2's
+    ActionDatastoreService goes through st2api: the execution's user's RBAC grants apply."""
+
+    def __init__(self) -> None:
+        self.url = os.environ["ST2_ACTION_API_URL"].rstrip("/")
+        self.token = os.environ["ST2_ACTION_AUTH_TOKEN"]
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}/{path}", data=data, method=method,
+            headers={"X-Auth-Token": self.token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            text = answer.read()
+        return json.loads(text) if text else None
+
+    @staticmethod
+    def _key(name: str, **query: Any) -> str:
+        from urllib.parse import quote, urlencode
+
+        return f"keys/{quote(name, safe='')}?{urlencode(dict(query, scope='system'))}"
+
+    def list(self, prefix: str, limit: int, offset: int) -> List[Dict[str, Any]]:
+        from urllib.parse import urlencode
+
+        query = urlencode({"prefix": prefix, "scope": "system", "limit": limit,
+                           "offset": offset})
+        return list(self._call("GET", f"keys?{query}") or [])
+
+    def get(self, name: str, decrypt: bool) -> Optional[str]:
+        return (self._call("GET", self._key(name, decrypt=str(decrypt).lower())) or {}).get(
+            "value")
+
+    def set(self, name: str, value: str, secret: bool, ttl: Optional[int]) -> None:
+        self._call("PUT", self._key(name), {"name": name, "value": value, "scope": "system",
+                                            "secret": secret, "ttl": ttl})
+
+    def delete(self, name: str) -> bool:
+        self._call("DELETE", self._key(name))
+        return True
+
+
 class ActionService:
-    """st2's ActionService: datastore access for the action (local keys are pack.Class:key)."""
+    """st2's ActionService: datastore access for the action (local keys are pack.Class:key),
+    with st2's ActionDatastoreService's answers: get_value and delete_value answer None and
+    False on any error, list_values and set_value raise; a listing is one page."""
 
     def __init__(self, wrapper: PythonActionWrapper) -> None:
         self._action_wrapper = wrapper
@@ -45,11 +117,9 @@ class ActionService:
     @property
     def datastore_service(self) -> Any:
         if self._store is None:
-            from fleet_runtime.datastore import Datastore
-
-            self._store = Datastore(
-                self._action_wrapper.db_path, self._action_wrapper.key_path
-            )
+            wrapper = self._action_wrapper
+            self._store = _ApiKeys() if wrapper.datastore_api else _DbKeys(
+                wrapper.db_path, wrapper.key_path)
         return self._store
 
     def _name(self, name: str, local: bool) -> str:
@@ -73,16 +143,15 @@ class ActionService:
         offset: Optional[int] = 0,
     ) -> List[_KeyValuePair]:
         key_prefix = self._name(prefix or "", local) if local else (prefix or "")
-        items = [_KeyValuePair(d) for d in self.datastore_service.list(prefix=key_prefix)]
-        start = offset or 0
-        return items[start : start + limit] if limit else items[start:]
+        items = self.datastore_service.list(key_prefix, limit or PAGE, offset or 0)
+        return [_KeyValuePair(d) for d in items]
 
     def get_value(
         self, name: str, local: bool = True, scope: str = SYSTEM_SCOPE, decrypt: bool = False
     ) -> Optional[str]:
         self._check_scope(scope)
         try:
-            return self.datastore_service.get(self._name(name, local), decrypt=decrypt)
+            return self.datastore_service.get(self._name(name, local), decrypt)
         except Exception:
             return None
 
@@ -96,7 +165,7 @@ class ActionService:
         encrypt: bool = False,
     ) -> bool:
         self._check_scope(scope)
-        self.datastore_service.set(self._name(name, local), str(value), secret=encrypt, ttl=ttl)
+        self.datastore_service.set(self._name(name, local), str(value), encrypt, ttl)
         return True
 
     def delete_value(self, name: str, local: bool = True, scope: str = SYSTEM_SCOPE) -> bool:
@@ -118,6 +187,8 @@ class PythonActionWrapper:
         self._class_name: Optional[str] = None
         self.db_path = spec["db_path"]
         self.key_path = spec["key_path"]
+        # the datastore through the local API as the execution's user (a home with RBAC)
+        self.datastore_api = bool(spec.get("datastore_api"))
 
     def _action_class(self, base: type) -> type:
         module_name = action_module_name(self._file_path)

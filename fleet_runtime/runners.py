@@ -134,9 +134,11 @@ def run_python(
     env_extra: Dict[str, str],
     handle: ProcessHandle,
     pool: Optional[WarmPool] = None,
+    datastore_api: bool = False,
 ) -> Tuple[str, Dict[str, Any]]:
     """st2's python runner; with `pool`, in a child forked by the pack's warm zygote (when
-    the pool has one for the pack, else cold)."""
+    the pool has one for the pack, else cold). `datastore_api`: the action's datastore goes
+    through the local API as the execution's user (RBAC applies), as st2's does."""
     sys_path = [os.path.dirname(entry_point)]
     if pack_path:
         sys_path.append(os.path.join(pack_path, "actions", "lib"))
@@ -149,6 +151,7 @@ def run_python(
         "log_level": runner_params.get("log_level") or "DEBUG",
         "db_path": db_path,
         "key_path": key_path,
+        "datastore_api": datastore_api,
         "sys_path": sys_path,
     }
     env = os.environ.copy()

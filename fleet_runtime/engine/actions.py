@@ -177,7 +177,8 @@ class ActionsMixin(EngineState):
                 action.entry_point or "", action.pack, action.pack_path, config, action_params,
                 runner_params, info.context.get("user") or self.user, str(self.home.db_path),
                 str(self.home.key_path), env_extra, handle,
-                pool=getattr(self, "warm_pool", None))
+                pool=getattr(self, "warm_pool", None),
+                datastore_api=self.api is not None and self.api.rbac is not None)
         if action.runner_type == "local-shell-cmd":
             cmd = runner_params.get("cmd") or action_params.get("cmd") or ""
             return runners.run_local_cmd(cmd, runner_params, env_extra, handle)

@@ -53,6 +53,9 @@ class PackConfig:
     # seconds at most between the resume an answer writes and the inquiry's end (one st2 API
     # request: respond()); a resume further from the answer names nobody
     answer_gap: float = 300.0
+    # API key of the st2 account the pack keeps rollout state as (statestore.py); "": the
+    # action's own user
+    state_api_key: str = ""
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -131,6 +134,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ansible_warm=_flag(data, "ansible_warm", True),
             watchdog_grace=_grace(data.get("watchdog_grace", 300)),
             answer_gap=_answer_gap(data.get("answer_gap", 300)),
+            state_api_key=_optional_text(data, "state_api_key"),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None
@@ -171,7 +175,7 @@ def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
 def _optional_text(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key) or ""
     if not isinstance(value, str):
-        raise ConfigError(f"pack config: {key} must be a string (a file path)")
+        raise ConfigError(f"pack config: {key} must be a string")
     return value
 
 

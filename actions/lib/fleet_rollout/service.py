@@ -47,11 +47,13 @@ from fleet_rollout.states import (
     RUNNING,
     batch_label,
 )
-from fleet_rollout.store import ActionServiceStore, RolloutState, Store
+from fleet_rollout.statestore import state_store
+from fleet_rollout.store import RolloutState, Store
 
 
-def as_store(datastore: Any) -> Store:
-    return datastore if isinstance(datastore, Store) else ActionServiceStore(datastore)
+def as_store(datastore: Any, config: PackConfig) -> Store:
+    """Where this action keeps rollout state (statestore.py)."""
+    return state_store(datastore, config)
 
 
 def pack_config(raw: Any) -> PackConfig:
@@ -61,7 +63,7 @@ def pack_config(raw: Any) -> PackConfig:
 def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str = "",
             user: str = "") -> RolloutContext:
     config = pack_config(raw_config)
-    store = as_store(datastore)
+    store = as_store(datastore, config)
     # the plan's head only: a batch's hosts or a host's info are read when asked for (PlanView)
     plan = RolloutState(store, check_rollout_id(rollout_id)).plan_view()
     side = HostSide(config.resolve(plan["inventory"]),
@@ -133,7 +135,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
 
     compliance = precheck_hosts(hosts, check)
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
-    store = as_store(datastore)
+    store = as_store(datastore, config)
     state = RolloutState(store, plan["rollout_id"], config.resolve(config.state_dir))
     if state.plan_exists():
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
@@ -706,7 +708,7 @@ def watchdog(raw_config: Any, datastore: Any, api: Any = None) -> Dict[str, Any]
     if api is None:
         api = ActionApi.from_env()
     execution_id, user = action_identity(raw_config, api)
-    handled = Watchdog(api, as_store(datastore), config.state_dir,
+    handled = Watchdog(api, as_store(datastore, config), config.state_dir,
                        config.watchdog_grace).check(by=user, execution_id=execution_id)
     for record in handled:
         api.post("executions", {"action": "chatops.post_message", "parameters": {
@@ -726,7 +728,7 @@ def settle_stale(raw_config: Any, datastore: Any, rollout_id: str, stale: str, p
         api = ActionApi.from_env()
     own = api.own_execution()
     recovery = str(((own.get("context") or {}).get("parent") or {}).get("execution_id") or "")
-    state = RolloutState(as_store(datastore), check_rollout_id(rollout_id))
+    state = RolloutState(as_store(datastore, config), check_rollout_id(rollout_id))
     out = settle(api, state, config.state_dir, stale, parent, recovery, bool(succeeded),
                  by=approvals.trusted(approvals.caller(own), config).name)
     out.update({"route": config.chat_route, "channel": config.chat_channel})

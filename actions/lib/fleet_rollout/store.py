@@ -131,6 +131,11 @@ class FileStore(Store):
         return out
 
 
+# keys one datastore listing answers at most (st2's api.max_page_size default); a store lists
+# page by page
+PAGE = 100
+
+
 class ActionServiceStore(Store):
     """The st2 datastore through a python-script action's `self.action_service`."""
 
@@ -138,7 +143,12 @@ class ActionServiceStore(Store):
         self.service = action_service
 
     def get(self, key: str) -> Optional[str]:
-        return self.service.get_value(key, local=False)
+        value = self.service.get_value(key, local=False)
+        if value is not None:
+            return value
+        # st2's get_value answers None for every failure too (a refused grant, a busy st2api);
+        # a listing raises them: a key that could not be read is never taken for an absent one
+        return self.list(key).get(key)
 
     def set(self, key: str, value: str) -> None:
         self.service.set_value(key, value, local=False)
@@ -147,16 +157,22 @@ class ActionServiceStore(Store):
         self.service.delete_value(key, local=False)
 
     def list(self, prefix: str) -> Dict[str, str]:
-        items = self.service.list_values(local=False, prefix=prefix) or []
+        """Every key under `prefix`: st2 answers a page (api.max_page_size) per request."""
         out: Dict[str, str] = {}
-        for item in items:
-            name = getattr(item, "name", None) or (item.get("name") if isinstance(item, dict)
-                                                   else None)
-            value = getattr(item, "value", None) if not isinstance(item, dict) else item.get(
-                "value")
-            if name is not None and value is not None:
-                out[name] = value
-        return out
+        offset = 0
+        while True:
+            items = self.service.list_values(local=False, prefix=prefix, limit=PAGE,
+                                             offset=offset) or []
+            for item in items:
+                name = getattr(item, "name", None) or (
+                    item.get("name") if isinstance(item, dict) else None)
+                value = getattr(item, "value", None) if not isinstance(item, dict) else \
+                    item.get("value")
+                if name is not None and value is not None:
+                    out[name] = value
+            if len(items) < PAGE:
+                return out
+            offset += len(items)
 
 
 def key(rollout_id: str, *parts: str) -> str:
