@@ -69,14 +69,23 @@ class _ApiKeys:
         self.token = os.environ["ST2_ACTION_AUTH_TOKEN"]
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        import urllib.error
         import urllib.request
 
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             f"{self.url}/{path}", data=data, method=method,
             headers={"X-Auth-Token": self.token, "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            text = answer.read()
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                text = answer.read()
+        except urllib.error.HTTPError as err:  # st2client: the status and st2api's faultstring
+            try:
+                fault = json.loads(err.read() or b"{}").get("faultstring", "")
+            except ValueError:
+                fault = ""
+            raise RuntimeError(f"{err.code} {err.reason}: {method} /{path.split('?')[0]}:"
+                               f" {fault}") from None
         return json.loads(text) if text else None
 
     @staticmethod

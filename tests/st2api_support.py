@@ -112,6 +112,11 @@ class St2Api:
         return proc
 
     def start(self) -> St2Api:
+        if (self.home / "configs" / "fleet_rollout.yaml").exists():
+            # the pack keeps rollout state as the lab's state account, as `lab up` sets it
+            from fleet_lab.chatops.stack import create_state_account
+
+            create_state_account(str(self.home))
         cmd = [sys.executable, "-m", "fleet_runtime.cli", "api", "serve", "--port", "0"]
         for admin in self.admins:
             cmd += ["--admin", admin]

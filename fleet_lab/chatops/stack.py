@@ -141,6 +141,31 @@ def create_users(home: str, names: List[str], bot_user: Optional[str] = None
     return passwords
 
 
+# The st2 account the pack keeps rollout state as (the pack config's state_api_key): st2's admin
+# role, as on StackStorm with RBAC, where only a system role reaches the pack's per-rollout keys.
+STATE_ACCOUNT = "fleet_rollout_state"
+
+
+def create_state_account(home: str) -> None:
+    """The state account (a random password nobody keeps), an API key acting as it, and that
+    key as state_api_key in the home's pack config: before the engine reads the config."""
+    import yaml
+
+    from fleet_runtime.home import RuntimeHome
+
+    add_user(home, STATE_ACCOUNT, secrets.token_urlsafe(24), ("admin",))
+    out = subprocess.run(_fleet_cli() + ["api", "apikey", STATE_ACCOUNT, "--json", "--home",
+                                         home], capture_output=True, text=True, timeout=120,
+                         cwd=str(REPO), env=_child_env(home))
+    if out.returncode != 0:
+        raise RuntimeError(f"no API key for {STATE_ACCOUNT}: {out.stderr.strip()[-500:]}")
+    path = RuntimeHome(home).pack_config_path("fleet_rollout")
+    doc = (yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None) or {}
+    doc["state_api_key"] = json.loads(out.stdout)["key"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(path, "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc))
+
+
 def cli_config_text(user: str, password: str, api: Dict[str, str]) -> str:
     config = configparser.ConfigParser(interpolation=None)
     config["general"] = {"base_url": api["ST2_BASE_URL"]}
@@ -218,6 +243,8 @@ def start(state_dir: str, home: str, users: List[str], bot_user: str,
     home = str(Path(home).resolve())
     passwords = create_users(home, [bot_user] + list(users), bot_user)
     progress(f"chatops: st2 users {', '.join(passwords)} (passwords in {d['st2']}/*.conf)")
+    create_state_account(home)
+    progress(f"chatops: the pack keeps rollout state as {STATE_ACCOUNT} (state_api_key)")
     api = start_api(home, state_dir)
     write_cli_configs(d["st2"], passwords, api)
     progress(f"chatops: st2 API on {api['ST2_BASE_URL']} (engine included)")

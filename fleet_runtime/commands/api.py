@@ -5,8 +5,9 @@ chat bots.
 with the engine as a second process (started here when none runs for the home, stopped with
 this one). `user NAME` adds or changes a user of the flat users file (password from stdin).
 `roles DIR` installs role files (the pack's `rbac/`); `user NAME --role R` also assigns RBAC
-roles (fleet_runtime/rbac.py). `env` prints the ST2_* variables that point the st2 CLI at the
-running API.
+roles (fleet_runtime/rbac.py). `apikey NAME` creates an API key acting as user NAME (st2's
+`st2 apikey create -k`) and prints it once. `env` prints the ST2_* variables that point the
+st2 CLI at the running API.
 """
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ def register(subparsers: Any) -> None:
     roles = sub.add_parser("roles", help="install RBAC role definitions (st2's roles/*.yaml)")
     roles.add_argument("directory", help="a directory holding roles/*.yaml, as the pack's rbac/")
     finish(roles, cmd_roles, json_flag=False)
+    apikey = sub.add_parser("apikey", help="create an API key acting as a user; printed once")
+    apikey.add_argument("name", help="a user of the users file")
+    apikey.add_argument("--users-file", default=None)
+    finish(apikey, cmd_apikey, json_flag=True)
     env = sub.add_parser("env", help="print the ST2_* variables for the st2 CLI")
     finish(env, cmd_env, json_flag=True)
 
@@ -87,6 +92,28 @@ def cmd_user(args: argparse.Namespace) -> int:
             path.unlink()
             return fail(e)
         print(f"roles of {args.name}: {', '.join(args.role) or 'none'} ({path})")
+    return 0
+
+
+def cmd_apikey(args: argparse.Namespace) -> int:
+    from fleet_runtime.st2api.credentials import Credentials
+
+    home = RuntimeHome(args.home)
+    try:
+        known = users.load(_users_path(args, home))
+    except users.UsersFileError as e:
+        return fail(e)
+    if args.name not in known:
+        return fail(f"{args.name} is not a user of {_users_path(args, home)} (api user NAME)")
+    made = Credentials(str(home.db_path), home.api_key_ttl_days * 86400.0).create_api_key(
+        args.name, {"created_by": "fleet-rollout api apikey"})
+    if args.json:
+        import json
+
+        print(json.dumps({"id": made["id"], "user": made["user"], "key": made["key"],
+                          "expires_at": made.get("expires_at")}))
+    else:
+        print(made["key"])
     return 0
 
 
