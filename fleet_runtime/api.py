@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, Optional, Tuple
 
 from fleet_runtime.local_keys import ApiKeyUsers, LocalKeys
-from fleet_runtime.rbac import AccessDenied
+from fleet_runtime.rbac import AccessDenied, alias_uid
 from fleet_runtime.runtime_errors import (
     ExecutionStateError,
     InquiryError,
@@ -170,6 +170,10 @@ class LocalApi:
             if len(parts) == 2 and parts[0] == "actionalias" and method == "GET":
                 for alias in self.runtime.registry.aliases:
                     if parts[1] in (alias.ref, alias.name):
+                        uid = alias_uid(alias.pack, alias.name)
+                        if self.rbac is not None and not self.rbac.may_resource(
+                                user, "action_alias_view", [uid, f"pack:{alias.pack}"]):
+                            raise AccessDenied(user, "action_alias_view", uid)
                         return 200, views.alias(alias)
                 return 404, {"faultstring": f'Resource with a reference or id "{parts[1]}"'
                                             " not found"}

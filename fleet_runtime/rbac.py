@@ -110,6 +110,11 @@ def action_uid(ref: str) -> str:
     return f"action:{pack}:{name}"
 
 
+def alias_uid(pack: str, name: str) -> str:
+    """st2's uid of an action alias (ActionAliasDB: action_alias:<pack>:<name>)."""
+    return f"action_alias:{pack}:{name}"
+
+
 class Definitions:
     """Roles (name -> grants) and assignments (user -> role names) as loaded from files."""
 

@@ -78,9 +78,12 @@ class St2Api:
         for pack in self.packs:
             names.add(str(yaml.safe_load((pack / "pack.yaml").read_text())["ref"]))
         grants: List[Dict[str, Any]] = [
-            {"resource_uid": f"pack:{name}", "permission_types": ["action_all"]}
+            {"resource_uid": f"pack:{name}", "permission_types": ["action_all",
+                                                                   "action_alias_view"]}
             for name in sorted(names)]
         grants.append({"permission_types": ["action_list", "execution_list", "inquiry_list",
+                                            "action_alias_list", "action_alias_match",
+                                            "action_alias_help",
                                             "stream_view", "rule_list", "runner_type_list",
                                             "api_key_create", "api_key_list"]})
         grants.append({"resource_uid": "inquiry:tests",

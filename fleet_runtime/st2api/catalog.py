@@ -76,12 +76,21 @@ class Catalog:
         return views.runner(name)
 
     def aliases(self, req: Request) -> Response:
+        self.svc.check(self.svc.rbac.may(req.user, "action_alias_list"), req.user,
+                       "action_alias_list")
         return _page(req, _of_pack(req, [views.alias(a) for a in self.registry.aliases]))
 
     def alias(self, req: Request, ref: str) -> Dict[str, Any]:
-        return views.alias(_by_ref(self.registry.aliases, ref))
+        found = _by_ref(self.registry.aliases, ref)
+        uid = rbac.alias_uid(found.pack, found.name)
+        self.svc.check(self.svc.rbac.may_resource(req.user, "action_alias_view",
+                                                  [uid, f"pack:{found.pack}"]),
+                       req.user, "action_alias_view", uid)
+        return views.alias(found)
 
     def match(self, req: Request) -> Dict[str, Any]:
+        self.svc.check(self.svc.rbac.may(req.user, "action_alias_match"), req.user,
+                       "action_alias_match")
         command = req.json_body().get("command")
         if not isinstance(command, str):
             raise HttpError(400, '"command" is a required property')
@@ -111,6 +120,8 @@ class Catalog:
         """Help strings of the enabled aliases (st2's actionalias_helpstring), filtered by pack
         and by a case-insensitive substring (st2 takes a regular expression; a chat user's
         text is not compiled here)."""
+        self.svc.check(self.svc.rbac.may(req.user, "action_alias_help"), req.user,
+                       "action_alias_help")
         wanted = (req.query.get("filter") or "").lower()
         pack = req.query.get("pack")
         offset = req.int_param("offset", 0)

@@ -297,3 +297,92 @@ def test_a_resume_by_somebody_else_before_an_answer_given_before_the_pause(askin
 def test_timestamps_in_every_form_st2_writes(stamp, seconds):
     got = questions.seconds_of(stamp)
     assert got == seconds if seconds is None else abs(got - seconds) < 1e-6
+
+
+class FailingBatchWrites(MemoryStore):
+    """A datastore whose next `fail` writes of batch state fail (a busy st2api)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = 0
+
+    def set(self, key: str, value: str) -> None:
+        if self.fail and ".batch." in key:
+            self.fail -= 1
+            raise ApiRefused("PUT keys: the StackStorm API answered 503", 503)
+        super().set(key, value)
+
+
+def _unattributed(api, clock, workflow="w1"):
+    """Answered before its workflow paused: st2 recorded nobody."""
+    api.children[workflow][0].update(status="succeeded", end_timestamp=clock.now)
+
+
+def _live(api):
+    return {ex_id for ex_id, ex in api.executions.items() if ex["status"] != "canceled"}
+
+
+def test_a_retry_after_a_failed_record_leaves_one_live_question():
+    """An attempt whose new question could not be recorded cancels it and gives up its
+    claim; orquesta's retry asks again at once, and one question is left to answer."""
+    clock, store = Clock(), FailingBatchWrites()
+    api = FakeApi(clock)
+    q = questions.Questions(api, RolloutState(store, "r1"), sleep=clock.sleep, clock=clock)
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    _unattributed(api, clock)
+    calls = []
+
+    def reask(kind, inquiry_id, ttl_left, why):
+        calls.append(inquiry_id)
+        store.fail = 1 if len(calls) == 1 else 0  # the first attempt's record fails
+        return q.ask(0, kind, "Asked again", ["alice"], [], ttl_left,
+                     again=q.asked(0, kind), reask_of=inquiry_id)
+
+    with pytest.raises(ApiRefused, match="503"):
+        q.await_answer(0, "approval", wait=5, poll=1, reask=reask)
+    assert q.reasked(0, "i1")["given_up"] is True
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=reask)  # the retry
+    assert (out["status"], out["workflow"]) == ("pending", "w3")
+    assert calls == ["i1", "i1"]
+    assert _live(api) == {"w3"} and q.asked(0, "approval")["workflow"] == "w3"
+    assert q.reasked(0, "i1")["workflow"] == "w3"
+    # any later attempt finds it asked again and asks nothing
+    assert q.ask_again(0, "approval", "i1", 30, "why", reask, clock.now, 1) == "w3"
+    assert len(calls) == 2
+
+
+def test_overlapping_attempts_ask_an_unattributed_answer_again_once(asking):
+    """A second run of the await task while the first is asking: it waits for the first's
+    question and asks nothing itself."""
+    q, api, clock = asking
+    q.ask(0, "approval", "?", ["alice"], [], 60)
+    _unattributed(api, clock)
+    calls, inner = [], []
+
+    def reask(kind, inquiry_id, ttl_left, why):
+        calls.append(inquiry_id)
+        if len(calls) == 1:  # run B, whole, inside run A's asking (before A's record)
+            inner.append(q.await_answer(0, "approval", wait=3, poll=1, reask=reask))
+        return q.ask(0, kind, "Asked again", ["alice"], [], ttl_left,
+                     again=q.asked(0, kind), reask_of=inquiry_id)
+
+    out = q.await_answer(0, "approval", wait=5, poll=1, reask=reask)
+    assert calls == ["i1"] and len(api.posts) == 2
+    assert out["workflow"] == "w2"
+    # B waited its 3 s for A's question, then handed the wait back to the workflow
+    [b] = inner
+    assert (b["status"], b["unattributed"]) == ("pending", "i1")
+    assert b["workflow"] == "w1"
+    # the next run waits on A's question
+    nxt = q.await_answer(0, "approval", wait=2, poll=1, reask=reask)
+    assert (nxt["status"], nxt["workflow"]) == ("pending", "w2") and calls == ["i1"]
+
+
+def test_a_claim_past_its_lease_is_taken_over(asking):
+    q, api, clock = asking
+    verdict, first = q.claim_reask(0, "i9")
+    assert verdict == "ask"
+    assert q.claim_reask(0, "i9")[0] == "busy"
+    clock.now += questions.REASK_LEASE + 1  # its attempt died without a word
+    verdict, second = q.claim_reask(0, "i9")
+    assert verdict == "ask" and second["claim"] != first["claim"]

@@ -243,3 +243,34 @@ def test_api_keys_need_their_grants(api: St2Api) -> None:
                     ).status_code == 403
     assert api.http("DELETE", f"/api/v1/apikeys/{carols['id']}", user="st2admin"
                     ).status_code == 204
+
+
+def test_aliases_need_their_grants(tmp_path: Path) -> None:
+    """As st2 with RBAC: listing, matching, help and one alias need action_alias_list,
+    _match, _help and _view; the pack's chat role has them, a viewer has none."""
+    api = St2Api(tmp_path, [RUNTIME_PACK], default_pack=True,
+                 roles={"chatops_bot": ["fleet_rollout_chatops"]}).start()
+    try:
+        _alias_grants(api)
+    finally:
+        api.stop()
+
+
+def _alias_grants(api: St2Api) -> None:
+    match = {"command": "rollout status r-1"}
+    for user in ("sre-viewer", "sre-carol"):
+        assert api.http("GET", "/api/v1/actionalias", user=user).status_code == 403
+        assert api.http("POST", "/api/v1/actionalias/match", user=user,
+                        json=match).status_code == 403
+        assert api.http("GET", "/api/v1/actionalias/help", user=user).status_code == 403
+        one = api.http("GET", "/api/v1/actionalias/fleet_rollout.rollout_status", user=user)
+        assert one.status_code == 403, one.text
+        assert "action_alias:fleet_rollout:rollout_status" in one.json()["faultstring"]
+    listed = api.http("GET", "/api/v1/actionalias?pack=fleet_rollout", user="chatops_bot")
+    assert listed.status_code == 200 and listed.json()
+    found = api.http("POST", "/api/v1/actionalias/match", user="chatops_bot", json=match)
+    assert found.status_code == 200, found.text
+    assert found.json()["actionalias"]["ref"] == "fleet_rollout.rollout_status"
+    assert api.http("GET", "/api/v1/actionalias/help", user="chatops_bot").status_code == 200
+    assert api.http("GET", "/api/v1/actionalias/fleet_rollout.rollout_status",
+                    user="chatops_bot").status_code == 200

@@ -28,10 +28,12 @@ workflow with no active task at once).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import re
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet_rollout.approvals import CHAT_USER_FIELD
@@ -96,6 +98,9 @@ class NotOurQuestion(ConfigError):
 
 
 RECORD_WAIT = 30.0  # seconds a question's reader waits for `ask` to record it
+# seconds an attempt's claim to ask an unattributed question again holds (await_answer's
+# action timeout, 600 s, and a margin): another attempt meanwhile waits for its question
+REASK_LEASE = 660.0
 
 
 def question_of(api: Any, store: Any, inquiry_id: str, wait: float = RECORD_WAIT,
@@ -156,10 +161,13 @@ class Questions:
         return (self.state.batch(batch).get("questions") or {}).get(kind) or {}
 
     def ask(self, batch: int, kind: str, message: str, users: List[str], roles: List[str],
-            ttl: int, again: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+            ttl: int, again: Optional[Dict[str, Any]] = None,
+            reask_of: str = "") -> Dict[str, Any]:
         """Start the question's workflow and record it as the batch's question of this kind.
         `again`: the record of the question this one asks again, whose ttl it keeps (the new
-        inquiry's own ttl is what is left of it)."""
+        inquiry's own ttl is what is left of it); `reask_of`: the unattributed inquiry it asks
+        again, marked asked again by the same write. A question that cannot be recorded is
+        canceled: nobody waits for it."""
         started = self.api.post("executions", {"action": QUESTION_WORKFLOW, "parameters": {
             "rollout_id": self.state.id, "batch": batch, "question": kind,
             "schema": schema(kind, self.state.id, message), "users": users, "roles": roles,
@@ -173,9 +181,52 @@ class Questions:
 
         def put(state: Dict[str, Any]) -> None:
             state.setdefault("questions", {})[kind] = record
+            if reask_of:
+                state.setdefault("reasked", {}).setdefault(reask_of, {})["workflow"] = \
+                    record["workflow"]
+
+        try:
+            self.state.update_batch(batch, put)
+        except Exception:
+            with contextlib.suppress(Exception):  # the record's error is the one to tell
+                self.cancel(record["workflow"])
+            raise
+        return record
+
+    def claim_reask(self, batch: int, inquiry_id: str) -> Tuple[str, Dict[str, Any]]:
+        """Who asks the unattributed `inquiry_id` again: ("ask", claim) this attempt (the claim
+        is recorded first), ("asked", entry) nobody, its new question is entry["workflow"],
+        or ("busy", entry) another attempt is asking it (its claim is younger than
+        REASK_LEASE and not given up)."""
+        now = self.clock()
+        out: List[Tuple[str, Dict[str, Any]]] = []
+
+        def put(state: Dict[str, Any]) -> None:
+            reasked = state.setdefault("reasked", {})
+            entry = reasked.get(inquiry_id) or {}
+            if entry.get("workflow"):
+                out.append(("asked", entry))
+            elif entry and not entry.get("given_up") and \
+                    now - float(entry.get("at") or 0) < REASK_LEASE:
+                out.append(("busy", entry))
+            else:
+                reasked[inquiry_id] = {"at": now, "claim": uuid.uuid4().hex}
+                out.append(("ask", reasked[inquiry_id]))
 
         self.state.update_batch(batch, put)
-        return record
+        return out[-1]
+
+    def give_up_reask(self, batch: int, inquiry_id: str, claim: str) -> None:
+        """This attempt could not ask again: the next attempt (orquesta's retry) may at once."""
+        def put(state: Dict[str, Any]) -> None:
+            entry = (state.get("reasked") or {}).get(inquiry_id) or {}
+            if entry.get("claim") == claim and not entry.get("workflow"):
+                entry["given_up"] = True
+
+        self.state.update_batch(batch, put)
+
+    def reasked(self, batch: int, inquiry_id: str) -> Dict[str, Any]:
+        return (self.state.batch(batch).get("reasked") or {}).get(inquiry_id) or {}
 
     def inquiry(self, workflow_id: str) -> Optional[Dict[str, Any]]:
         """The question workflow's core.ask execution (None before it starts)."""
@@ -217,8 +268,9 @@ class Questions:
                 author, why = self.keep_author(batch, inquiry, workflow)
                 ended = self.end_question(workflow, poll)
                 if not author and reask is not None:
-                    again = reask(kind, inquiry_id, self.ttl_left(asked), why)
-                    return {"status": PENDING, "workflow": str(again["workflow"]),
+                    again = self.ask_again(batch, kind, inquiry_id, self.ttl_left(asked), why,
+                                           reask, end, poll)
+                    return {"status": PENDING, "workflow": again or workflow_id,
                             "unattributed": inquiry_id, "why": why,
                             "workflow_status": ended}
                 return {"status": ANSWERED, "inquiry": inquiry_id, "workflow": workflow_id,
@@ -236,6 +288,24 @@ class Questions:
             if self.clock() >= end:
                 return {"status": PENDING, "workflow": workflow_id}
             self.sleep(poll)
+
+    def ask_again(self, batch: int, kind: str, inquiry_id: str, ttl_left: int, why: str,
+                  reask: Reask, end: float, poll: float) -> str:
+        """The question that asks the unattributed `inquiry_id` again, asked once however
+        many attempts (orquesta's retries, a task run twice) get here: this attempt asks it
+        when it claims it, else waits until `end` for the claiming attempt's question ("":
+        not asked yet; the workflow runs await_answer again)."""
+        verdict, entry = self.claim_reask(batch, inquiry_id)
+        if verdict == "ask":
+            try:
+                return str(reask(kind, inquiry_id, ttl_left, why)["workflow"])
+            except Exception:
+                self.give_up_reask(batch, inquiry_id, str(entry["claim"]))
+                raise
+        while not entry.get("workflow") and self.clock() < end:
+            self.sleep(poll)
+            entry = self.reasked(batch, inquiry_id)
+        return str(entry.get("workflow") or "")
 
     def keep_author(self, batch: int, inquiry: Dict[str, Any], workflow: Dict[str, Any]
                     ) -> Tuple[str, str]:

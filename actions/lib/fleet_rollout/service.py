@@ -347,7 +347,7 @@ def reask(ctx: RolloutContext, api: Any, batch: int) -> questions.Reask:
         users, roles = approvals.inquiry_acl(ctx.config)
         message = unattributed_note(inquiry_id, why) + question_text(ctx, batch, question)
         return asking.ask(batch, question, message, users, roles, ttl_left,
-                          again=asking.asked(batch, question))
+                          again=asking.asked(batch, question), reask_of=inquiry_id)
 
     return again
 
