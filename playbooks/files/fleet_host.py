@@ -226,32 +226,279 @@ def sysctl_path(key):
     return "proc/sys/" + key.replace(".", "/")
 
 
-def grub_cmdline(text):
-    match = re.search(r'^GRUB_CMDLINE_LINUX="([^"]*)"', text, re.M)
-    return match.group(1).split() if match else []
+# ---------------------------------------------------------------- GRUB defaults
+# GRUB's defaults are shell: /etc/default/grub, then /etc/default/grub.d/*.cfg, sourced in
+# that order by update-grub (grub-mkconfig). Only what can be read with certainty is read: a
+# comment, a blank line, or an assignment; an assignment to a command-line variable must be a
+# quoted or bare value whose only expansions are whole $GRUB_CMDLINE_LINUX[_DEFAULT] words.
+# Anything else in a file is refused, naming the file and line, with nothing written.
+GRUB_D = "etc/default/grub.d"
+CMDLINE_VARS = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
+GRUB_ASSIGN = r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*)$"
+GRUB_BARE = r"^[A-Za-z0-9_.,:/+=@%-]*\Z"
+GRUB_REF = r"^\$(?:\{(GRUB_CMDLINE_LINUX(?:_DEFAULT)?)\}|(GRUB_CMDLINE_LINUX(?:_DEFAULT)?))\Z"
 
 
-def set_grub_cmdline(text, tokens):
-    line = 'GRUB_CMDLINE_LINUX="%s"' % " ".join(tokens)
-    if re.search(r'^GRUB_CMDLINE_LINUX=', text, re.M):
-        return re.sub(r'^GRUB_CMDLINE_LINUX=.*$', line, text, count=1, flags=re.M)
-    return text.rstrip("\n") + "\n" + line + "\n"
+def grub_files(root):
+    """The GRUB defaults files in the order update-grub sources them (relative paths)."""
+    files = [GRUB] if os.path.exists(path(root, GRUB)) else []
+    directory = path(root, GRUB_D)
+    if os.path.isdir(directory):
+        files += [GRUB_D + "/" + n for n in sorted(os.listdir(directory)) if n.endswith(".cfg")]
+    return files
 
 
-def update_grub(root):
+def grub_value(raw, where):
+    """An assignment's value: (items, quote, rest); items are ("word", w) or ("ref", VAR)."""
+    if raw[:1] in ("'", '"'):
+        quote = raw[0]
+        end = raw.find(quote, 1)
+        if end < 0:
+            raise Failure("%s: a quoted value that does not end on its line" % where)
+        content, rest = raw[1:end], raw[end + 1:]
+        if quote == '"' and re.search(r'[\\`]|\$\(', content):
+            raise Failure("%s: escapes or command substitution in the value" % where)
+    else:
+        quote = ""
+        content, _, rest = raw.partition(" ")
+        rest = " " + rest if rest else ""
+        if not matches(GRUB_BARE, content):
+            raise Failure("%s: an unquoted value with shell syntax in it" % where)
+    if (rest.strip() and not rest.strip().startswith("#")) or rest[:1] not in ("", " ", "\t"):
+        raise Failure("%s: more than one value on the line" % where)
+    items = []
+    for token in content.split():
+        ref = re.match(GRUB_REF, token)
+        if quote == '"' and ref:
+            items.append(("ref", ref.group(1) or ref.group(2)))
+        elif "$" in token and quote != "'":
+            raise Failure("%s: %s expands something other than a whole command-line variable"
+                          % (where, token))
+        else:
+            items.append(("word", token))
+    return items, quote, rest
+
+
+def grub_read(root):
+    """Every GRUB defaults file parsed: [{"rel", "lines", "assigns": [{line, var, prefix,
+    items, quote, rest}]}]; Failure on anything not read with certainty."""
+    parsed = []
+    for rel in grub_files(root):
+        text = read(root, rel)
+        lines = text.split("\n")
+        assigns = []
+        for number, line in enumerate(lines):
+            where = "%s line %d" % (path(root, rel), number + 1)
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            found = re.match(GRUB_ASSIGN, line)
+            if not found:
+                raise Failure("%s: not an assignment (%r): refused, nothing written"
+                              % (where, stripped[:80]))
+            prefix, var, raw = found.groups()
+            if line.rstrip().endswith("\\"):
+                raise Failure("%s: a line continued on the next: refused, nothing written"
+                              % where)
+            if var not in CMDLINE_VARS:
+                if "GRUB_CMDLINE_LINUX" in raw:
+                    raise Failure("%s: %s is set from the command line variables: refused"
+                                  % (where, var))
+                if raw[:1] in ("'", '"') and raw.count(raw[0]) < 2:
+                    raise Failure("%s: a quoted value that does not end on its line" % where)
+                continue
+            items, quote, rest = grub_value(raw, where)
+            assigns.append({"rel": rel, "line": number, "var": var, "prefix": prefix,
+                            "items": items, "quote": quote, "rest": rest})
+        parsed.append({"rel": rel, "lines": lines, "assigns": assigns})
+    return parsed
+
+
+def grub_effective(parsed):
+    """{VAR: [words]} after sourcing the files as update-grub does."""
+    env = {var: [] for var in CMDLINE_VARS}
+    for grub_file in parsed:
+        for assign in grub_file["assigns"]:
+            words = []
+            for kind, value in assign["items"]:
+                words.extend(env[value] if kind == "ref" else [value])
+            env[assign["var"]] = words
+    return env
+
+
+def cmdline_words(env):
+    """The words a normal boot entry gets (GRUB_CMDLINE_LINUX, then _DEFAULT)."""
+    return env["GRUB_CMDLINE_LINUX"] + env["GRUB_CMDLINE_LINUX_DEFAULT"]
+
+
+def word_key(word):
+    return word.split("=", 1)[0]
+
+
+def grub_line(assign):
+    body = " ".join(v if k == "word" else "$" + v for k, v in assign["items"])
+    quote = assign["quote"] or ("" if " " not in body and "$" not in body and body else '"')
+    if quote == "'" and any(k == "ref" for k, _ in assign["items"]):
+        quote = '"'
+    return "%s%s=%s%s%s%s" % (assign["prefix"], assign["var"], quote, body, quote,
+                             assign["rest"])
+
+
+def grub_change(parsed, add, remove, exact=False, where=None):
+    """Edit the parsed files in place: each word of `remove` (a word, or a key: every word of
+    that key) dropped wherever it is written, each word of `add` written in place of its
+    key's words, else put back where `where` says it was ({word: [[file, variable, position],
+    ...]}), else appended to the last GRUB_CMDLINE_LINUX (`exact`: `remove` names whole words
+    only). Returns what changed: {"added": [words], "replaced": {key: [old words]}, "removed":
+    [words], "where": {removed word: [[file, variable, position], ...]}}."""
+    done = {"added": [], "replaced": {}, "removed": [], "where": {}}
+    assigns = [a for f in parsed for a in f["assigns"]]
+    for word in remove:
+        for assign in assigns:
+            kept = []
+            for position, (kind, value) in enumerate(assign["items"]):
+                if kind == "word" and (value == word or (not exact and "=" not in word
+                                                         and word_key(value) == word)):
+                    done["removed"].append(value)
+                    done["where"].setdefault(value, []).append(
+                        [assign["rel"], assign["var"], position])
+                    assign["changed"] = True
+                else:
+                    kept.append((kind, value))
+            assign["items"] = kept
+    for word in add:
+        key, placed = word_key(word), False
+        for assign in assigns:  # in place, once in each assignment that has its key
+            items, here = [], False
+            for kind, value in assign["items"]:
+                if kind == "word" and word_key(value) == key:
+                    if value != word:
+                        olds = done["replaced"].setdefault(key, [])
+                        olds += [value] if value not in olds else []
+                        assign["changed"] = True
+                    if not here:
+                        items.append(("word", word))
+                        here = placed = True
+                    continue
+                items.append((kind, value))
+            assign["items"] = items
+        if placed:
+            if key in done["replaced"]:
+                done["added"].append(word)
+            continue
+        targets = []
+        for place in (where or {}).get(word) or []:
+            found = [a for a in assigns if [a["rel"], a["var"]] == list(place[:2])]
+            targets += [(a, int(place[2]) if len(place) > 2 else len(a["items"]))
+                        for a in found[-1:]]
+        linux = targets or [(a, len(a["items"])) for a in assigns
+                            if a["var"] == "GRUB_CMDLINE_LINUX"][-1:]
+        if linux:
+            for assign, position in linux:
+                assign["items"].insert(min(position, len(assign["items"])), ("word", word))
+                assign["changed"] = True
+        else:
+            main = parsed[0] if parsed and parsed[0]["rel"] == GRUB else None
+            if main is None:
+                raise Failure("%s missing: the kernel command line cannot change"
+                              % GRUB)
+            main["lines"].insert(len(main["lines"]) - (main["lines"][-1:] == [""]),
+                                 'GRUB_CMDLINE_LINUX=""')
+            assign = {"rel": GRUB, "line": None, "var": "GRUB_CMDLINE_LINUX", "prefix": "",
+                      "items": [("word", word)], "quote": '"', "rest": "", "changed": True}
+            main["assigns"].append(assign)
+            assigns.append(assign)
+        done["added"].append(word)
+    return done
+
+
+def grub_texts(parsed):
+    """{rel: new text} of the files an edit changed."""
+    out = {}
+    for grub_file in parsed:
+        changed = False
+        lines = list(grub_file["lines"])
+        for assign in grub_file["assigns"]:
+            if not assign.get("changed"):
+                continue
+            changed = True
+            if assign["line"] is None:
+                index = lines.index('GRUB_CMDLINE_LINUX=""')
+            else:
+                index = assign["line"]
+            lines[index] = grub_line(assign)
+        if changed:
+            out[grub_file["rel"]] = "\n".join(lines)
+    return out
+
+
+def boot_tool(root):
+    """The tool that writes this host's boot configuration: update-grub (Debian, Ubuntu) or
+    grubby (RHEL family, BLS entries included), found where the host keeps its commands; a
+    sim host without either is "sim" (the lab reads its GRUB defaults at power-on)."""
+    for tool in ("update-grub", "grubby"):
+        for directory in ("usr/sbin", "sbin", "usr/bin", "bin"):
+            exe = path(root, directory + "/" + tool)
+            if os.path.isfile(exe) and os.access(exe, os.X_OK):
+                return tool, exe
     if is_sim(root):
-        return "sim"
-    import shutil
+        return "sim", ""
+    raise Failure("neither update-grub (Debian, Ubuntu) nor grubby (RHEL family) on this host:"
+                  " its kernel command line cannot be changed safely; refused")
+
+
+def run_boot_tool(root, added, removed):
+    """Write the boot configuration from the GRUB defaults just changed: update-grub, or
+    grubby on every kernel's entry (the words added and removed)."""
+    tool, exe = boot_tool(root)
+    if tool == "sim":
+        return tool
     import subprocess
-    for tool in ("update-grub", "grub2-mkconfig", "grub-mkconfig"):
-        exe = shutil.which(tool)
-        if exe:
-            cmd = [exe] if tool == "update-grub" else [exe, "-o", "/boot/grub/grub.cfg"]
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            if proc.returncode != 0:
-                raise Failure("%s failed: %s" % (tool, proc.stdout.decode()[-300:]))
-            return tool
-    raise Failure("no update-grub/grub-mkconfig on this host: kernel command line cannot change")
+    argv = [exe]
+    if tool == "grubby":
+        argv = [exe, "--update-kernel=ALL"]
+        if added:
+            argv.append("--args=" + " ".join(added))
+        if removed:
+            argv.append("--remove-args=" + " ".join(removed))
+    env = dict(os.environ, FLEET_SYSROOT=root) if is_sim(root) else None
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        raise Failure("%s failed: %s" % (tool, proc.stdout.decode(errors="replace")[-300:]))
+    return tool
+
+
+def check_grub(root, cmdline):
+    """Precheck of a command-line change: the GRUB defaults read with certainty, a boot
+    tool known; Failure (nothing written) otherwise."""
+    grub_read(root)
+    if not os.path.exists(path(root, GRUB)):
+        raise Failure("%s missing: the kernel command line cannot change" % path(root, GRUB))
+    boot_tool(root)
+
+
+def edit_cmdline(root, add, remove):
+    """Change the GRUB defaults word by word (grub_change) and check that what update-grub
+    will read is what was asked, every other word kept; writes the changed files. Returns
+    what changed (grub_change's record), {} when nothing did."""
+    parsed = grub_read(root)
+    before = cmdline_words(grub_effective(parsed))
+    done = grub_change(parsed, add, remove)
+    after = cmdline_words(grub_effective(parsed))
+    keys = set(word_key(w) for w in add)
+    gone = set(remove)
+    kept = [w for w in before if word_key(w) not in keys and w not in gone and
+            word_key(w) not in gone]
+    missing = [w for w in kept if after.count(w) < kept.count(w)]
+    if missing or any(w not in after for w in add) or any(
+            w in gone or word_key(w) in gone for w in after):
+        raise Failure("the GRUB defaults would not boot with exactly the words asked for "
+                      "(kept %s, asked %s, would boot %s): refused, nothing written"
+                      % (" ".join(kept), " ".join(add), " ".join(after)))
+    texts = grub_texts(parsed)
+    for rel, text in sorted(texts.items()):
+        write(root, rel, text)
+    return done if texts else {}
 
 
 def interfaces(root, wanted):
@@ -485,11 +732,13 @@ def snapshot_sysctl(root, sysctl, snapshot):
         old_sysctl.setdefault(key, " ".join(read(root, rel).split()))
 
 
-def snapshot_grub(root, snapshot):
-    text = read(root, GRUB, "")
-    if not text:
-        raise Failure("%s missing: kernel command line cannot change" % path(root, GRUB))
-    snapshot.setdefault("grub", text)
+def snapshot_grub(root, cmdline, snapshot):
+    """The precheck of a command-line change (GRUB defaults readable, a boot tool known) and
+    the words a normal entry boots with now; what the rollout changes is recorded as it
+    changes it (apply_cmdline)."""
+    check_grub(root, cmdline)
+    snapshot.setdefault("cmdline_before", cmdline_words(grub_effective(grub_read(root))))
+    snapshot.setdefault("cmdline", {"added": [], "replaced": {}, "removed": []})
 
 
 def snapshot_nic(root, ifaces, snapshot):
@@ -518,7 +767,7 @@ def record_snapshot(root, settings, snapshot):
     if settings.get("sysctl"):
         snapshot_sysctl(root, settings["sysctl"], snapshot)
     if settings.get("cmdline"):
-        snapshot_grub(root, snapshot)
+        snapshot_grub(root, settings["cmdline"], snapshot)
     ifaces = settings_interfaces(root, settings)
     if settings.get("nic"):
         snapshot_nic(root, ifaces, snapshot)
@@ -565,19 +814,56 @@ def apply_sysctl(root, sysctl):
 
 
 def apply_cmdline(root, cmdline, snapshot):
-    text = read(root, GRUB, "")
-    tokens = grub_cmdline(text)
-    remove = set(cmdline.get("remove") or [])
-    new = [t for t in tokens if t not in remove and t.split("=")[0] not in remove]
-    for token in cmdline.get("add") or []:
-        key = token.split("=")[0]
-        new = [t for t in new if t.split("=")[0] != key]
-        new.append(token)
-    if new == tokens:
+    """The profile's words added and removed in the GRUB defaults, nothing else; the boot
+    configuration written by the host's tool. The snapshot records each word added, replaced
+    and removed: what a restore undoes, and only that."""
+    add, remove = cmdline.get("add") or [], cmdline.get("remove") or []
+    done = edit_cmdline(root, add, remove)
+    if not done or not (done["added"] or done["removed"]):
         return []
-    write(root, GRUB, set_grub_cmdline(text, new))
-    snapshot["grub_tool"] = update_grub(root)
-    return ["cmdline %s" % " ".join(new)]
+    record = snapshot.setdefault("cmdline", {"added": [], "replaced": {}, "removed": []})
+    record["added"] += [w for w in done["added"] if w not in record["added"]]
+    for key, olds in done["replaced"].items():
+        record["replaced"].setdefault(key, olds)
+    for word in done["removed"]:
+        record["removed"] += [word] if word not in record["removed"] else []
+    for word, places in done["where"].items():
+        record.setdefault("where", {}).setdefault(word, places)
+    snapshot["grub_tool"] = run_boot_tool(root, done["added"], done["removed"])
+    return ["cmdline +%s -%s" % (" ".join(done["added"]) or "nothing",
+                                 " ".join(done["removed"]) or "nothing")]
+
+
+def restore_cmdline(root, record):
+    """Undo what the rollout's apply recorded: each word it added dropped (or its key's old
+    words written back in its place) while it is still the word it wrote, each word it
+    removed written back where it was while nothing else of its key is. Returns (what
+    changed, what was left alone and why)."""
+    parsed = grub_read(root)
+    now = cmdline_words(grub_effective(parsed))
+    replaced = record.get("replaced") or {}
+    drop, back, left = [], [], []
+    for word in record.get("added") or []:
+        if word in now:
+            olds = replaced.get(word_key(word)) or []
+            back.extend(olds)
+            if not olds:
+                drop.append(word)
+        elif any(word_key(w) == word_key(word) for w in now):
+            left.append("cmdline %s: changed after the rollout, left alone" % word_key(word))
+    staying = [w for w in now if w not in drop]
+    for word in record.get("removed") or []:
+        if any(word_key(w) == word_key(word) for w in staying):
+            left.append("cmdline %s: set again after the rollout, left alone" % word)
+        else:
+            back.append(word)
+    if not drop and not back:
+        return [], left
+    grub_change(parsed, back, drop, exact=True, where=record.get("where") or {})
+    for rel, text in sorted(grub_texts(parsed).items()):
+        write(root, rel, text)
+    run_boot_tool(root, back, drop)
+    return ["cmdline +%s -%s" % (" ".join(back) or "nothing", " ".join(drop) or "nothing")], left
 
 
 def apply_nic(root, nic, ifaces):
@@ -661,11 +947,11 @@ def cmd_kernel_restore(args):
             write(root, SYSCTL_FILE, snapshot["sysctl_file"])
         elif os.path.exists(path(root, SYSCTL_FILE)):
             os.remove(path(root, SYSCTL_FILE))
-    if "grub" in snapshot and read(root, GRUB, "") != snapshot["grub"]:
-        write(root, GRUB, snapshot["grub"])
-        update_grub(root)
-        changed.append("cmdline restored")
-        reboot_required = True
+    left = []
+    if snapshot.get("cmdline"):
+        words, left = restore_cmdline(root, snapshot["cmdline"])
+        changed.extend(words)
+        reboot_required = reboot_required or bool(words)
     for iface, values in sorted((snapshot.get("nic") or {}).items()):
         current = nic_get(root, iface)
         diff = {k: v for k, v in values.items() if current.get(k) != v}
@@ -683,7 +969,8 @@ def cmd_kernel_restore(args):
     for rel in (SNAPSHOT, SETTINGS):
         if os.path.exists(path(root, rel)):
             os.remove(path(root, rel))
-    return {"changed": changed, "reboot_required": reboot_required, "restored": snapshot}
+    return {"changed": changed, "reboot_required": reboot_required, "restored": snapshot,
+            "left_alone": left}
 
 
 COMMANDS = {
