@@ -11,10 +11,16 @@ on a lab `sim` host (a fake tree) exactly as on a real root.
   drain   --port P ...         set the maintenance flag, wait until connections drain
   undrain                      clear the maintenance flag
   kernel-snapshot --settings J record the current values of what J would change (changes
-                               nothing; an existing snapshot is kept: the first one wins)
-  kernel-apply --settings J    apply kernel settings; refuses unless kernel-snapshot ran first
+                               nothing; the rollout's existing snapshot is kept: the first wins)
+  kernel-apply --settings J    apply kernel settings; refuses unless kernel-snapshot ran first;
+                               the snapshot records each value and word it writes
   kernel-reapply               re-apply the runtime-only settings after a reboot (IRQ affinity)
-  kernel-restore               put back the values recorded by the first kernel-snapshot
+  kernel-restore [--snapshot J]  put back what the rollout wrote, while it is still what it
+                               wrote (else reported in left_alone); J: the pack's record, used
+                               when the host's snapshot is gone
+  kernel-forget                drop the rollout's snapshot and settings (undrain does too)
+The kernel commands and undrain take --rollout ID: each rollout keeps its own snapshot and
+settings under var/lib/fleet-rollout, so a restore never puts back another rollout's values.
 
 Kernel settings are checked again here with the same allowlists as the pack's profile loader
 (defense in depth): a bad word never reaches the GRUB defaults file (sourced by update-grub as
@@ -212,10 +218,14 @@ def cmd_drain(args):
 
 
 def cmd_undrain(args):
+    """The maintenance flag cleared; with --rollout, the host is done with that rollout: its
+    kernel snapshot and settings files are dropped."""
     flag = path(args.sysroot, FLAG)
     existed = os.path.exists(flag)
     if existed:
         os.remove(flag)
+    if args.rollout:
+        forget(args.sysroot, *kernel_files(args))
     return {"drained": False, "changed": existed, "flag": flag}
 
 
@@ -708,28 +718,65 @@ def load_settings(args):
     return check_settings(settings)
 
 
-def load_snapshot(root):
-    text = read(root, SNAPSHOT, "")
+ROLLOUT_ID = r"^[a-z0-9][a-z0-9-]{0,95}\Z"  # names.py ROLLOUT_ID_PATTERN
+
+
+def kernel_files(args):
+    """(snapshot, settings) files of the rollout --rollout names: each rollout keeps its own,
+    so one rollout's restore never reads another's snapshot."""
+    rollout = args.rollout
+    if not rollout:
+        return SNAPSHOT, SETTINGS
+    if not matches(ROLLOUT_ID, rollout):
+        raise Failure("--rollout %r: not a rollout id" % (rollout,))
+    return (STATE_DIR + "/kernel-snapshot.%s.json" % rollout,
+            STATE_DIR + "/kernel-settings.%s.json" % rollout)
+
+
+def load_snapshot(root, rel=SNAPSHOT):
+    text = read(root, rel, "")
     if not text:
         return None
     try:
         snapshot = json.loads(text)
     except ValueError:
-        raise Failure("%s is not JSON: restore it by hand" % path(root, SNAPSHOT)) from None
+        raise Failure("%s is not JSON: restore it by hand" % path(root, rel)) from None
     if not isinstance(snapshot, dict):
-        raise Failure("%s is not a JSON object: restore it by hand" % path(root, SNAPSHOT))
+        raise Failure("%s is not a JSON object: restore it by hand" % path(root, rel))
     return snapshot
+
+
+def sysctl_lines(root):
+    """{key: value} of the pack's sysctl.d file (every rollout's keys, one line each)."""
+    out = {}
+    for line in read(root, SYSCTL_FILE, "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def write_sysctl_lines(root, lines):
+    if not lines:
+        if os.path.exists(path(root, SYSCTL_FILE)):
+            os.remove(path(root, SYSCTL_FILE))
+        return
+    body = "# written by fleet_rollout: each key its rollout's; restored on rollback\n" + \
+        "".join("%s = %s\n" % (k, v) for k, v in sorted(lines.items()))
+    if read(root, SYSCTL_FILE, "") != body:
+        write(root, SYSCTL_FILE, body)
 
 
 def snapshot_sysctl(root, sysctl, snapshot):
     old_sysctl = snapshot.setdefault("sysctl", {})
-    if "sysctl_file" not in snapshot:
-        snapshot["sysctl_file"] = read(root, SYSCTL_FILE, "") or None
+    persisted = sysctl_lines(root)
+    old_lines = snapshot.setdefault("sysctl_lines", {})
     for key in sorted(sysctl):
         rel = sysctl_path(key)
         if not os.path.exists(path(root, rel)):
             raise Failure("sysctl %s does not exist on this kernel" % key)
         old_sysctl.setdefault(key, " ".join(read(root, rel).split()))
+        old_lines.setdefault(key, persisted.get(key))
 
 
 def snapshot_grub(root, cmdline, snapshot):
@@ -776,40 +823,46 @@ def record_snapshot(root, settings, snapshot):
     return snapshot
 
 
-def save_snapshot(root, snapshot, before):
+def save_snapshot(root, snapshot, before, rel=SNAPSHOT):
     text = json.dumps(snapshot, sort_keys=True)
     if text != before:
-        write(root, SNAPSHOT, text)
+        write(root, rel, text)
 
 
 def cmd_kernel_snapshot(args):
     root = args.sysroot
     settings = load_settings(args)
-    existing = load_snapshot(root)
+    snapshot_rel, _ = kernel_files(args)
+    existing = load_snapshot(root, snapshot_rel)
     first = existing is None
     snapshot = existing if existing is not None else {"taken_at": int(time.time())}
+    if args.rollout:
+        snapshot["rollout"] = args.rollout
     before = "" if first else json.dumps(existing, sort_keys=True)
     record_snapshot(root, settings, snapshot)
-    save_snapshot(root, snapshot, before)
+    save_snapshot(root, snapshot, before, snapshot_rel)
     return {"snapshot": snapshot, "changed": [], "first_snapshot": first}
 
 
-def apply_sysctl(root, sysctl):
+def apply_sysctl(root, sysctl, snapshot):
+    """Each key live and in the pack's sysctl.d file (the other keys there kept); the
+    snapshot records the values written, which a restore undoes while they stay."""
     changed = []
+    written = snapshot.setdefault("sysctl_set", {})
     for key, value in sorted(sysctl.items()):
         rel = sysctl_path(key)
         current = " ".join(read(root, rel).split())
         want = " ".join(str(value).split())
+        written[key] = want
         if current != want:
             try:
                 write_proc(root, rel, want)
             except (IOError, OSError) as err:
                 raise Failure("sysctl %s=%s: %s" % (key, want, err)) from None
             changed.append("sysctl %s=%s" % (key, want))
-    body = "# written by fleet_rollout; restored on rollback\n" + "".join(
-        "%s = %s\n" % (k, v) for k, v in sorted(sysctl.items()))
-    if read(root, SYSCTL_FILE, "") != body:
-        write(root, SYSCTL_FILE, body)
+    lines = sysctl_lines(root)
+    lines.update(written)
+    write_sysctl_lines(root, lines)
     return changed
 
 
@@ -866,9 +919,10 @@ def restore_cmdline(root, record):
     return ["cmdline +%s -%s" % (" ".join(back) or "nothing", " ".join(drop) or "nothing")], left
 
 
-def apply_nic(root, nic, ifaces):
+def apply_nic(root, nic, ifaces, snapshot):
     changed = []
     wanted = {k: int(nic[k]) for k in ("rx", "tx", "combined") if k in nic}
+    written = snapshot.setdefault("nic_set", {})
     for iface in ifaces:
         current = nic_get(root, iface)
         diff = {k: v for k, v in wanted.items() if current.get(k) != v}
@@ -880,6 +934,7 @@ def apply_nic(root, nic, ifaces):
             if not nic.get("best_effort"):
                 raise
             continue
+        written.setdefault(iface, {}).update(diff)
         changed.append("nic %s %s" % (iface, diff))
     return changed
 
@@ -887,17 +942,18 @@ def apply_nic(root, nic, ifaces):
 def cmd_kernel_apply(args):
     root = args.sysroot
     settings = load_settings(args)
-    first = not os.path.exists(path(root, SETTINGS))
-    snapshot = load_snapshot(root)
+    snapshot_rel, settings_rel = kernel_files(args)
+    first = not os.path.exists(path(root, settings_rel))
+    snapshot = load_snapshot(root, snapshot_rel)
     if snapshot is None:
         raise Failure("no kernel snapshot on this host (%s): run kernel-snapshot first; "
-                      "nothing changed" % path(root, SNAPSHOT))
+                      "nothing changed" % path(root, snapshot_rel))
     before = json.dumps(snapshot, sort_keys=True)
     record_snapshot(root, settings, snapshot)  # anything not yet recorded, before any change
-    save_snapshot(root, snapshot, before)
+    save_snapshot(root, snapshot, before, snapshot_rel)
     changed = []
     if settings.get("sysctl"):
-        changed.extend(apply_sysctl(root, settings["sysctl"]))
+        changed.extend(apply_sysctl(root, settings["sysctl"], snapshot))
     reboot_required = False
     if settings.get("cmdline"):
         words = apply_cmdline(root, settings["cmdline"], snapshot)
@@ -905,24 +961,25 @@ def cmd_kernel_apply(args):
         changed.extend(words)
     ifaces = settings_interfaces(root, settings)
     if settings.get("nic"):
-        changed.extend(apply_nic(root, settings["nic"], ifaces))
+        changed.extend(apply_nic(root, settings["nic"], ifaces, snapshot))
     if settings.get("irq_affinity") == "numa-local":
         changed.extend(apply_irq_affinity(root, ifaces, snapshot))
-    write(root, SETTINGS, json.dumps(settings))
-    write(root, SNAPSHOT, json.dumps(snapshot, sort_keys=True))
+    write(root, settings_rel, json.dumps(settings))
+    write(root, snapshot_rel, json.dumps(snapshot, sort_keys=True))
     return {"changed": changed, "reboot_required": reboot_required, "snapshot": snapshot,
             "first_apply": first}
 
 
 def cmd_kernel_reapply(args):
     root = args.sysroot
-    text = read(root, SETTINGS, "")
+    _, settings_rel = kernel_files(args)
+    text = read(root, settings_rel, "")
     if not text:
         return {"changed": [], "note": "no kernel settings recorded"}
     try:
         settings = check_settings(json.loads(text))
     except ValueError:
-        raise Failure("%s is not JSON" % path(root, SETTINGS)) from None
+        raise Failure("%s is not JSON" % path(root, settings_rel)) from None
     changed = []
     if settings.get("irq_affinity") == "numa-local":
         nic = settings.get("nic") or {}
@@ -930,13 +987,52 @@ def cmd_kernel_reapply(args):
     return {"changed": changed}
 
 
-def cmd_kernel_restore(args):
-    root = args.sysroot
-    snapshot = load_snapshot(root)
-    if snapshot is None:
-        return {"changed": [], "note": "nothing to restore (no kernel snapshot on this host)"}
+def restore_sysctl(root, snapshot):
+    """The keys the rollout wrote, live and in the sysctl.d file, put back while they still
+    hold what it wrote. Returns (what changed, what was left alone and why)."""
+    changed, left = [], []
+    written = snapshot.get("sysctl_set") or {}
+    lines = sysctl_lines(root)
+    for key, value in sorted(written.items()):
+        rel = sysctl_path(key)
+        old = (snapshot.get("sysctl") or {}).get(key)
+        live = " ".join(read(root, rel, "").split())
+        if live == value and old is not None and old != value:
+            write_proc(root, rel, old)
+            changed.append("sysctl %s=%s" % (key, old))
+        elif live != value:
+            left.append("sysctl %s: %s since the rollout, left alone" % (key, live))
+        if lines.get(key) == value:
+            previous = (snapshot.get("sysctl_lines") or {}).get(key)
+            if previous is None:
+                lines.pop(key)
+            else:
+                lines[key] = previous
+    write_sysctl_lines(root, lines)
+    return changed, left
+
+
+def restore_nic(root, snapshot):
+    changed, left = [], []
+    for iface, written in sorted((snapshot.get("nic_set") or {}).items()):
+        old = (snapshot.get("nic") or {}).get(iface) or {}
+        current = nic_get(root, iface)
+        diff = {}
+        for key, value in sorted(written.items()):
+            if current.get(key) != value:
+                left.append("nic %s %s: %s since the rollout, left alone"
+                            % (iface, key, current.get(key)))
+            elif key in old and old[key] != value:
+                diff[key] = old[key]
+        if diff:
+            nic_set(root, iface, diff)
+            changed.append("nic %s %s" % (iface, diff))
+    return changed, left
+
+
+def restore_whole(root, snapshot):
+    """A snapshot without records of what was written (an older pack's): its whole files."""
     changed = []
-    reboot_required = False
     for key, value in sorted((snapshot.get("sysctl") or {}).items()):
         rel = sysctl_path(key)
         if " ".join(read(root, rel).split()) != value:
@@ -947,17 +1043,51 @@ def cmd_kernel_restore(args):
             write(root, SYSCTL_FILE, snapshot["sysctl_file"])
         elif os.path.exists(path(root, SYSCTL_FILE)):
             os.remove(path(root, SYSCTL_FILE))
-    left = []
-    if snapshot.get("cmdline"):
-        words, left = restore_cmdline(root, snapshot["cmdline"])
-        changed.extend(words)
-        reboot_required = reboot_required or bool(words)
+    if "grub" in snapshot and read(root, GRUB, "") != snapshot["grub"]:
+        write(root, GRUB, snapshot["grub"])
+        run_boot_tool(root, [], [])
+        changed.append("cmdline restored")
     for iface, values in sorted((snapshot.get("nic") or {}).items()):
         current = nic_get(root, iface)
         diff = {k: v for k, v in values.items() if current.get(k) != v}
         if diff:
             nic_set(root, iface, diff)
             changed.append("nic %s %s" % (iface, diff))
+    return changed
+
+
+def cmd_kernel_restore(args):
+    """Put back what this rollout changed (its own snapshot, or --snapshot: the one the pack
+    recorded, once the host's is dropped), nothing else; a value changed since is reported
+    and left alone."""
+    root = args.sysroot
+    snapshot_rel, settings_rel = kernel_files(args)
+    snapshot = load_snapshot(root, snapshot_rel)
+    if snapshot is None and args.snapshot:
+        try:
+            snapshot = json.loads(args.snapshot)
+        except ValueError:
+            raise Failure("--snapshot is not JSON") from None
+    if not isinstance(snapshot, dict):
+        return {"changed": [], "left_alone": [],
+                "note": "nothing to restore (no kernel snapshot of this rollout on this host)"}
+    changed, left = [], []
+    reboot_required = False
+    if "sysctl_set" in snapshot or "nic_set" in snapshot or "cmdline" in snapshot:
+        done, skipped = restore_sysctl(root, snapshot)
+        changed += done
+        left += skipped
+        if snapshot.get("cmdline"):
+            words, skipped = restore_cmdline(root, snapshot["cmdline"])
+            changed += words
+            left += skipped
+            reboot_required = bool(words)
+        done, skipped = restore_nic(root, snapshot)
+        changed += done
+        left += skipped
+    else:
+        changed = restore_whole(root, snapshot)
+        reboot_required = "cmdline restored" in changed
     for irq, value in sorted((snapshot.get("irq") or {}).items()):
         rel = "proc/irq/%s/smp_affinity_list" % irq
         if value and read(root, rel, "").strip() != value:
@@ -966,18 +1096,31 @@ def cmd_kernel_restore(args):
                 changed.append("irq%s=%s" % (irq, value))
             except (IOError, OSError):
                 pass  # an IRQ that is gone after a reboot has nothing to restore
-    for rel in (SNAPSHOT, SETTINGS):
-        if os.path.exists(path(root, rel)):
-            os.remove(path(root, rel))
+    forget(root, snapshot_rel, settings_rel)
     return {"changed": changed, "reboot_required": reboot_required, "restored": snapshot,
             "left_alone": left}
+
+
+def forget(root, *rels):
+    for rel in rels:
+        if os.path.exists(path(root, rel)):
+            os.remove(path(root, rel))
+
+
+def cmd_kernel_forget(args):
+    """The host is done with this rollout: its snapshot and settings are dropped (the pack
+    keeps the snapshot for a later rollback)."""
+    snapshot_rel, settings_rel = kernel_files(args)
+    existed = os.path.exists(path(args.sysroot, snapshot_rel))
+    forget(args.sysroot, snapshot_rel, settings_rel)
+    return {"changed": existed}
 
 
 COMMANDS = {
     "health": cmd_health, "drain": cmd_drain, "undrain": cmd_undrain,
     "kernel-snapshot": cmd_kernel_snapshot, "kernel-apply": cmd_kernel_apply,
     "kernel-reapply": cmd_kernel_reapply,
-    "kernel-restore": cmd_kernel_restore,
+    "kernel-restore": cmd_kernel_restore, "kernel-forget": cmd_kernel_forget,
 }
 
 
@@ -986,6 +1129,9 @@ COMMANDS = {
 OPTIONS = {
     "--sysroot": (str, "/"), "--port": (int, 8080), "--threshold": (int, 0),
     "--timeout": (float, 300.0), "--poll": (float, 1.0), "--settings": (str, "{}"),
+    # the kernel commands: the rollout whose snapshot and settings files they use; restore:
+    # the snapshot the pack recorded, used when the host's is gone
+    "--rollout": (str, ""), "--snapshot": (str, ""),
     # health only: this kernel action right after the health read
     "--then": (str, None),
     # health --then: also on a host in maintenance

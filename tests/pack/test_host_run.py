@@ -101,7 +101,8 @@ class FakeHostSide:
                in_maintenance: bool = False,
                drain: Optional[Any] = None,
                probe_budget_ms: Optional[int] = None,
-               after_window: Optional[Any] = None) -> Dict[str, HostResult]:
+               after_window: Optional[Any] = None,
+               snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         """As fleet_host.py's health [--then kernel-...] [--then-drain] in one process; with
         `probe_budget_ms` as health_probe.yml: the probe's document in "probe" (left out when
         `fail` names "early probe", as a failed probe task is)."""
@@ -149,7 +150,8 @@ class FakeHostSide:
         return self._entry("undrain", {"changed": changed, "drained": False, "method": "flag"})
 
     def kernel(self, hosts: List[str], action: str,
-               settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+               settings: Optional[Dict[str, Any]] = None,
+               snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         return self._entry(f"kernel {action}", self._kernel(action, settings))
 
     def _probe_doc(self) -> Dict[str, Any]:

@@ -438,3 +438,44 @@ def test_health_then_the_probe_in_one_run(lab, monkeypatch):
     failed = side.health(["sim-001"], probe_budget_ms=300)["sim-001"]
     assert failed.ok and failed.error is None and "probe" not in failed.result
     assert failed.result["boot_id"] == results["sim-001"].result["boot_id"]
+
+
+def test_a_later_rollouts_restore_leaves_the_earlier_rollouts_settings(lab, tmp_path):
+    """Rollout A adds a command-line word and a sysctl, then is done with the host (its
+    undrain drops A's snapshot there); rollout B changes another sysctl and a word and is
+    restored: every setting of A is still in effect, B's are gone."""
+    backend, side = lab
+    inventory = side.inventory
+    a = HostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-a")
+    b = HostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-b")
+    a_settings = {"sysctl": {"net.core.rmem_max": 8388608},
+                  "cmdline": {"add": ["intel_idle.max_cstate=1"], "remove": []}}
+    b_settings = {"sysctl": {"net.core.netdev_budget": 600},
+                  "cmdline": {"add": ["numa_balancing=disable"], "remove": []}}
+    assert a.kernel(["sim-001"], "snapshot", a_settings)["sim-001"].ok
+    applied = a.kernel(["sim-001"], "apply", a_settings)["sim-001"]
+    assert applied.ok, applied
+    assert a.undrain(["sim-001"])["sim-001"].ok  # A is done with the host
+    state_dir = os.path.join(backend.sysroot("sim-001"), "var/lib/fleet-rollout")
+    assert not [n for n in os.listdir(state_dir) if "roll-a" in n]
+    budget = _read(backend, "sim-001", "proc/sys/net/core/netdev_budget").strip()
+    assert b.kernel(["sim-001"], "snapshot", b_settings)["sim-001"].ok
+    assert b.kernel(["sim-001"], "apply", b_settings)["sim-001"].ok
+    persisted = _read(backend, "sim-001", "etc/sysctl.d/90-fleet-rollout.conf")
+    assert "net.core.rmem_max = 8388608" in persisted  # A's line kept beside B's
+    assert "net.core.netdev_budget = 600" in persisted
+    restored = b.kernel(["sim-001"], "restore")["sim-001"]
+    assert restored.ok, restored
+    grub = _read(backend, "sim-001", "etc/default/grub")
+    assert "intel_idle.max_cstate=1" in grub and "numa_balancing=disable" not in grub
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "8388608"
+    assert _read(backend, "sim-001", "proc/sys/net/core/netdev_budget").strip() == budget
+    persisted = _read(backend, "sim-001", "etc/sysctl.d/90-fleet-rollout.conf")
+    assert "net.core.rmem_max = 8388608" in persisted and "netdev_budget" not in persisted
+    # A's forced rollback later: the snapshot the pack kept (the host's is gone)
+    back = a.kernel(["sim-001"], "restore", snapshot=applied.result["snapshot"])["sim-001"]
+    assert back.ok and back.result["reboot_required"] is True, back
+    assert "intel_idle.max_cstate=1" not in _read(backend, "sim-001", "etc/default/grub")
+    assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "212992"
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"),
+                                           "etc/sysctl.d/90-fleet-rollout.conf"))

@@ -491,8 +491,10 @@ class HostRun:
         if kernel:
             kernel_result = self._ansible(self.ctx.hostside.kernel([self.name], "apply", kernel),
                                           "kernel settings")
-            if not state.get("kernel_snapshot"):  # the host keeps its first snapshot too
-                state["kernel_snapshot"] = kernel_result.get("snapshot")
+            if kernel_result.get("snapshot"):
+                # the host's snapshot with the record of what the apply wrote (old values: the
+                # first snapshot's): what a restore undoes once the host has dropped its own
+                state["kernel_snapshot"] = kernel_result["snapshot"]
             for change in kernel_result.get("changed") or []:
                 self.ctx.audit.record(self.name, "kernel", "(snapshot)", change,
                                       self.ctx.execution_id, self.ctx.user)
@@ -803,7 +805,8 @@ class HostRun:
         # the first look at the host and the kernel restore in one Ansible run (the boot id is
         # read before the kernel is touched); a kernel restore that did not run or failed there
         # is run on its own below, as before
-        restore = {"kernel_action": "restore", "in_maintenance": True} if put_kernel else {}
+        restore = {"kernel_action": "restore", "in_maintenance": True,
+                   "snapshot": state.get("kernel_snapshot") or {}} if put_kernel else {}
         before = self.ctx.hostside.health([self.name], **restore)[self.name]
         boot_before = state.get("restore_boot_id_before")
         if boot_before is None and before.ok:
@@ -814,7 +817,12 @@ class HostRun:
         if put_kernel:
             done = kernel_outcome(before)
             kernel = done if done is not None else self._ansible(
-                self.ctx.hostside.kernel([self.name], "restore"), "kernel restore")
+                self.ctx.hostside.kernel([self.name], "restore",
+                                         snapshot=state.get("kernel_snapshot") or {}),
+                "kernel restore")
+            for note in kernel.get("left_alone") or []:
+                self.ctx.audit.record(self.name, "kernel", "(changed since)", note,
+                                      self.ctx.execution_id, self.ctx.user, action="restore")
             for change in kernel.get("changed") or []:
                 self.ctx.audit.record(self.name, "kernel", "(rollout)", change,
                                       self.ctx.execution_id, self.ctx.user, action="restore")

@@ -71,7 +71,7 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
                     forks=config.ansible_forks,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
                     cache_dir=config.state_dir,  # host vars cached under state_dir/hostvars
-                    warm_dir=warm_ansible_dir(config))
+                    warm_dir=warm_ansible_dir(config), rollout_id=rollout_id)
     return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
 
 

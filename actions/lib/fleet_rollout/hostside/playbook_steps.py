@@ -29,12 +29,16 @@ class HostSide:
     run reads only its hosts' variables, never the whole inventory. `coalesce`: runs of this
     process are gathered with identical ones of other processes (fleet_rollout.hostside.
     coalesce; None: every call is a run of its own). `warm_dir`: ansible-playbook is forked
-    from a warm server there (fleet_rollout.hostside.warm_ansible; None: cold starts)."""
+    from a warm server there (fleet_rollout.hostside.warm_ansible; None: cold starts).
+    `rollout_id`: the rollout whose kernel snapshot and settings the hosts keep (each rollout
+    its own: a restore puts back only what that rollout changed)."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
                  timeout: Optional[int] = None, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None) -> None:
+                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
+                 rollout_id: str = "") -> None:
         self.inventory = inventory
+        self.rollout_id = rollout_id
         self.private_key = private_key or None
         self.forks = forks
         self.timeout = timeout
@@ -64,7 +68,8 @@ class HostSide:
                in_maintenance: bool = False,
                drain: Optional[Tuple[float, int]] = None,
                probe_budget_ms: Optional[int] = None,
-               after_window: Optional[Tuple[str, float]] = None) -> Dict[str, HostResult]:
+               after_window: Optional[Tuple[str, float]] = None,
+               snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
         restore): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
@@ -87,7 +92,9 @@ class HostSide:
                                  "restore")
             extra.update({"fleet_kernel_action": kernel_action,
                           "fleet_kernel_settings": settings or {},
-                          "fleet_kernel_in_maintenance": bool(in_maintenance)})
+                          "fleet_kernel_in_maintenance": bool(in_maintenance),
+                          "fleet_rollout_id": self.rollout_id,
+                          "fleet_kernel_snapshot": snapshot or {}})
         if drain is not None:
             extra.update({"fleet_then_drain": True, "fleet_drain_timeout": float(drain[0]),
                           "fleet_drain_threshold": int(drain[1])}, **_after(after_window))
@@ -102,18 +109,25 @@ class HostSide:
             **_after(after_window))), True)
 
     def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
-        return _drained(self._run("undrain", hosts), False)
+        """Back into service; the rollout's kernel snapshot and settings on each host are
+        dropped (the host is done with it; the pack keeps the snapshot)."""
+        return _drained(self._run("undrain", hosts, {"fleet_rollout_id": self.rollout_id}),
+                        False)
 
     def kernel(self, hosts: Iterable[str], action: str,
-               settings: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
+               settings: Optional[Dict[str, Any]] = None,
+               snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
         """snapshot: record on each host the current values of what `settings` would change
-        (changes nothing; the first snapshot wins); result {"snapshot", "changed": [],
-        "first_snapshot"}. apply: refused on a host without a snapshot. reapply: the
-        runtime-only settings after a reboot. restore: put the snapshot back."""
+        (changes nothing; the rollout's first snapshot wins); result {"snapshot", "changed":
+        [], "first_snapshot"}. apply: refused on a host without the rollout's snapshot.
+        reapply: the runtime-only settings after a reboot. restore: put back what the rollout
+        changed (`snapshot`: the one the pack recorded, used where the host's is gone)."""
         if action not in KERNEL_ACTIONS:
             raise ValueError(f"kernel action {action!r}: {', '.join(KERNEL_ACTIONS)}")
         return self._run("kernel", hosts, {"fleet_kernel_action": action,
-                                           "fleet_kernel_settings": settings or {}})
+                                           "fleet_kernel_settings": settings or {},
+                                           "fleet_rollout_id": self.rollout_id,
+                                           "fleet_kernel_snapshot": snapshot or {}})
 
     def probe(self, hosts: Iterable[str], budget_ms: int = 5000,
               binary: Optional[str] = None) -> Dict[str, HostResult]:
