@@ -101,7 +101,8 @@ def test_kernel_snapshot_records_and_changes_nothing_first_one_wins(sim):
     doc = _host(sim, "kernel-snapshot", GOOD)
     assert doc["ok"] and doc["changed"] == [] and doc["first_snapshot"] is True
     assert doc["snapshot"]["sysctl"] == {"net.core.rmem_max": "212992"}
-    assert "GRUB_CMDLINE_LINUX" in doc["snapshot"]["grub"]
+    assert doc["snapshot"]["cmdline_before"] == ["quiet"]  # the words a normal entry boots
+    assert doc["snapshot"]["cmdline"] == {"added": [], "replaced": {}, "removed": []}
     after = _tree_digest(sim)
     assert set(after) - set(before) == {"var/lib/fleet-rollout/kernel-snapshot.json"}
     assert {k: v for k, v in after.items() if k in before} == before
