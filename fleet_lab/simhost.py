@@ -18,9 +18,10 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Dict
+from typing import Dict, List
 
 from fleet_lab.hosts import BootConfig, cpu_ranges
+from fleet_lab.vm.persist import cmdline_from_grub
 
 SNMP_UDP_FIELDS = ["InDatagrams", "NoPorts", "InErrors", "OutDatagrams", "RcvbufErrors",
                    "SndbufErrors", "InCsumErrors", "IgnoredMulti", "MemErrors"]
@@ -87,18 +88,20 @@ def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> 
         f"physical id\t: {socket_of[c]}\ncore id\t\t: {c % config.cores_per_socket}\n\n"
         for c in cpus)
     _write(root, "proc/cpuinfo", cpuinfo)
-    _write(root, "proc/cmdline", "console=ttyS0 " + " ".join(
+    if not os.path.exists(os.path.join(root, "etc/default/grub")):
+        _write(root, "etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+               'GRUB_CMDLINE_LINUX=""\n')
+    # the kernel boots with what GRUB's defaults say, as a server's boot loader passes them
+    _write(root, "proc/cmdline", " ".join(["console=ttyS0"] + [
         f"fleet.{k}={v}" for k, v in (("snoop", config.snoop_mode),
-                                      ("interleave", config.node_interleaving))) + "\n")
+                                      ("interleave", config.node_interleaving))] +
+        grub_words(root)) + "\n")
     for key, value in SIM_SYSCTLS.items():  # runtime values reset at boot, then sysctl.d
         _write(root, "proc/sys/" + key.replace(".", "/"), f"{value}\n")
     _apply_sysctl_d(root)
     _write(root, "proc/uptime", "1.00 1.00\n")
     _write(root, "proc/net/tcp", "  sl  local_address rem_address   st tx_queue rx_queue\n")
     _write(root, "proc/net/tcp6", "  sl  local_address rem_address   st tx_queue rx_queue\n")
-    if not os.path.exists(os.path.join(root, "etc/default/grub")):
-        _write(root, "etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
-               'GRUB_CMDLINE_LINUX=""\n')
     irqs = [24 + i for i in range(2)]
     _write(root, "proc/interrupts", "           CPU0\n" + "".join(
         f" {irq}:          0   PCI-MSI  eth0-TxRx-{i}\n" for i, irq in enumerate(irqs)))
@@ -110,6 +113,24 @@ def write_tree(root: str, config: BootConfig, kernel: str = "6.1.0-lab-sim") -> 
 SIM_SYSCTLS = {"net.core.rmem_max": 212992, "net.core.rmem_default": 212992,
                "net.core.netdev_max_backlog": 1000, "net.core.netdev_budget": 300,
                "vm.swappiness": 60, "kernel.numa_balancing": 1}
+
+
+def grub_words(root: str) -> List[str]:
+    """The words GRUB's defaults give a normal boot entry (/etc/default/grub, then
+    /etc/default/grub.d/*.cfg, as update-grub sources them)."""
+    texts = []
+    names = ["etc/default/grub"]
+    drop_ins = os.path.join(root, "etc/default/grub.d")
+    if os.path.isdir(drop_ins):
+        names += [f"etc/default/grub.d/{n}" for n in sorted(os.listdir(drop_ins))
+                  if n.endswith(".cfg")]
+    for name in names:
+        try:
+            with open(os.path.join(root, name), encoding="utf-8") as handle:
+                texts.append(handle.read())
+        except OSError:
+            continue
+    return cmdline_from_grub(texts)
 
 
 def _apply_sysctl_d(root: str) -> None:

@@ -19,6 +19,8 @@ on a lab `sim` host (a fake tree) exactly as on a real root.
                                wrote (else reported in left_alone); J: the pack's record, used
                                when the host's snapshot is gone
   kernel-forget                drop the rollout's snapshot and settings (undrain does too)
+  kernel-check --settings J    after the reboot: J's words on /proc/cmdline (removed ones
+                               gone), its sysctls live; what is not in effect in "missing"
 The kernel commands and undrain take --rollout ID: each rollout keeps its own snapshot and
 settings under var/lib/fleet-rollout, so a restore never puts back another rollout's values.
 
@@ -1101,6 +1103,29 @@ def cmd_kernel_restore(args):
             "left_alone": left}
 
 
+def cmd_kernel_check(args):
+    """What booted, against the settings: each word added is on /proc/cmdline, no word (or
+    key) removed is, each sysctl holds its value live. Changes nothing; `missing` lists what
+    is not in effect."""
+    root = args.sysroot
+    settings = load_settings(args)
+    booted = read(root, "proc/cmdline", "").split()
+    missing = []
+    cmdline = settings.get("cmdline") or {}
+    for word in cmdline.get("add") or []:
+        if word not in booted:
+            missing.append("cmdline %s: not on /proc/cmdline" % word)
+    for word in cmdline.get("remove") or []:
+        found = [w for w in booted if w == word or ("=" not in word and word_key(w) == word)]
+        if found:
+            missing.append("cmdline %s: still on /proc/cmdline" % found[0])
+    for key, value in sorted((settings.get("sysctl") or {}).items()):
+        live = " ".join(read(root, sysctl_path(key), "").split())
+        if live != " ".join(str(value).split()):
+            missing.append("sysctl %s: %s, not %s" % (key, live or "unreadable", value))
+    return {"changed": [], "in_effect": not missing, "missing": missing}
+
+
 def forget(root, *rels):
     for rel in rels:
         if os.path.exists(path(root, rel)):
@@ -1121,6 +1146,7 @@ COMMANDS = {
     "kernel-snapshot": cmd_kernel_snapshot, "kernel-apply": cmd_kernel_apply,
     "kernel-reapply": cmd_kernel_reapply,
     "kernel-restore": cmd_kernel_restore, "kernel-forget": cmd_kernel_forget,
+    "kernel-check": cmd_kernel_check,
 }
 
 

@@ -93,6 +93,10 @@ class FakeHostSide:
             changed = [f"{k}={v}" for k, v in back.items() if self.sysctl.get(k) != v]
             self.sysctl.update(back)
             return {"ok": True, "changed": changed, "reboot_required": False}
+        if action == "check":
+            missing = [f"sysctl {k}: {self.sysctl.get(k)}, not {v}" for k, v in wanted.items()
+                       if self.sysctl.get(k) != v]
+            return {"ok": True, "changed": [], "in_effect": not missing, "missing": missing}
         return {"ok": True, "changed": []}  # reapply
 
     # --------------------------------------------------------------- HostSide's interface
@@ -266,6 +270,21 @@ def test_verify_refuses_a_probe_that_shows_other_settings(run: Any, fleet: Any) 
     saved = host_run.load()
     assert saved["status"] == FAILED and saved["probe"]["ok"] is False
     assert side.drained  # a failed host stays drained until it is restored
+
+
+def test_verify_fails_a_host_whose_kernel_did_not_boot_with_the_settings(run: Any,
+                                                                        fleet: Any) -> None:
+    """A value the reboot did not keep (a boot configuration changed behind the pack's back):
+    the verify step fails the host, and its restore puts back the rest."""
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:6])
+    side.sysctl[SYSCTL] = "212992"  # what the host came up with
+    with pytest.raises(HostError, match="kernel settings not in effect after the reboot: "
+                                        "sysctl net.core.rmem_max: 212992, not 16777216"):
+        host_run.run("verify")
+    assert host_run.load()["status"] == FAILED and "kernel check" in side.calls
+    assert host_run.restore()["status"] == RESTORED
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "early" and not side.drained
 
 
 @pytest.mark.parametrize("why", ["the wait's probe failed", "it ran on another boot",

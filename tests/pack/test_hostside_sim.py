@@ -479,3 +479,28 @@ def test_a_later_rollouts_restore_leaves_the_earlier_rollouts_settings(lab, tmp_
     assert _read(backend, "sim-001", "proc/sys/net/core/rmem_max").strip() == "212992"
     assert not os.path.exists(os.path.join(backend.sysroot("sim-001"),
                                            "etc/sysctl.d/90-fleet-rollout.conf"))
+
+
+def test_the_check_reads_what_booted(lab):
+    """A sim host boots with the words its GRUB defaults give (as a boot loader passes them):
+    a word applied is on /proc/cmdline after the reboot; one whose GRUB change was reverted
+    behind the pack's back is not, and the check says so."""
+    backend, side = lab
+    settings = {"sysctl": {"net.core.rmem_max": 8388608},
+                "cmdline": {"add": ["intel_idle.max_cstate=1"], "remove": ["quiet"]}}
+    assert side.kernel(["sim-001"], "snapshot", settings)["sim-001"].ok
+    assert side.kernel(["sim-001"], "apply", settings)["sim-001"].ok
+    backend.power_on(boot_config("sim-001", "home", "disabled"))
+    booted = _read(backend, "sim-001", "proc/cmdline").split()
+    assert "intel_idle.max_cstate=1" in booted and "quiet" not in booted
+    checked = side.kernel(["sim-001"], "check", settings)["sim-001"]
+    assert checked.ok and checked.result["in_effect"] is True, checked
+    grub = os.path.join(backend.sysroot("sim-001"), "etc/default/grub")
+    with open(grub, "w") as handle:  # someone else's tool rewrites the defaults
+        handle.write('GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n')
+    backend.power_on(boot_config("sim-001", "home", "disabled"))
+    checked = side.kernel(["sim-001"], "check", settings)["sim-001"]
+    assert checked.ok and checked.result["in_effect"] is False
+    assert checked.result["missing"] == [
+        "cmdline intel_idle.max_cstate=1: not on /proc/cmdline",
+        "cmdline quiet: still on /proc/cmdline"]

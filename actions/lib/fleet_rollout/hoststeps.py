@@ -703,6 +703,7 @@ class HostRun:
                 raise RedfishError(f"BIOS read-back does not match the profile: wants "
                                    f"{check['targets']}", self.name)
             bios = check["targets"]
+        self._check_kernel_booted()
         if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
         doc = early
@@ -734,6 +735,21 @@ class HostRun:
         return {"bios": bios, "probe": result.to_dict(),
                 "probe_with": "wait" if early is not None else "verify",
                 "bios_with": bios_with}
+
+    def _check_kernel_booted(self) -> None:
+        """The kernel the host booted has the profile's command-line words and sysctl values
+        (a boot configuration written but not booted, or changed behind the pack's back,
+        fails the host: it is then restored)."""
+        kernel = self.ctx.profile.get("kernel") or {}
+        settings = {k: kernel[k] for k in ("cmdline", "sysctl") if kernel.get(k)}
+        if not settings:
+            return
+        checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
+                                "kernel check")
+        if not checked.get("in_effect", False):
+            raise HostError("kernel settings not in effect after the reboot: " +
+                            "; ".join(checked.get("missing") or ["the check said nothing"]),
+                            self.name)
 
     @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:

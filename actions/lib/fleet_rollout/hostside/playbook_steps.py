@@ -17,7 +17,7 @@ from fleet_rollout.paths import LIBRARY_DIR
 from fleet_rollout.profile import window_forks
 
 COLLECTOR_SCRIPT = os.path.join(LIBRARY_DIR, "counters", "collector.py")
-KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore")
+KERNEL_ACTIONS: Tuple[str, ...] = ("snapshot", "apply", "reapply", "restore", "check")
 
 
 class HostSide:
@@ -121,7 +121,8 @@ class HostSide:
         (changes nothing; the rollout's first snapshot wins); result {"snapshot", "changed":
         [], "first_snapshot"}. apply: refused on a host without the rollout's snapshot.
         reapply: the runtime-only settings after a reboot. restore: put back what the rollout
-        changed (`snapshot`: the one the pack recorded, used where the host's is gone)."""
+        changed (`snapshot`: the one the pack recorded, used where the host's is gone). check:
+        what booted against `settings` ({"in_effect", "missing"}; changes nothing)."""
         if action not in KERNEL_ACTIONS:
             raise ValueError(f"kernel action {action!r}: {', '.join(KERNEL_ACTIONS)}")
         return self._run("kernel", hosts, {"fleet_kernel_action": action,
