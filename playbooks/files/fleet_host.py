@@ -52,17 +52,30 @@ SYSCTL_KEY = r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z"
 SYSCTL_VALUE = r"^[A-Za-z0-9 _.,:/-]{1,256}\Z"
 NIC_NAME = r"^[A-Za-z0-9_.:-]{1,15}\Z"
 NIC_LIMITS = {"rx": 65536, "tx": 65536, "combined": 1024}
-SYSCTL_DENIED = ("kernel.modprobe", "kernel.core_pattern", "kernel.hotplug",
-                 "kernel.poweroff_cmd", "kernel.usermodehelper.", "fs.binfmt_misc.")
-CMDLINE_DENIED = ("init", "rdinit", "root", "nfsroot", "rootflags", "rootfstype",
-                  "systemd.unit", "systemd.run", "systemd.run_success_action",
-                  "systemd.run_failure_action", "rd.break", "single", "emergency", "rescue",
-                  "lsm", "security", "selinux", "apparmor", "enforcing", "module.sig_enforce",
-                  "modprobe.blacklist", "module_blacklist")
+SYSCTL_ALLOWED = (
+    "net.core.", "net.ipv4.tcp_", "net.ipv4.udp_", "net.ipv4.ip_local_port_range",
+    "net.ipv4.neigh.", "net.ipv6.neigh.", "net.netfilter.nf_conntrack_max",
+    "net.nf_conntrack_max", "vm.swappiness", "vm.dirty_", "vm.nr_hugepages",
+    "vm.nr_overcommit_hugepages", "vm.zone_reclaim_mode", "vm.min_free_kbytes",
+    "vm.max_map_count", "vm.vfs_cache_pressure", "vm.stat_interval", "vm.numa_stat",
+    "vm.watermark_scale_factor", "kernel.numa_balancing", "kernel.numa_balancing_",
+    "kernel.sched_", "kernel.timer_migration", "kernel.watchdog_thresh", "fs.file-max",
+    "fs.nr_open", "fs.aio-max-nr", "fs.inotify.")
+CMDLINE_ALLOWED = (
+    "numa_balancing", "numa", "transparent_hugepage", "hugepages", "hugepagesz",
+    "default_hugepagesz", "isolcpus", "nohz", "nohz_full", "rcu_nocbs", "rcu_nocb_poll",
+    "irqaffinity", "kthread_cpus", "skew_tick", "intel_idle.max_cstate",
+    "processor.max_cstate", "intel_pstate", "amd_pstate", "idle", "cpuidle.off",
+    "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pcie_aspm",
+    "nosoftlockup", "nowatchdog", "nmi_watchdog", "tsc", "clocksource", "nosmt",
+    "workqueue.power_efficient", "quiet", "splash", "rhgb")
 
 
-def denied(name, names):
-    return any(name == d or (d.endswith(".") and name.startswith(d)) for d in names)
+def allowed(name, names):
+    """`name` is one of `names`, or begins with one ending in "." or "_"."""
+    return any(name == a or (a[-1:] in "._" and name.startswith(a)) for a in names)
+
+
 MAX_SYSCTLS, MAX_TOKENS, MAX_INTERFACES = 64, 32, 64
 
 
@@ -648,8 +661,8 @@ def check_sysctl(sysctl):
     for key, value in sysctl.items():
         if not isinstance(key, str) or not matches(SYSCTL_KEY, key):
             raise Failure("settings.sysctl: bad sysctl name %r" % (key,))
-        if denied(key, SYSCTL_DENIED):
-            raise Failure("settings.sysctl: %s makes the kernel run a program: refused" % key)
+        if not allowed(key, SYSCTL_ALLOWED):
+            raise Failure("settings.sysctl: %s is not a tuning setting: refused" % key)
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise Failure("settings.sysctl.%s: a number or a short string" % key)
         if not isinstance(value, str) and not (math.isfinite(value) and abs(value) < 2 ** 64):
@@ -670,8 +683,8 @@ def check_cmdline(cmdline):
             if not isinstance(token, str) or not matches(CMDLINE_TOKEN, token):
                 raise Failure("settings.cmdline.%s: bad kernel command-line word %r"
                               % (group, token))
-            if denied(token.split("=", 1)[0], CMDLINE_DENIED):
-                raise Failure("settings.cmdline.%s: %s decides what boots: refused"
+            if not allowed(token.split("=", 1)[0], CMDLINE_ALLOWED):
+                raise Failure("settings.cmdline.%s: %s is not a tuning word: refused"
                               % (group, token.split("=", 1)[0]))
 
 

@@ -25,15 +25,25 @@ CMDLINE_TOKEN_PATTERN = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{
 SYSCTL_KEY_PATTERN = "^[a-z0-9_]+(\\.[A-Za-z0-9_-]+){1,7}$"
 SYSCTL_VALUE_PATTERN = "^[A-Za-z0-9 _.,:/-]{1,256}$"
 NIC_NAME_PATTERN = "^[A-Za-z0-9_.:-]{1,15}$"
-# Never a tuning knob: settings that make the kernel run a program or boot something else. A
-# name ending in "." denies the whole subtree. The host script keeps the same lists.
-SYSCTL_DENIED = ("kernel.modprobe", "kernel.core_pattern", "kernel.hotplug",
-                 "kernel.poweroff_cmd", "kernel.usermodehelper.", "fs.binfmt_misc.")
-CMDLINE_DENIED = ("init", "rdinit", "root", "nfsroot", "rootflags", "rootfstype",
-                  "systemd.unit", "systemd.run", "systemd.run_success_action",
-                  "systemd.run_failure_action", "rd.break", "single", "emergency", "rescue",
-                  "lsm", "security", "selinux", "apparmor", "enforcing", "module.sig_enforce",
-                  "modprobe.blacklist", "module_blacklist")
+# Tuning knobs only, by allow list: a name ending in "." or "_" allows every name it begins
+# (a subtree, a family); any other entry is one name. The host script keeps the same lists.
+SYSCTL_ALLOWED = (
+    "net.core.", "net.ipv4.tcp_", "net.ipv4.udp_", "net.ipv4.ip_local_port_range",
+    "net.ipv4.neigh.", "net.ipv6.neigh.", "net.netfilter.nf_conntrack_max",
+    "net.nf_conntrack_max", "vm.swappiness", "vm.dirty_", "vm.nr_hugepages",
+    "vm.nr_overcommit_hugepages", "vm.zone_reclaim_mode", "vm.min_free_kbytes",
+    "vm.max_map_count", "vm.vfs_cache_pressure", "vm.stat_interval", "vm.numa_stat",
+    "vm.watermark_scale_factor", "kernel.numa_balancing", "kernel.numa_balancing_",
+    "kernel.sched_", "kernel.timer_migration", "kernel.watchdog_thresh", "fs.file-max",
+    "fs.nr_open", "fs.aio-max-nr", "fs.inotify.")
+CMDLINE_ALLOWED = (
+    "numa_balancing", "numa", "transparent_hugepage", "hugepages", "hugepagesz",
+    "default_hugepagesz", "isolcpus", "nohz", "nohz_full", "rcu_nocbs", "rcu_nocb_poll",
+    "irqaffinity", "kthread_cpus", "skew_tick", "intel_idle.max_cstate",
+    "processor.max_cstate", "intel_pstate", "amd_pstate", "idle", "cpuidle.off",
+    "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pcie_aspm",
+    "nosoftlockup", "nowatchdog", "nmi_watchdog", "tsc", "clocksource", "nosmt",
+    "workqueue.power_efficient", "quiet", "splash", "rhgb")
 
 BIOS_ATTRIBUTE_PATTERN = "^[A-Za-z][A-Za-z0-9_]{0,63}$"
 BIOS_VALUE_PATTERN = "^[A-Za-z0-9_.:-]{1,64}$"
@@ -236,9 +246,9 @@ def _check_plain(value: Any, parts: List[Any], where: str) -> None:
                           "(newline, tab, ...) are not allowed")
 
 
-def denied(name: str, names: Tuple[str, ...]) -> bool:
-    """`name` is one of `names` (or under one ending in ".")."""
-    return any(name == d or (d.endswith(".") and name.startswith(d)) for d in names)
+def allowed(name: str, names: Tuple[str, ...]) -> bool:
+    """`name` is one of `names`, or begins with one ending in "." or "_"."""
+    return any(name == a or (a[-1:] in "._" and name.startswith(a)) for a in names)
 
 
 def _check_names(mapping: Any, pattern: str, parts: List[str], where: str, what: str) -> None:
@@ -254,9 +264,9 @@ def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
     _check_names(kernel.get("sysctl"), SYSCTL_KEY_PATTERN, ["kernel", "sysctl"], where,
                  "sysctl name")
     for key, value in (kernel.get("sysctl") or {}).items():
-        if denied(key, SYSCTL_DENIED):
-            raise ConfigError(f"{where}: field kernel.sysctl.{key}: {key} makes the kernel run "
-                              "a program; it is not a setting profiles may change")
+        if not allowed(key, SYSCTL_ALLOWED):
+            raise ConfigError(f"{where}: field kernel.sysctl.{key}: {key} is not a tuning "
+                              "setting profiles may change (the allowed ones: docs/kernel-settings.md)")
         if isinstance(value, str) and not re.fullmatch(SYSCTL_VALUE_PATTERN, value):
             raise ConfigError(f"{where}: field kernel.sysctl.{key}: {value!r} is not a valid "
                               f"sysctl value (allowed: {SYSCTL_VALUE_PATTERN})")
@@ -265,10 +275,10 @@ def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
             if not re.fullmatch(CMDLINE_TOKEN_PATTERN, token):
                 raise ConfigError(f"{where}: field kernel.cmdline.{group}.{index}: {token!r} "
                                   f"is not a valid kernel command-line word")
-            if denied(token.split("=", 1)[0], CMDLINE_DENIED):
+            if not allowed(token.split("=", 1)[0], CMDLINE_ALLOWED):
                 raise ConfigError(f"{where}: field kernel.cmdline.{group}.{index}: "
-                                  f"{token.split('=', 1)[0]} decides what boots or runs, not "
-                                  "how it performs; profiles may not change it")
+                                  f"{token.split('=', 1)[0]} is not a tuning word profiles may "
+                                  "add or remove (the allowed ones: docs/kernel-settings.md)")
     for index, name in enumerate((kernel.get("nic") or {}).get("interfaces") or []):
         if not re.fullmatch(NIC_NAME_PATTERN, name) or name in (".", ".."):
             raise ConfigError(f"{where}: field kernel.nic.interfaces.{index}: {name!r} is not "

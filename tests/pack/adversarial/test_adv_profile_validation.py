@@ -265,10 +265,22 @@ def test_fuzz_profile_names_never_escape_profiles_dir(tmp_path):
     ({"cmdline": {"add": ["numa_balancing=disable", "rdinit=/x"]}}, "kernel.cmdline.add.1"),
     ({"cmdline": {"remove": ["root=/dev/sda1"]}}, "kernel.cmdline.remove.0"),
     ({"cmdline": {"add": ["systemd.run=/tmp/x"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["rd.shell"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["systemd.debug_shell"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["systemd.mask=sshd.service"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["S"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["1"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"add": ["mitigations=off"]}}, "kernel.cmdline.add.0"),
+    ({"cmdline": {"remove": ["rd.lvm.lv"]}}, "kernel.cmdline.remove.0"),
+    ({"sysctl": {"kernel.sysrq": 1}}, "kernel.sysctl.kernel.sysrq"),
+    ({"sysctl": {"kernel.yama.ptrace_scope": 0}}, "kernel.sysctl.kernel.yama.ptrace_scope"),
+    ({"sysctl": {"kernel.randomize_va_space": 0}}, "kernel.sysctl.kernel.randomize_va_space"),
+    ({"sysctl": {"fs.suid_dumpable": 2}}, "kernel.sysctl.fs.suid_dumpable"),
 ])
-def test_settings_that_run_programs_or_change_what_boots_are_refused(kernel, field):
-    """Allowed characters are not enough: names that make the kernel run a program or boot
-    something else are refused at plan time and again by the host script."""
+def test_settings_that_are_not_tuning_are_refused(kernel, field):
+    """Allowed characters are not enough: only the listed tuning names pass (what makes the
+    kernel run a program, boot something else, open a shell or weaken its defenses is not
+    listed), at plan time and again by the host script."""
     with pytest.raises(ConfigError, match=f"field {re.escape(field)}"):
         validate_profile({"name": "p", "bios": {"snoop_mode": "home"}, "kernel": kernel}, "p")
     host = _host_script()
@@ -276,9 +288,18 @@ def test_settings_that_run_programs_or_change_what_boots_are_refused(kernel, fie
         host.check_settings(kernel)
 
 
-def test_the_host_script_keeps_the_profile_denylists():
+def test_tuning_names_pass():
+    kernel = {"sysctl": {"net.core.rmem_max": 1, "net.ipv4.tcp_rmem": "4096 87380 6291456",
+                         "vm.dirty_ratio": 10, "kernel.sched_migration_cost_ns": 5000000},
+              "cmdline": {"add": ["numa_balancing=disable", "transparent_hugepage=never",
+                                  "intel_idle.max_cstate=1"], "remove": ["quiet"]}}
+    validate_profile({"name": "p", "bios": {"snoop_mode": "home"}, "kernel": kernel}, "p")
+    assert _host_script().check_settings(kernel) == kernel
+
+
+def test_the_host_script_keeps_the_profile_allowlists():
     from fleet_rollout import profile
 
     host = _host_script()
-    assert host.SYSCTL_DENIED == profile.SYSCTL_DENIED
-    assert host.CMDLINE_DENIED == profile.CMDLINE_DENIED
+    assert host.SYSCTL_ALLOWED == profile.SYSCTL_ALLOWED
+    assert host.CMDLINE_ALLOWED == profile.CMDLINE_ALLOWED
