@@ -266,7 +266,8 @@ def _check_kernel_words(kernel: Dict[str, Any], where: str) -> None:
     for key, value in (kernel.get("sysctl") or {}).items():
         if not allowed(key, SYSCTL_ALLOWED):
             raise ConfigError(f"{where}: field kernel.sysctl.{key}: {key} is not a tuning "
-                              "setting profiles may change (the allowed ones: docs/kernel-settings.md)")
+                              "setting profiles may change (the allowed ones: "
+                              "docs/kernel-settings.md)")
         if isinstance(value, str) and not re.fullmatch(SYSCTL_VALUE_PATTERN, value):
             raise ConfigError(f"{where}: field kernel.sysctl.{key}: {value!r} is not a valid "
                               f"sysctl value (allowed: {SYSCTL_VALUE_PATTERN})")
