@@ -504,3 +504,26 @@ def test_the_check_reads_what_booted(lab):
     assert checked.result["missing"] == [
         "cmdline intel_idle.max_cstate=1: not on /proc/cmdline",
         "cmdline quiet: still on /proc/cmdline"]
+
+
+def test_ansible_never_sees_the_actions_st2_token(tmp_path, monkeypatch):
+    """st2's ST2_* variables (the action's token among them) stay out of the Ansible process
+    and of what it runs: a host's shell records the environment it was started with."""
+    backend = SimBackend(str(tmp_path / "hosts"))
+    backend.power_on(boot_config("sim-001", "early", "disabled"))
+    seen = tmp_path / "env.txt"
+    shell = tmp_path / "recording-sh"
+    shell.write_text(f"#!/bin/sh\nenv > {seen}\nexec /bin/sh \"$@\"\n")
+    shell.chmod(0o755)
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"sim-001": {
+        "ansible_connection": "local", "fleet_sysroot": backend.sysroot("sim-001"),
+        "ansible_python_interpreter": sys.executable,
+        "ansible_shell_executable": str(shell)}}}}))
+    monkeypatch.setenv("ST2_ACTION_AUTH_TOKEN", "token-of-the-action-user")
+    monkeypatch.setenv("ST2_ACTION_API_URL", "http://127.0.0.1:9/api/v1")
+    side = HostSide(str(inventory), forks=1, cache_dir=str(tmp_path / "cache"))
+    assert side.health(["sim-001"])["sim-001"].ok
+    recorded = seen.read_text()
+    assert "PATH=" in recorded  # the shell ran, with an environment
+    assert "ST2_" not in recorded and "token-of-the-action-user" not in recorded

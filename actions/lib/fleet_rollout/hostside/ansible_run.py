@@ -132,6 +132,13 @@ def control_path_dir(known_hosts: Optional[str]) -> str:
     return os.path.join(os.path.expanduser("~"), ".ansible", "cp", f"kh-{digest}")
 
 
+def inherited_env() -> Dict[str, str]:
+    """This process's environment without StackStorm's ST2_* variables: the API URL and the
+    token acting as the action's user stay out of Ansible and of anything it runs on this
+    machine."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ST2_")}
+
+
 def runner_env(known_hosts: Optional[str]) -> Dict[str, str]:
     return {
         "PATH": _ansible_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
@@ -383,7 +390,7 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             extravars_file = os.path.join(data_dir, "extravars.json")
             with open(extravars_file, "w") as handle:
                 json.dump(spec.extravars, handle)
-            env = dict(os.environ)
+            env = inherited_env()
             env.update(runner_env(spec.known_hosts))
             env.update(playbook_process.callback_env(os.path.join(data_dir, "events.jsonl"),
                                                      spec.verbose))

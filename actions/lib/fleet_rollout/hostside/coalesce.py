@@ -51,7 +51,13 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside.ansible_run import HostResult, RunSpec, run_requests, run_spec
+from fleet_rollout.hostside.ansible_run import (
+    HostResult,
+    RunSpec,
+    inherited_env,
+    run_requests,
+    run_spec,
+)
 from fleet_rollout.paths import LIB_DIR
 
 DEFAULT_WINDOW = 1.0  # seconds (pack config ansible_gather_window)
@@ -336,7 +342,7 @@ class Coalescer:
                               os.path.join(rundir, f"req-{rid}.json"))
                 except FileNotFoundError:
                     pass  # withdrawn
-            env = dict(os.environ)
+            env = inherited_env()
             env["PYTHONPATH"] = os.pathsep.join(p for p in (LIB_DIR, env.get("PYTHONPATH"))
                                                 if p)
             with open(os.path.join(rundir, "runner.log"), "wb") as log:
