@@ -387,6 +387,50 @@ def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
     assert host_run.restore(leave_drained=leave)["skipped"] is True  # done: not again
 
 
+def test_a_restore_whose_reset_did_not_apply_the_bios_resets_once_more(run: Any,
+                                                                       fleet: Any) -> None:
+    """The restore's reset came back with the BIOS values still pending (the BMC did not
+    apply them): the restore fails and marks the host. The next restore sends one new reset
+    (that marker is spent; the new one has its own) and ends restored; none after that."""
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:6])
+    resets = len(state(fleet, 0)["resets"])
+    set_faults(fleet, 0, pending_never_applied=True)
+    with pytest.raises(HostError, match="restore failed"):
+        host_run.restore()
+    assert len(state(fleet, 0)["resets"]) == resets + 1
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "home"  # still pending
+    set_faults(fleet, 0, pending_never_applied=False)  # the BMC is fixed
+    deadline = time.monotonic() + 30  # the next restore comes once the host is back up
+    while state(fleet, 0)["host_boot_id"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    report = host_run.restore()
+    assert report["status"] == RESTORED, report
+    assert len(state(fleet, 0)["resets"]) == resets + 2
+    assert state(fleet, 0)["logical"]["snoop_mode"] == "early" and not side.drained
+    assert host_run.restore()["skipped"] is True
+    assert len(state(fleet, 0)["resets"]) == resets + 2
+
+
+def test_a_bmc_that_never_applies_the_restore_gets_three_resets_then_a_person(
+        run: Any, fleet: Any) -> None:
+    host_run, _side = run
+    _steps(host_run, HOST_STEPS[:6])
+    resets = len(state(fleet, 0)["resets"])
+    set_faults(fleet, 0, pending_never_applied=True)
+    errors = []
+    for _ in range(4):
+        deadline = time.monotonic() + 30
+        while state(fleet, 0)["host_boot_id"] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(HostError) as err:
+            host_run.restore()
+        errors.append(str(err.value))
+    assert len(state(fleet, 0)["resets"]) == resets + hoststeps.MAX_RESTORE_RESETS
+    assert "BIOS values still pending after 3 resets of the restore" in errors[-1]
+    assert host_run.load()["status"] == "restore_failed"
+
+
 def test_a_restore_leaves_a_host_a_later_rollout_changed(run: Any, fleet: Any) -> None:
     """A finished rollout rolled back later (force) never undoes a later rollout's change: a
     host another rollout claimed since is left as it is, and the result says by whom."""

@@ -859,6 +859,21 @@ class HostRun:
             for attr, value in staged["changed"].items():
                 self.ctx.audit.record(self.name, f"bios.{attr}", "(rollout)", value,
                                       self.ctx.execution_id, self.ctx.user, action="restore")
+        if bios_pending and state.get("restore_reset_marker") and before.ok and boot_before \
+                and before.result["boot_id"] != boot_before:
+            # the restore's reset ran and the host came back, yet the BIOS values are still
+            # pending (the BMC did not apply them): that reset is spent, and one new reset with
+            # a marker of its own applies them (a marker never leads to a second reset)
+            spent = state.setdefault("restore_resets_spent", [])
+            if len(spent) >= MAX_RESTORE_RESETS - 1:
+                raise RedfishError(f"BIOS values still pending after {len(spent) + 1} resets "
+                                   "of the restore: the BMC does not apply them; fix the BMC "
+                                   "(or apply the values by hand), then restore again",
+                                   self.name)
+            spent.append(state.pop("restore_reset_marker"))
+            boot_before = before.result["boot_id"]
+            state["restore_boot_id_before"] = boot_before
+            self.save(state)
         rebooted = bool(state.get("restore_reset_marker"))
         if bios_pending or kernel.get("reboot_required") or rebooted:
             report["reset"] = self._reset_once(state, "restore_reset_marker", boot_before)
@@ -893,6 +908,11 @@ class HostRun:
                                   self.ctx.execution_id, self.ctx.user, action="restore")
             state["status"] = RESTORED
         return report
+
+
+# resets one host's restore may send in all, each for BIOS values a reset before it did not
+# apply; past them the BMC is broken and a person decides
+MAX_RESTORE_RESETS = 3
 
 
 def _outcome_message(err: Exception) -> str:
