@@ -16,7 +16,7 @@ to answer; a home without an rbac/ directory serves one owner, whose executions 
     GET  /api/v1/executions           ?action=<ref>&status=<status>&parent=<id>&limit=<n>: the
                                       executions that match, newest first (st2's default
                                       limit, 50; at most 100)
-    GET  /api/v1/executions/<id>      an execution (secrets masked)
+    GET  /api/v1/executions/<id>      an execution (secrets masked; execution_view)
     GET  /api/v1/executions/<id>/children   its direct children (record_answer reads the answer)
     PUT  /api/v1/executions/<id>      {"status": "pausing" | "resuming" | "canceling"}, or a
                                       completed status and a result: st2's update_status, which
@@ -181,6 +181,7 @@ class LocalApi:
                 from fleet_runtime import render
 
                 record = self.runtime._execution(parts[1])
+                self._may_view(user, record)
                 return 200, render.public(self.runtime.registry, record)
             if parts == ["executions"] and method == "POST":
                 return self._start(body, user)
@@ -193,6 +194,7 @@ class LocalApi:
                 from fleet_runtime import render
 
                 record = self.runtime._execution(parts[1])
+                self._may_view(user, record)
                 return 200, [render.public(self.runtime.registry, child) for child in
                              self.runtime.store.find_executions("parent_id=?", (record["id"],))]
         except AccessDenied as e:
@@ -207,6 +209,12 @@ class LocalApi:
         except RuntimeErrorBase as e:
             return 400, {"faultstring": str(e)}
         return 404, {"faultstring": f"{method} {path} is not supported by the local API"}
+
+    def _may_view(self, user: str, record: Dict[str, Any]) -> None:
+        """st2's execution_view: action_view on the execution's action (or its pack)."""
+        if self.rbac is not None:
+            self.rbac.require_execution(user, "execution_view", record["id"],
+                                        record["action"])
 
     def _start(self, body: Any, user: str) -> Tuple[int, Any]:
         """st2api's POST /executions: the action and its parameters (literals, never

@@ -52,6 +52,9 @@ SYSCTL_KEY = r"^[a-z0-9_]+(\.[A-Za-z0-9_-]+){1,7}\Z"
 SYSCTL_VALUE = r"^[A-Za-z0-9 _.,:/-]{1,256}\Z"
 NIC_NAME = r"^[A-Za-z0-9_.:-]{1,15}\Z"
 NIC_LIMITS = {"rx": 65536, "tx": 65536, "combined": 1024}
+# Tuning knobs only, by allow list: a name ending in "." or "_" allows every name it begins
+# (a subtree, a family); any other entry is one name. The pack's profile loader uses these
+# lists too (fleet_rollout/host_script.py); docs/kernel-settings.md lists them.
 SYSCTL_ALLOWED = (
     "net.core.", "net.ipv4.tcp_", "net.ipv4.udp_", "net.ipv4.ip_local_port_range",
     "net.ipv4.neigh.", "net.ipv6.neigh.", "net.netfilter.nf_conntrack_max",

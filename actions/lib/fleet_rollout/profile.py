@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from fleet_rollout import host_script
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.paths import PROFILES_DIR
 from fleet_rollout.redfish.personalities import KNOBS, validate_desired
@@ -25,25 +26,10 @@ CMDLINE_TOKEN_PATTERN = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(=[A-Za-z0-9_.,:/+=-]{
 SYSCTL_KEY_PATTERN = "^[a-z0-9_]+(\\.[A-Za-z0-9_-]+){1,7}$"
 SYSCTL_VALUE_PATTERN = "^[A-Za-z0-9 _.,:/-]{1,256}$"
 NIC_NAME_PATTERN = "^[A-Za-z0-9_.:-]{1,15}$"
-# Tuning knobs only, by allow list: a name ending in "." or "_" allows every name it begins
-# (a subtree, a family); any other entry is one name. The host script keeps the same lists.
-SYSCTL_ALLOWED = (
-    "net.core.", "net.ipv4.tcp_", "net.ipv4.udp_", "net.ipv4.ip_local_port_range",
-    "net.ipv4.neigh.", "net.ipv6.neigh.", "net.netfilter.nf_conntrack_max",
-    "net.nf_conntrack_max", "vm.swappiness", "vm.dirty_", "vm.nr_hugepages",
-    "vm.nr_overcommit_hugepages", "vm.zone_reclaim_mode", "vm.min_free_kbytes",
-    "vm.max_map_count", "vm.vfs_cache_pressure", "vm.stat_interval", "vm.numa_stat",
-    "vm.watermark_scale_factor", "kernel.numa_balancing", "kernel.numa_balancing_",
-    "kernel.sched_", "kernel.timer_migration", "kernel.watchdog_thresh", "fs.file-max",
-    "fs.nr_open", "fs.aio-max-nr", "fs.inotify.")
-CMDLINE_ALLOWED = (
-    "numa_balancing", "numa", "transparent_hugepage", "hugepages", "hugepagesz",
-    "default_hugepagesz", "isolcpus", "nohz", "nohz_full", "rcu_nocbs", "rcu_nocb_poll",
-    "irqaffinity", "kthread_cpus", "skew_tick", "intel_idle.max_cstate",
-    "processor.max_cstate", "intel_pstate", "amd_pstate", "idle", "cpuidle.off",
-    "intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pcie_aspm",
-    "nosoftlockup", "nowatchdog", "nmi_watchdog", "tsc", "clocksource", "nosmt",
-    "workqueue.power_efficient", "quiet", "splash", "rhgb")
+# Tuning knobs only, by allow list (docs/kernel-settings.md): the host script's own lists, so
+# the check at plan time and the one on the host are one and the same.
+SYSCTL_ALLOWED: Tuple[str, ...] = host_script.load().SYSCTL_ALLOWED
+CMDLINE_ALLOWED: Tuple[str, ...] = host_script.load().CMDLINE_ALLOWED
 
 BIOS_ATTRIBUTE_PATTERN = "^[A-Za-z][A-Za-z0-9_]{0,63}$"
 BIOS_VALUE_PATTERN = "^[A-Za-z0-9_.:-]{1,64}$"

@@ -34,13 +34,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from fleet_rollout import hostvars, timeouts
+from fleet_rollout import host_script, hostvars, timeouts
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import playbook_process, warm_ansible
 from fleet_rollout.inventory import check_host_name
 from fleet_rollout.paths import PLAYBOOK_DIR
 
-HOST_SCRIPT = os.path.join(PLAYBOOK_DIR, "files", "fleet_host.py")
+HOST_SCRIPT = host_script.PATH
 RESERVED_HOST_NAMES = ("all", "ungrouped")
 JINJA_MARKERS = hostvars.JINJA_MARKERS
 
