@@ -496,13 +496,14 @@ def run_boot_tool(root, added, removed):
     return tool
 
 
-def check_grub(root, cmdline):
-    """Precheck of a command-line change: the GRUB defaults read with certainty, a boot
-    tool known; Failure (nothing written) otherwise."""
-    grub_read(root)
+def check_grub(root):
+    """Precheck of a command-line change: the GRUB defaults read with certainty (returned,
+    parsed), a boot tool known; Failure (nothing written) otherwise."""
+    parsed = grub_read(root)
     if not os.path.exists(path(root, GRUB)):
         raise Failure("%s missing: the kernel command line cannot change" % path(root, GRUB))
     boot_tool(root)
+    return parsed
 
 
 def edit_cmdline(root, add, remove):
@@ -797,12 +798,12 @@ def snapshot_sysctl(root, sysctl, snapshot):
         old_lines.setdefault(key, persisted.get(key))
 
 
-def snapshot_grub(root, cmdline, snapshot):
+def snapshot_grub(root, snapshot):
     """The precheck of a command-line change (GRUB defaults readable, a boot tool known) and
     the words a normal entry boots with now; what the rollout changes is recorded as it
     changes it (apply_cmdline)."""
-    check_grub(root, cmdline)
-    snapshot.setdefault("cmdline_before", cmdline_words(grub_effective(grub_read(root))))
+    parsed = check_grub(root)
+    snapshot.setdefault("cmdline_before", cmdline_words(grub_effective(parsed)))
     snapshot.setdefault("cmdline", {"added": [], "replaced": {}, "removed": []})
 
 
@@ -832,7 +833,7 @@ def record_snapshot(root, settings, snapshot):
     if settings.get("sysctl"):
         snapshot_sysctl(root, settings["sysctl"], snapshot)
     if settings.get("cmdline"):
-        snapshot_grub(root, settings["cmdline"], snapshot)
+        snapshot_grub(root, snapshot)
     ifaces = settings_interfaces(root, settings)
     if settings.get("nic"):
         snapshot_nic(root, ifaces, snapshot)
