@@ -7,10 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 ST2CLI_VENV := .venv-st2client
 ST2CLI_STAMP := $(ST2CLI_VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# pytest-xdist workers: most tests wait on subprocesses, VMs and sockets, so 5 workers share the
-# 2 cores well (one of them holds the VM demo for most of the run, one the VM modules at its
-# start); tests/conftest.py keeps the VM tests on one worker (--dist loadgroup). Fresh-clone
-# runs at stop 50: 4 workers 21m22s, 5 workers 18m20s
+# pytest-xdist workers: most tests wait on subprocesses, VMs and sockets, so 5 workers share two
+# cores well (one of them holds the VM demo for most of the run, one the VM modules at its
+# start); tests/conftest.py keeps the VM tests on one worker (--dist loadgroup)
 PYTEST_WORKERS ?= 5
 UV_VERSION := 0.13.9
 
@@ -24,7 +23,7 @@ $(STAMP): pyproject.toml requirements.txt requirements-dev.txt system-packages.t
 	test -x $(VENV)/bin/uv || $(VPY) -m pip install -q --disable-pip-version-check \
 		"uv==$(UV_VERSION)" || echo "no uv: pip installs the requirements"
 	./scripts/pip-install.sh $(VPY) -r requirements-dev.txt -e .
-	# fleet_rollout is a package of pyproject.toml now: drop the .pth an older install wrote
+	# the package comes from pyproject.toml: a stray fleet_rollout_pack.pth would shadow it
 	rm -f "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/fleet_rollout_pack.pth"
 	touch $@
 
@@ -47,9 +46,9 @@ probe: install
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi
 
 # The repo's own Python compiled ahead (what changed since the last time): where
-# PYTHONDONTWRITEBYTECODE is set (it is on the CI machine) nothing is compiled on import, and each
+# PYTHONDONTWRITEBYTECODE is set (as on the CI machine) nothing is compiled on import, and each
 # of the thousands of processes a test run or a rollout starts (CLI, engine, lab daemon, Ansible
-# servers) compiled the pack library again: 0.1 CPU-s a process
+# servers) would compile the pack library again
 bytecode: install
 	PYTHONDONTWRITEBYTECODE= $(VPY) -m compileall -q -j 0 actions fleet_runtime fleet_lab bench \
 		> /dev/null
@@ -64,6 +63,8 @@ test: install probe lint bytecode
 demo: install probe bytecode
 	$(VPY) -m fleet_lab.demo
 
+# Each bench prints its figures and writes them to bench/RESULTS.md (bench/results.py; its own
+# rows only). FLEET_BENCH_RECORD=0 runs a bench without writing the file.
 bench: bench-redfish bench-runtime bench-probe bench-judge bench-lab bench-rollout bench-st2api \
        bench-host-step bench-host-change bench-warm bench-fleet
 

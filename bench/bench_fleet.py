@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench-fleet: the fleet-size numbers of issue 14, on sim servers through the embedded
+"""make bench-fleet: fleet-size figures, on sim servers through the embedded
 runtime (real Redfish over HTTPS to the lab's BMC simulators, real Ansible, the real conductor).
 
 1. A 2,000-host rollout: batches up to 500 hosts, 100 in flight; wall time against the critical
@@ -27,6 +27,7 @@ from bench_rollout import (
     describe,
     judge_scale,
     plan_scale,
+    record_results,
     rollout_scale,
 )
 
@@ -74,6 +75,7 @@ def main() -> int:
     if args.big_batch:
         out["big_batch"] = rollout_scale(big_batch_bench(args.reboot_seconds))
         say(describe(out["big_batch"]))
+    record_results("bench-fleet", out)
     if args.json:
         print(json.dumps(out, indent=1))
     return 0

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
@@ -289,6 +289,7 @@ def main() -> None:
           f"{'cold' if args.cold else 'warm'}")
     print(f"{'hosts':>5} {'runs/host':>9} {'ansible':>8} {'controller':>10} {'host side':>9} "
           f"{'step py':>8} {'wall':>6}   (CPU-seconds per host)")
+    figures: List[Tuple[str, Any, str]] = []
     for hosts in args.hosts:
         out = measure(hosts, lib, args.restore, args.reboot_seconds, warm=not args.cold)
         print(f"{out['hosts']:>5} {out['runs_per_host']:>9.1f} {out['ansible_total']:>8.2f} "
@@ -300,6 +301,17 @@ def main() -> None:
             print(f"      playbook runs: {json.dumps(out['playbooks'], sort_keys=True)}")
         for error in out["errors"][:5]:
             print(f"      ERROR {error}")
+        at = f"{hosts} hosts at once, {'cold' if args.cold else 'warm'} ansible-playbook" + \
+            (", with restore" if args.restore else "")
+        figures += [(f"{at}: Ansible runs per host", round(out["runs_per_host"], 1), "runs"),
+                    (f"{at}: Ansible CPU per host", round(out["ansible_total"], 2), "CPU-s"),
+                    (f"{at}: controller CPU per host", round(out["controller"], 2), "CPU-s"),
+                    (f"{at}: host side CPU per host", round(out["hostside"], 2), "CPU-s"),
+                    (f"{at}: wall", round(out["wall"], 1), "s"),
+                    (f"{at}: hosts failed", len(out["errors"]), "hosts")]
+    import results as bench_results
+
+    bench_results.record("bench-host-change", figures)
 
 
 if __name__ == "__main__":

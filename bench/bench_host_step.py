@@ -13,7 +13,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import yaml
 
@@ -95,13 +95,25 @@ def measure(hosts: int = 20000, small: int = 10, repeat: int = 3,
             "small_seconds": round(small_t, 2), "ratio": round(ratio, 2)}
 
 
+def step_figures(out: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
+    """A measure's figures for bench/RESULTS.md (results.py)."""
+    return [(f"health step, {out['hosts']}-host inventory", out["big_seconds"], "s"),
+            (f"health step, {out['small']}-host inventory", out["small_seconds"], "s"),
+            (f"health step, ratio {out['hosts']} / {out['small']} hosts", out["ratio"], ""),
+            (f"resolving {out['hosts']} hosts once", out["resolve_seconds"], "s"),
+            ("cached lookup of one host", out["lookup_ms"], "ms")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=20000)
     parser.add_argument("--small", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    measure(args.hosts, args.small, args.repeat)
+    out = measure(args.hosts, args.small, args.repeat)
+    import results as bench_results
+
+    bench_results.record("bench-host-step", step_figures(out))
 
 
 if __name__ == "__main__":

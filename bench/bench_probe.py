@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
@@ -171,11 +171,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         "budgets": rows,
         "model": model_cost(20),
     }
+    record_results(result)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print_tables(result)
     return 0
+
+
+def record_results(result: Dict[str, Any]) -> None:
+    """This run's figures in bench/RESULTS.md (results.py): per budget, the wall time, the
+    local latency, its spread across runs and core-to-core latency; the model runs' cost."""
+    import results as bench_results
+
+    pairs: List[Tuple[str, Any, str]] = []
+    for row in result["budgets"]:
+        at = f"budget {row['budget_ms']} ms"
+        pairs += [(f"{at}: wall (mean of {row['runs']})", _round(row["wall_ms_mean"], 0), "ms"),
+                  (f"{at}: local latency (median)", _round(row["local_ns_median"]), "ns"),
+                  (f"{at}: local latency, run-to-run CV", _round(row["local_ns_run_cv"], 3), ""),
+                  (f"{at}: remote latency (median)", _round(row["remote_ns_median"]), "ns"),
+                  (f"{at}: c2c within a socket (median)",
+                   _round(row["c2c_within_ns_median"]), "ns"),
+                  (f"{at}: c2c across sockets (median)",
+                   _round(row["c2c_across_ns_median"]), "ns")]
+    for row in result["model"]:
+        pairs.append((f"--sysroot run, {row['nodes']} node(s) (median)",
+                      _round(row["wall_ms_median"], 2), "ms"))
+    pairs.append(("virtualized", str(result["host"]["virtualized"]).lower(), ""))
+    bench_results.record("bench-probe", bench_results.figures(pairs))
+
+
+def _round(value: Any, digits: int = 1) -> Any:
+    return None if value is None else round(float(value), digits)
 
 
 if __name__ == "__main__":

@@ -226,7 +226,7 @@ def fleet_apply(hosts: int, reboot: float, poll: float) -> Dict[str, Any]:
             "cpus": os.cpu_count()}
 
 
-BUDGET = 20  # requests per host for one apply (issue 14)
+BUDGET = 20  # requests per host for one apply (tests/pack/test_redfish_request_budget.py)
 
 
 def _print_fleet(fleet: Dict[str, Any]) -> None:
@@ -244,6 +244,27 @@ def _print_fleet(fleet: Dict[str, Any]) -> None:
           "machine's CPU, TLS and JSON on both sides, not waiting)")
     for err in fleet["errors"]:
         print(f"  error: {err}")
+
+
+def record_results(rows: List[Dict[str, Any]], sushy: Dict[str, Any],
+                   fleets: List[Dict[str, Any]]) -> None:
+    """This run's figures in bench/RESULTS.md (results.py): requests per host per personality
+    (and sushy-tools), and per fleet size the wall time against its lower bound."""
+    import results as bench_results
+
+    figures: List[Any] = []
+    for r in rows + ([sushy] if "error" not in sushy else []):
+        figures.append((f"requests per host, one apply, {r['vendor']}", r["server"], "requests"))
+        if "restore" in r:
+            figures.append((f"requests per host, one restore, {r['vendor']}", r["restore"],
+                            "requests"))
+    for fleet in fleets:
+        at = f"{fleet['hosts']} BMCs at once, reboot {fleet['reboot_seconds']:g} s"
+        figures += [(f"{at}: wall", fleet["wall_seconds"], "s"),
+                    (f"{at}: wall / lower bound", fleet["wall_over_bound"], ""),
+                    (f"{at}: failed", fleet["failed"], "hosts"),
+                    (f"{at}: client CPU", fleet["client_cpu_seconds"], "CPU-s")]
+    bench_results.record("bench-redfish", figures)
 
 
 def main() -> int:
@@ -268,6 +289,7 @@ def main() -> int:
     within = all(r["server"] <= BUDGET for r in rows)
     failed = sum(f["failed"] for f in fleets)
     status = 0 if failed == 0 and counted_ok and within else 1
+    record_results(rows, sushy, fleets)
     if args.json:
         print(json.dumps({"per_personality": rows, "sushy_tools": sushy, "fleets": fleets},
                          indent=1))

@@ -681,6 +681,51 @@ def describe(r: Dict[str, Any]) -> str:
             for i, row in enumerate(r.get("host_spans") or []))])
 
 
+def rollout_figures(label: str, r: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
+    """A rollout measure's figures for bench/RESULTS.md (results.py)."""
+    at = f"{label}, {r['hosts']} sim hosts, reboot {r['reboot_seconds']:g} s"
+    return [(f"{at}: status", r["status"], ""),
+            (f"{at}: duration", r["total_seconds"], "s"),
+            (f"{at}: duration / critical path", r["ratio"], ""),
+            (f"{at}: duration / pure bound", r["pure_ratio"], ""),
+            (f"{at}: controller CPU per changed host", r["cpu_per_host"], "CPU-s"),
+            (f"{at}: sim hosts' own side per host", r["host_side_cpu_per_host"], "CPU-s"),
+            (f"{at}: largest datastore value", r["largest_datastore_value_bytes"]["bytes"],
+             "bytes"),
+            (f"{at}: largest workflow context", r["largest_context_bytes"]["context"], "bytes"),
+            (f"{at}: estimate with fitted assumptions / measured",
+             r["estimate"].get("fitted_vs_measured"), "")]
+
+
+def scale_figures(plan: Dict[str, Any], judged: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
+    """The plan and judge scale measures' figures for bench/RESULTS.md."""
+    return [(f"plan, {plan['hosts']} inventory hosts, from the host-vars cache",
+             plan["warm_total_seconds"], "s"),
+            (f"plan, {plan['hosts']} inventory hosts, first inventory read",
+             plan["inventory_cold_seconds"], "s"),
+            (f"plan, {plan['hosts']} inventory hosts, largest datastore value",
+             plan["largest_value_bytes"], "bytes"),
+            (f"judge, {judged['canary']} canary + {judged['control']} control hosts",
+             judged["seconds"], "s")]
+
+
+def record_results(bench: str, out: Dict[str, Any]) -> None:
+    """This run's figures in bench/RESULTS.md (results.py)."""
+    import results as bench_results
+
+    figures: List[Tuple[str, Any, str]] = []
+    if "plan" in out:
+        figures += scale_figures(out["plan"], out["judge"])
+    for key in ("rollout", "fleet", "big_batch"):
+        if key in out:
+            figures += rollout_figures(key.replace("_", " "), out[key])
+    if "host_step" in out:
+        from bench_host_step import step_figures
+
+        figures += step_figures(out["host_step"])
+    bench_results.record(bench, bench_results.figures(figures))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=200)
@@ -703,6 +748,7 @@ def main() -> int:
         out["rollout"] = rollout_scale(RolloutBench(hosts=args.hosts,
                                                     reboot=args.reboot_seconds,
                                                     keep_db=args.keep_db))
+    record_results("bench-rollout", out)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
@@ -84,6 +84,20 @@ def run_one(rt: Runtime, action: str, params: Dict[str, Any], tasks: int) -> Dic
     }
 
 
+def record_results(results: List[Dict[str, Any]], db_size: int) -> None:
+    """This run's figures in bench/RESULTS.md (results.py)."""
+    import results as bench_results
+
+    figures = []
+    for r in results:
+        name = r["workflow"].split(".")[-1]
+        figures += [(f"{name}: {r['tasks']} tasks, overhead per task",
+                     round(r["overhead_per_task_ms"], 2), "ms"),
+                    (f"{name}: persisted per task", r["persisted_bytes_per_task"], "bytes")]
+    figures.append(("database files after both runs", db_size, "bytes"))
+    bench_results.record("bench-runtime", figures)
+
+
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chain", type=int, default=1000)
@@ -107,6 +121,7 @@ def main(argv: Any = None) -> int:
         finally:
             rt.close()
         db_size = sum(f.stat().st_size for f in Path(home.path).glob("runtime.db*"))
+    record_results(results, db_size)
     if args.json:
         print(json.dumps({"results": results, "db_file_bytes": db_size}, indent=2))
         return 0

@@ -58,6 +58,22 @@ def start(home: Path) -> subprocess.Popen:
     raise SystemExit("api serve did not start")
 
 
+def record_results(out: Dict[str, Any]) -> None:
+    """This run's figures in bench/RESULTS.md (results.py)."""
+    import results as bench_results
+
+    pairs = [("login (bcrypt)", out["login_ms"], "ms"),
+             ("core.noop runs, one after another", out["runs"]["per_s"], "runs/s"),
+             ("core.noop run, p50", out["runs"]["p50_ms"], "ms")]
+    for name, label in (("list_50", "GET a list of 50 executions"),
+                        ("get_one", "GET one execution")):
+        pairs += [(f"{label}, 4 threads", out[name]["per_s"], "req/s"),
+                  (f"{label}, p50", out[name]["p50_ms"], "ms")]
+    pairs += [("st2 execution list (median of 3)", out.get("st2_execution_list_s"), "s"),
+              ("st2 run core.noop (median of 3)", out.get("st2_run_noop_s"), "s")]
+    bench_results.record("bench-st2api", bench_results.figures(pairs))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
@@ -132,6 +148,7 @@ def main() -> int:
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)
+    record_results(out)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
