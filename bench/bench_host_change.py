@@ -3,7 +3,7 @@
 Every host runs the host steps (precheck .. undrain, optionally the restore after them) in its
 own worker process, all hosts at once like a batch (the steps of different hosts are different
 processes, as on StackStorm: what is shared between them is shared through the pack's own files).
-A sim lab (BMC simulators, sim hosts reached by real Ansible with `ansible_connection: local`).
+A sim lab (BMC simulators, sim hosts reached by real Ansible over a local connection).
 
 Reported per host:
   ansible runs     ansible-playbook runs that included the host (from the pack's run log,
@@ -195,18 +195,10 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
                          reboot_seconds=reboot, approvers=["alice"]), state, inventory,
            progress=lambda _m: None)
     try:
-        with open(inventory) as handle:
-            inv = yaml.safe_load(handle)
-        for group in inv["all"]["children"].values():
-            hosts_of = (group or {}).get("hosts") or {}
-            for name, entry in hosts_of.items():
-                hosts_of[name] = dict(entry or {}, ansible_python_interpreter=wrappers["python"])
-        with open(inventory, "w") as handle:
-            yaml.safe_dump(inv, handle)
         with open(lab.paths(state)["pack_config"]) as handle:
             config = yaml.safe_load(handle)
         config.update(state_dir=os.path.join(tmp, "state"), profiles_dir=_profile(tmp, hosts),
-                      ansible_warm=warm)
+                      ansible_warm=warm, local_hosts_python=wrappers["python"])
         from fleet_rollout import service
         from fleet_rollout.store import FileStore
 

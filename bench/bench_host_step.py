@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from typing import Any, Dict, List, Tuple
@@ -20,7 +19,10 @@ import yaml
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_rollout import hostvars
+from fleet_rollout.connection import Connection
 from fleet_rollout.hostside.playbook_steps import HostSide
+
+LAB = Connection(allow_local=True)  # a lab's pack config: its sim host runs locally
 
 SIM = "sim-001"
 
@@ -35,8 +37,7 @@ def write_inventory(path: str, sysroot: str, total: int) -> str:
         rack["hosts"][f"far-{index:05d}"] = {
             "ansible_host": f"10.{index // 65536}.{index // 256 % 256}.{index % 256}",
             "bmc_address": f"https://10.200.{index // 256 % 256}.{index % 256}"}
-    racks["sim"] = {"hosts": {SIM: {"fleet_sysroot": sysroot, "ansible_connection": "local",
-                                    "ansible_python_interpreter": sys.executable}}}
+    racks["sim"] = {"hosts": {SIM: {"fleet_sysroot": sysroot}}}
     doc = {"all": {"vars": {"ansible_user": "root", "site": "bench"}, "children": racks}}
     with open(path, "w") as handle:
         yaml.safe_dump(doc, handle)
@@ -75,8 +76,8 @@ def measure(hosts: int = 20000, small: int = 10, repeat: int = 3,
         lookup_ms = (time.perf_counter() - start) * 1000
         say(f"cached lookup of one host (fingerprint + one row): {lookup_ms:.1f} ms")
 
-        big_side = HostSide(big, forks=1, cache_dir=cache)
-        small_side = HostSide(little, forks=1, cache_dir=cache)
+        big_side = HostSide(big, forks=1, cache_dir=cache, connection=LAB)
+        small_side = HostSide(little, forks=1, cache_dir=cache, connection=LAB)
         step(small_side)  # warm-up: imports, ssh/ansible caches
         big_times, small_times = [], []
         for _ in range(repeat):  # interleaved: a busy machine slows both alike

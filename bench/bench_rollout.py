@@ -220,7 +220,7 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                 "redfish": {"graceful_timeout": bench.reboot * 3, "poll": 1}}, handle)
         cpu = CpuAccount()
         try:
-            host_side = _host_side_account(inventory, tmp)
+            host_side = _host_side_account(env["FLEET_ROLLOUT_HOME"], tmp)
             t0 = time.monotonic()
             out = _run_answering(env, preexec=cpu.preexec())
             wall = time.monotonic() - t0
@@ -270,35 +270,37 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
             "phases": phases, "host_spans": spans}
 
 
-SHELL_WRAPPER = """#!/bin/sh
-# bench: what Ansible runs "on" a sim host (its local connection's shell) is the host's side:
-# on a real fleet it runs on the server. Counted apart from the controller (cgroup).
+PYTHON_WRAPPER = """#!/bin/sh
+# bench: what Ansible runs "on" a sim host (its modules, the host script and what that starts,
+# the probe) is the host's side: on a real fleet it runs on the server. Counted apart from the
+# controller (cgroup).
 echo $$ > {procs} 2>/dev/null
-exec /bin/sh "$@"
+exec {python} "$@"
 """
 
 
-def _host_side_account(inventory: str, tmp: str) -> Any:
-    """A cpuacct group of its own for the sim hosts' side (every command Ansible's local
-    connection runs for a host: the shell, the host script, the probe), through the hosts'
-    `ansible_shell_executable`; None without cgroups (then the controller's figure includes
-    it, as before)."""
+def _host_side_account(home: str, tmp: str) -> Any:
+    """A cpuacct group of its own for the sim hosts' side (what Ansible's local connection
+    runs for a host under its Python: modules, the host script, the probe), through the pack
+    config's `local_hosts_python`; None without cgroups (then the controller's figure includes
+    it)."""
     from cpu_account import CpuAccount
+
+    from fleet_rollout.connection import local_python
 
     account = CpuAccount("fleet-bench-hostside")
     if account.path is None:
         return None
-    wrapper = os.path.join(tmp, "host-side-shell")
+    wrapper = os.path.join(tmp, "host-side-python")
     with open(wrapper, "w") as handle:
-        handle.write(SHELL_WRAPPER.format(procs=os.path.join(account.path, "cgroup.procs")))
+        handle.write(PYTHON_WRAPPER.format(procs=os.path.join(account.path, "cgroup.procs"),
+                                           python=local_python()))
     os.chmod(wrapper, 0o755)
-    with open(inventory) as handle:
+    path = os.path.join(home, "configs", "fleet_rollout.yaml")
+    with open(path) as handle:
         doc = yaml.safe_load(handle)
-    for group in (doc["all"].get("children") or {}).values():
-        for entry in (group.get("hosts") or {}).values():  # None: a host listed in a group
-            if entry and entry.get("ansible_connection") == "local":
-                entry["ansible_shell_executable"] = wrapper
-    with open(inventory, "w") as handle:
+    doc["local_hosts_python"] = wrapper
+    with open(path, "w") as handle:
         yaml.safe_dump(doc, handle)
     return account
 

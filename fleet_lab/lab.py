@@ -287,20 +287,18 @@ def host_backend(manifest: Dict[str, Any], host: Dict[str, Any]) -> str:
 
 
 BACKEND_GROUPS = {"vm": "lab_vm", "sim": "lab_sim"}  # inventory groups by backend
-VM_SSH_RETRIES = 2  # connection failures (ssh exit 255) tried again per task on the lab VMs
-# A sim server's python: the system's, as a server has it (no pack installed; else this
-# interpreter outside the venv). The venv's site-packages cost every host-side script 15 ms
-# more to start (25 against 10), and the counter collector would import the pack's library
-# instead of running on its own.
-SIM_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else \
-    os.path.realpath(sys.executable)
+# connection failures (ssh exit 255) tried again per task: a TCG guest on a loaded machine can
+# take longer than the 30 s ConnectTimeout to answer an SSH banner
+VM_SSH_RETRIES = 2
+LAB_BMC_NETWORKS = ["127.0.0.0/8"]  # the lab's BMCs listen on loopback
 
 
 def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> None:
     """inventory/lab.yml: one group per site and one per backend (`lab_vm`, `lab_sim`: a
-    rollout can target the VMs alone); BMC address, vendor, labels and the connection per
-    host: SSH to the VM's forwarded port (settings under all.vars), or a local connection with
-    the sim server's sysroot (its own host vars, which take precedence)."""
+    rollout can target the VMs alone); BMC address, vendor, labels and where each host is:
+    the VM's forwarded SSH port, or the sim server's sysroot (a lab host run locally). How to
+    connect (user, key, known hosts, interpreter, retries) is in the pack config
+    (write_pack_config), never in the inventory."""
     groups: Dict[str, Dict[str, Any]] = {}
     kinds: Dict[str, Dict[str, Any]] = {}
     for host in manifest["hosts"]:
@@ -311,29 +309,15 @@ def write_inventory(manifest: Dict[str, Any], config: LabConfig, path: str) -> N
         }
         kind = host_backend(manifest, host)
         if kind == "vm":
-            # ansible_ssh_retries: a TCG guest on a loaded machine can take longer than the
-            # 30 s ConnectTimeout to answer an SSH banner (a CI run lost a canary's counter
-            # window to that); ssh's exit 255 is tried again, up to twice
             entry.update({"ansible_host": "127.0.0.1", "ansible_port": host["ssh_port"],
-                          "ansible_ssh_retries": VM_SSH_RETRIES,
                           "fleet_health_port": host["health_port"],
                           "fleet_udp_port": host["udp_port"]})
         else:
-            entry.update({"ansible_connection": "local", "fleet_sysroot": host["sysroot"],
-                          "ansible_python_interpreter": SIM_PYTHON})
+            entry["fleet_sysroot"] = host["sysroot"]
         groups.setdefault(host["site"].replace("-", "_"), {"hosts": {}})["hosts"][
             host["name"]] = entry
         kinds.setdefault(BACKEND_GROUPS[kind], {"hosts": {}})["hosts"][host["name"]] = None
     all_vars: Dict[str, Any] = {"fleet_service_port": 8080}
-    if any(host_backend(manifest, h) == "vm" for h in manifest["hosts"]):
-        # host keys verified against the lab's known_hosts (ssh takes the first value of an
-        # option: the pack's own StrictHostKeyChecking=yes and ssh_known_hosts come first);
-        # a sim server's local connection uses none of these
-        all_vars.update({"ansible_user": "root",
-                         "ansible_ssh_private_key_file": manifest["ssh_key"],
-                         "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o "
-                         f"UserKnownHostsFile={manifest['known_hosts']}",
-                         "ansible_python_interpreter": "/usr/bin/python3"})
     doc = {"all": {"vars": all_vars, "children": dict(groups, **kinds)}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:
@@ -371,7 +355,23 @@ def _approvers(config: LabConfig) -> List[str]:
 def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
                       inventory: str) -> str:
     """The pack config for this lab (credentials are secret: file mode 0600)."""
-    doc = {
+    doc = pack_config_doc(manifest, config, state_dir, inventory)
+    path = paths(state_dir)["pack_config"]
+    text = "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc)
+    _write_private(path, text)
+    try:  # the embedded runtime reads pack configs from its home, like /opt/stackstorm/configs
+        from fleet_runtime.home import RuntimeHome
+
+        _write_private(str(RuntimeHome().pack_config_path("fleet_rollout")), text)
+    except Exception as err:  # a lab without the runtime still works
+        print(f"note: pack config not written to the runtime home: {err}")
+    return path
+
+
+def pack_config_doc(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
+                    inventory: str) -> Dict[str, Any]:
+    """The lab's pack config as a dict."""
+    return {
         "credentials": {"lab": {"username": config.username, "password": config.password}},
         "ca_bundle": manifest.get("ca") or "",
         "allow_insecure_http": False,
@@ -384,19 +384,16 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
         # and the tests' `fleet-rollout run`)
         "operators": list(dict.fromkeys(_approvers(config) + [_runtime_user()])),
         "chatops_users": list(config.chatops_users),
+        "bmc_networks": LAB_BMC_NETWORKS,
+        # how Ansible reaches the lab's servers: the VMs as root over SSH with the lab's key,
+        # their host keys verified against the lab's known_hosts; the sim servers locally
         "ansible_private_key": manifest.get("ssh_key") or "",
         "ssh_known_hosts": manifest.get("known_hosts") or "",
+        "ansible_user": "root",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ssh_retries": VM_SSH_RETRIES,
+        "allow_local_hosts": True,
     }
-    path = paths(state_dir)["pack_config"]
-    text = "# written by `fleet-rollout lab up`\n" + yaml.safe_dump(doc)
-    _write_private(path, text)
-    try:  # the embedded runtime reads pack configs from its home, like /opt/stackstorm/configs
-        from fleet_runtime.home import RuntimeHome
-
-        _write_private(str(RuntimeHome().pack_config_path("fleet_rollout")), text)
-    except Exception as err:  # a lab without the runtime still works
-        print(f"note: pack config not written to the runtime home: {err}")
-    return path
 
 
 def set_traffic(state_dir: str, enabled: bool, pps: Optional[int] = None) -> Dict[str, Any]:

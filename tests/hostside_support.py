@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any, Iterator, List
 
@@ -15,11 +14,46 @@ from process_support import command_lines, gone
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
+from fleet_rollout.connection import Connection
 from fleet_rollout.hostside import warm_ansible
+from fleet_rollout.hostside.ansible_run import run_playbook
+from fleet_rollout.hostside.playbook_steps import HostSide
 
 HOSTS = ["sim-001", "sim-002"]
 HOST_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "playbooks", "files", "fleet_host.py")
+
+
+# the pack config of a lab: its sim hosts run locally (allow_local_hosts)
+LOCAL = Connection(allow_local=True)
+
+
+class LabHostSide(HostSide):
+    """HostSide with a lab's pack config connection (sim hosts run locally)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("connection", LOCAL)
+        super().__init__(*args, **kwargs)
+
+
+def lab_host_side(state: str, inventory: str) -> HostSide:
+    """The hosts of a lab's inventory as the lab's pack config says to reach them (cold
+    Ansible starts: no warm server outlives the test)."""
+    from fleet_lab import lab
+    from fleet_rollout import service
+    from fleet_rollout.config import load_pack_config
+
+    with open(lab.paths(state)["pack_config"]) as handle:
+        config = load_pack_config(yaml.safe_load(handle))
+    side = service.host_side(config, inventory)
+    side.warm_dir = None
+    return side
+
+
+def run_local(*args: Any, **kwargs: Any) -> Any:
+    """run_playbook with a lab's pack config connection (sim hosts run locally)."""
+    kwargs.setdefault("connection", LOCAL)
+    return run_playbook(*args, **kwargs)
 
 
 def load_host_script(name: str) -> Any:
@@ -37,18 +71,23 @@ def pids_with(marker: str) -> List[int]:
 
 
 def sim_lab(tmp_path: Path) -> Iterator[dict]:
-    """Two sim hosts, their inventory, a warm dir, a hostvars cache and FLEET_ROLLOUT_ANSIBLE_LOG
+    """Two sim hosts, their inventory (and one with their connection, for ansible-playbook run
+    directly), a warm dir, a hostvars cache and FLEET_ROLLOUT_ANSIBLE_LOG
     is the caller's to set; every warm server started under the warm dir is killed at the end."""
     backend = SimBackend(str(tmp_path / "hosts"))
     for name in HOSTS:
         backend.power_on(boot_config(name, "early", "disabled"))
-    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
-                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
+    hosts = {name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    # for ansible-playbook run directly (not through the pack): the connection is in it
+    direct = tmp_path / "direct-inventory.yml"
+    direct.write_text(yaml.safe_dump({"all": {"hosts": {
+        name: LOCAL.run_vars(host_vars) for name, host_vars in hosts.items()}}}))
     warm_dir = str(tmp_path / "warm")
     try:
         yield {"backend": backend, "inventory": str(inventory), "warm_dir": warm_dir,
+               "direct_inventory": str(direct),
                "cache": str(tmp_path / "cache"), "tmp": tmp_path}
     finally:
         for pid in warm_ansible.server_pids(warm_dir):

@@ -6,9 +6,9 @@ import time
 
 import pytest
 import yaml
+from hostside_support import lab_host_side
 
 from fleet_lab import lab
-from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.redfish.client import BmcEndpoint
 from fleet_rollout.redfish.operations import Timeouts, apply_bios
 
@@ -31,8 +31,8 @@ def _udp(side, host):
 
 
 def test_counters_move_under_traffic_and_drain_stops_it(vm_lab):
-    _, inventory, _ = vm_lab
-    side = HostSide(inventory)
+    state, inventory, _ = vm_lab
+    side = lab_host_side(state, inventory)
     first = _udp(side, "lab-001")
     time.sleep(3)
     second = _udp(side, "lab-001")
@@ -52,8 +52,8 @@ def test_a_window_sampled_on_a_vm_over_ssh(vm_lab):
     """A counter window on a real kernel over SSH: the start returns with the first snapshot
     while the sampler it left goes on (its session holds no SSH channel open), and the read
     gets the samples it took, a step apart, counting the traffic that flowed."""
-    _, inventory, _ = vm_lab
-    side = HostSide(inventory)
+    state, inventory, _ = vm_lab
+    side = lab_host_side(state, inventory)
     # steps long enough that the early read (one more SSH run) comes before the window ends
     # even on a loaded machine (one under load took more than 4 s for it, another over 12 s)
     first = side.start_window(["lab-002"], "vmtest.b0.post", 15.0, 2)["lab-002"]
@@ -73,8 +73,8 @@ def test_a_window_sampled_on_a_vm_over_ssh(vm_lab):
 
 
 def test_kernel_settings_applied_and_restored(vm_lab):
-    _, inventory, _ = vm_lab
-    side = HostSide(inventory)  # the lab's inventory names its known_hosts: keys are verified
+    state, inventory, _ = vm_lab
+    side = lab_host_side(state, inventory)  # the lab's pack config names its known_hosts
     settings = {"sysctl": {"net.core.rmem_max": 8388608}}
     assert side.kernel(["lab-002"], "snapshot", settings)["lab-002"].ok
     applied = side.kernel(["lab-002"], "apply", settings)
@@ -87,7 +87,7 @@ def test_kernel_settings_applied_and_restored(vm_lab):
 
 def test_probe_sees_the_topology_change_after_a_redfish_reset(vm_lab):
     state, inventory, manifest = vm_lab
-    side = HostSide(inventory)
+    side = lab_host_side(state, inventory)
     before = side.probe(["lab-002"], 2000)["lab-002"]
     assert before.ok, before
     assert len(before.result["topology"]["nodes"]) == 2

@@ -26,6 +26,8 @@ from fleet_lab import lab
 from fleet_lab.hosts import BootConfig, DispatchBackend, boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_lab.vm.qemu import Ports
+from fleet_rollout.config import load_pack_config
+from fleet_rollout.connection import local_python
 
 # -- LabConfig ------------------------------------------------------------------------------
 
@@ -202,33 +204,37 @@ def _resolved(inventory: str) -> Dict[str, Any]:
 
 
 def test_inventory_gives_each_server_its_own_connection(tmp_path: Path) -> None:
+    """Where each server is comes from the inventory, how to connect from the lab's pack
+    config: the VMs over SSH (host keys verified), the sim servers locally."""
     manifest = mixed_manifest(tmp_path)
     path = tmp_path / "inventory.yml"
-    lab.write_inventory(manifest, lab.LabConfig(hosts=2, backend="vm", sim_hosts=3), str(path))
+    config = lab.LabConfig(hosts=2, backend="vm", sim_hosts=3, password="pw")
+    lab.write_inventory(manifest, config, str(path))
     assert path.read_text().startswith(
         "# written by `fleet-rollout lab up` (backend vm (2) + sim (3))\n")
-    doc = yaml.safe_load(path.read_text())
-    common = doc["all"]["vars"]["ansible_ssh_common_args"]  # the VMs' SSH, host keys verified
-    assert "StrictHostKeyChecking=yes" in common and f"UserKnownHostsFile={tmp_path}" in common
+    pack = load_pack_config(lab.pack_config_doc(manifest, config, str(tmp_path), str(path)))
+    assert pack.ssh_known_hosts == manifest["known_hosts"]
     resolved = _resolved(str(path))
     hosts, groups = resolved["hosts"], resolved["groups"]
     assert sorted(hosts) == ["lab-001", "lab-002", "lab-003", "lab-004", "lab-005"]
     assert groups["lab_vm"] == ["lab-001", "lab-002"]
     assert groups["lab_sim"] == ["lab-003", "lab-004", "lab-005"]
     assert groups["site_a"] == ["lab-001", "lab-003", "lab-005"]
+    for entry in hosts.values():
+        assert pack.connection.refusal(entry.vars) is None, entry.vars
     for name in ("lab-001", "lab-002"):
-        v = hosts[name].vars
-        assert v.get("ansible_connection", "ssh") == "ssh"
-        assert (v["ansible_host"], v["ansible_user"]) == ("127.0.0.1", "root")
+        v = pack.connection.run_vars(hosts[name].vars)
+        assert v["ansible_connection"] == "ssh"
+        assert v["ansible_host"] == "127.0.0.1" and pack.connection.user == "root"
         assert v["ansible_port"] == 41000 + int(name[-1]) - 1
         assert v["ansible_python_interpreter"] == "/usr/bin/python3"
         assert "fleet_sysroot" not in v
     for name in ("lab-003", "lab-004", "lab-005"):
-        v = hosts[name].vars
+        v = pack.connection.run_vars(hosts[name].vars)
         assert v["ansible_connection"] == "local"
         assert v["fleet_sysroot"] == str(tmp_path / "hosts" / name)
         # not the guests' python, nor the venv's: a server's, without the pack
-        assert v["ansible_python_interpreter"] == lab.SIM_PYTHON != sys.executable
+        assert v["ansible_python_interpreter"] == local_python() != sys.executable
         assert "ansible_port" not in v and "fleet_udp_port" not in v
     for entry in hosts.values():
         assert not entry.errors

@@ -10,9 +10,9 @@ import time
 
 import pytest
 import yaml
+from hostside_support import lab_host_side
 
 from fleet_lab import lab
-from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.redfish.client import BmcEndpoint
 from fleet_rollout.redfish.operations import Timeouts, apply_bios
 
@@ -96,7 +96,7 @@ def test_bios_change_through_redfish_changes_the_topology(sim_lab):
 
 def test_counters_move_under_traffic_and_drain_stops_it(sim_lab):
     state, inventory = sim_lab
-    side = HostSide(inventory)
+    side = lab_host_side(state, inventory)
     before = _udp(state, "lab-002")
     time.sleep(4.5)
     moving = _udp(state, "lab-002")

@@ -197,7 +197,8 @@ def run(fleet: Any, tmp_path: Any) -> Iterator[Any]:
     RolloutState(store, ROLLOUT).save_plan(plan)
     config = load_pack_config({"credentials": {"default": {"username": "admin",
                                                            "password": PASSWORD}},
-                               "ca_bundle": fleet.ca_path, "state_dir": str(tmp_path / "state")})
+                               "ca_bundle": fleet.ca_path, "state_dir": str(tmp_path / "state"),
+                               "bmc_networks": ["127.0.0.0/8"]})
     side = FakeHostSide(fleet, name)
     # waits poll every 0.05 s at most (the simulator reboots in 0.3 s; deadlines are unchanged)
     ctx = RolloutContext(store, ROLLOUT, config, side, "ex-1", "alice",  # type: ignore[arg-type]
@@ -277,14 +278,31 @@ def test_verify_fails_a_host_whose_kernel_did_not_boot_with_the_settings(run: An
     """A value the reboot did not keep (a boot configuration changed behind the pack's back):
     the verify step fails the host, and its restore puts back the rest."""
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:6])
-    side.sysctl[SYSCTL] = "212992"  # what the host came up with
+    _steps(host_run, HOST_STEPS[:5])
+    side.sysctl[SYSCTL] = "212992"  # what the host comes up with
+    _steps(host_run, ("wait",))
     with pytest.raises(HostError, match="kernel settings not in effect after the reboot: "
                                         "sysctl net.core.rmem_max: 212992, not 16777216"):
         host_run.run("verify")
-    assert host_run.load()["status"] == FAILED and "kernel check" in side.calls
+    # checked in the wait's run with the OS's first answer: verify starts no run for it
+    assert host_run.load()["status"] == FAILED and "kernel check" not in side.calls
     assert host_run.restore()["status"] == RESTORED
     assert state(fleet, 0)["logical"]["snoop_mode"] == "early" and not side.drained
+
+
+def test_a_verify_run_again_checks_the_kernel_itself(run: Any, fleet: Any) -> None:
+    """The wait's kernel check is used once: a verify run again (after a failure elsewhere)
+    runs the check on its own, on what the host has now."""
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:6])
+    saved = host_run.load()
+    assert saved.get("early_kernel", {}).get("doc", {}).get("in_effect") is True
+    saved.pop("early_kernel")
+    host_run.save(saved)
+    side.sysctl[SYSCTL] = "212992"  # changed since the wait
+    with pytest.raises(HostError, match="sysctl net.core.rmem_max: 212992, not 16777216"):
+        host_run.run("verify")
+    assert "kernel check" in side.calls
 
 
 @pytest.mark.parametrize("why", ["the wait's probe failed", "it ran on another boot",

@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 import locations
 import pytest
 import yaml
+from hostside_support import LabHostSide
 from process_support import command_lines
 
 from fleet_lab.hosts import boot_config
@@ -40,8 +41,7 @@ def lab(tmp_path, monkeypatch):
     for name in HOSTS:
         backend.power_on(boot_config(name, "early", "disabled"))
     hosts: Dict[str, Any] = {
-        name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
-               "ansible_python_interpreter": sys.executable} for name in HOSTS}
+        name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts, "children": {
         "grp": {"hosts": {"sim-003": {}}}}}}))
@@ -53,7 +53,7 @@ def lab(tmp_path, monkeypatch):
 
 
 def _side(lab: Any, window: float, expected: int) -> HostSide:
-    side = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+    side = LabHostSide(lab.inventory, forks=5, cache_dir=lab.cache)
     side.coalesce = Coalescer(lab.root, window, expected)
     return side
 
@@ -99,23 +99,24 @@ def test_gathered_run_gives_each_host_its_own_result(lab):
 
 
 def test_a_hung_host_neither_holds_nor_fails_the_others_in_its_run(lab):
-    """sim-002's commands never return (its interpreter sleeps): the shared run's other hosts get
-    their results at their own pace (strategy free), and the run ends at its limit with an error
-    for sim-002 instead of holding every step of the batch."""
-    hang = lab.tmp / "hang.sh"
-    hang.write_text("#!/bin/sh\nexec sleep 45\n")  # bounded: nothing outlives the test long
-    hang.chmod(0o755)
-    doc = yaml.safe_load(open(lab.inventory))
-    doc["all"]["hosts"]["sim-002"]["ansible_python_interpreter"] = str(hang)
-    with open(lab.inventory, "w") as handle:
-        yaml.safe_dump(doc, handle)
+    """sim-002's health read never returns (its boot_id is a FIFO nobody writes: the read
+    blocks, as on a hung file system): the shared run's other hosts get their results at their
+    own pace (strategy free), and the run ends at its limit with an error for sim-002 instead of
+    holding every step of the batch."""
+    boot_id = os.path.join(lab.backend.sysroot("sim-002"), "proc/sys/kernel/random/boot_id")
+    os.unlink(boot_id)
+    os.mkfifo(boot_id)
 
     def side() -> HostSide:
         s = _side(lab, 20, 2)
         s.timeout = 15  # the run's limit (a rollout uses ansible_run.run_limit)
         return s
 
-    out = _concurrently({h: (lambda h=h: side().health([h])) for h in ("sim-001", "sim-002")})
+    try:
+        out = _concurrently({h: (lambda h=h: side().health([h]))
+                             for h in ("sim-001", "sim-002")})
+    finally:  # a writer that opens and closes the FIFO ends the blocked read
+        os.close(os.open(boot_id, os.O_RDWR))
     assert out["sim-001"]["sim-001"].ok, out
     assert out["sim-001"]["sim-001"].result["boot_id"] == _boot_id(lab, "sim-001")
     hung = out["sim-002"]["sim-002"]
@@ -175,9 +176,9 @@ SCRIPT = """
 import json, sys
 from fleet_rollout.hostside import coalesce
 from fleet_rollout.hostside.coalesce import Coalescer
-from fleet_rollout.hostside.playbook_steps import HostSide
+from hostside_support import LabHostSide
 inventory, cache, root, window, expected, op, host = sys.argv[1:8]
-side = HostSide(inventory, forks=5, cache_dir=cache)
+side = LabHostSide(inventory, forks=5, cache_dir=cache)
 side.coalesce = Coalescer(root, float(window), int(expected))
 if op == "drain":
     out = side.drain([host], timeout=float(sys.argv[8]))
@@ -189,7 +190,8 @@ print(json.dumps({h: r.to_dict() for h, r in out.items()}))
 
 def _start(lab: Any, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(ROOT, "actions", "lib"), ROOT, os.environ.get("PYTHONPATH", "")]))
+        [os.path.join(ROOT, "actions", "lib"), ROOT, os.path.join(ROOT, "tests"),
+         os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, "-c", SCRIPT, lab.inventory, lab.cache, lab.root,
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
@@ -457,7 +459,7 @@ def test_a_burst_that_ended_runs_before_the_window_and_a_later_request_makes_the
     """quiet: others' requests came and then none for `quiet` seconds: the gather closes, not
     waiting out its window (20 s here) for a batch whose size it does not know."""
     def side() -> HostSide:
-        out = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+        out = LabHostSide(lab.inventory, forks=5, cache_dir=lab.cache)
         out.coalesce = Coalescer(lab.root, 20, 0, quiet=0.5)
         return out
 
@@ -472,14 +474,14 @@ def test_a_burst_that_ended_runs_before_the_window_and_a_later_request_makes_the
 
 def test_quiet_never_closes_a_gather_nobody_else_joined(lab):
     """A lone request waits its window for the others (quiet counts only after one came)."""
-    side = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+    side = LabHostSide(lab.inventory, forks=5, cache_dir=lab.cache)
     side.coalesce = Coalescer(lab.root, 30, 0, quiet=0.2)
     out: Dict[str, Any] = {}
     first = threading.Thread(target=lambda: out.update(a=side.health([HOSTS[0]])))
     first.start()
     _wait_for(lambda: _pending(lab) >= 1)
     time.sleep(1.0)  # five times the quiet: still gathering
-    other = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+    other = LabHostSide(lab.inventory, forks=5, cache_dir=lab.cache)
     other.coalesce = Coalescer(lab.root, 30, 0, quiet=0.2)
     out.update(b=other.health([HOSTS[1]]))
     first.join(120)
@@ -496,7 +498,7 @@ def test_the_last_host_of_a_batch_does_not_wait_for_nobody(lab):
     batch = ("r-1.b0", list(HOSTS))
 
     def side(window: float, expected: int, quiet: float = 0.0) -> HostSide:
-        out = HostSide(lab.inventory, forks=5, cache_dir=lab.cache)
+        out = LabHostSide(lab.inventory, forks=5, cache_dir=lab.cache)
         out.coalesce = Coalescer(lab.root, window, expected, quiet, batch=batch)
         return out
 

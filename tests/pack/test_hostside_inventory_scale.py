@@ -11,13 +11,13 @@ import time
 
 import pytest
 import yaml
+from hostside_support import LabHostSide, run_local
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_rollout import hostvars
+from fleet_rollout.connection import local_python
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside.ansible_run import run_playbook
-from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.inventory import load_inventory
 
 ANSIBLE_INVENTORY = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
@@ -123,9 +123,7 @@ def _sim_fleet(tmp_path, extra_hosts: int = 0, extra_vars=None):
     for index in range(extra_hosts):
         hosts[f"far-{index:05d}"] = {"ansible_host": f"10.{index // 65536}.{index // 256 % 256}"
                                                      f".{index % 256}"}
-    doc = {"all": {"vars": {"ansible_connection": "local",
-                            "ansible_python_interpreter": sys.executable},
-                   "children": {"rack1": {"hosts": hosts}}}}
+    doc = {"all": {"children": {"rack1": {"hosts": hosts}}}}
     path = tmp_path / "fleet.yml"
     path.write_text(yaml.safe_dump(doc))
     return backend, str(path)
@@ -142,13 +140,14 @@ def test_run_inventory_holds_only_the_runs_hosts(tmp_path, cache, monkeypatch):
         return out
 
     monkeypatch.setattr(hostvars, "write_run_inventory", spy)
-    results = HostSide(source, forks=2, cache_dir=cache).health(["sim-001", "sim-002"])
+    results = LabHostSide(source, forks=2, cache_dir=cache).health(["sim-001", "sim-002"])
     assert all(r.ok for r in results.values()), results
     doc = yaml.safe_load(written[0])
     assert sorted(doc["all"]["hosts"]) == ["sim-001", "sim-002"]
     assert doc["all"]["children"] == {"rack1": {"hosts": {"sim-001": None, "sim-002": None}}}
+    # the connection is the pack config's (a lab host runs locally), not the inventory's
     assert doc["all"]["hosts"]["sim-001"]["ansible_connection"] == "local"
-    assert doc["all"]["hosts"]["sim-001"]["ansible_python_interpreter"] == sys.executable
+    assert doc["all"]["hosts"]["sim-001"]["ansible_python_interpreter"] == local_python()
 
 
 def test_a_step_does_not_parse_the_fleet_inventory(tmp_path, cache, monkeypatch):
@@ -159,7 +158,7 @@ def test_a_step_does_not_parse_the_fleet_inventory(tmp_path, cache, monkeypatch)
         raise AssertionError("the fleet inventory was parsed again")
 
     monkeypatch.setattr(hostvars, "load_manager", no_parse)
-    assert HostSide(source, cache_dir=cache).health(["sim-001"])["sim-001"].ok
+    assert LabHostSide(source, cache_dir=cache).health(["sim-001"])["sim-001"].ok
 
 
 def test_plan_time_load_warms_the_cache(tmp_path, cache):
@@ -185,8 +184,7 @@ def test_jinja_looking_values_are_never_rendered_at_run_time(tmp_path, cache):
     payload = "{{ lookup('pipe', 'touch " + str(tmp_path / "pwned") + "') }}"
     inv = tmp_path / "fleet.yml"
     inv.write_text(
-        "all:\n  vars:\n    ansible_connection: local\n"
-        f"    ansible_python_interpreter: {sys.executable}\n"
+        f"all:\n  vars:\n    fleet_sysroot: {tmp_path}\n"
         "  hosts:\n"
         f"    sim-001:\n      motd: !unsafe \"{payload}\"\n"
         "      label: \"{{ inventory_hostname }}.dc1\"\n"
@@ -195,7 +193,7 @@ def test_jinja_looking_values_are_never_rendered_at_run_time(tmp_path, cache):
     found = hostvars.lookup(str(inv), ["sim-001"], cache)
     text = hostvars.run_inventory_text(found.hosts.values())
     assert "!unsafe" in text and payload.replace("'", "''") in text
-    results = run_playbook(playbook, str(inv), ["sim-001", "sim-002"], cache_dir=cache)
+    results = run_local(playbook, str(inv), ["sim-001", "sim-002"], cache_dir=cache)
     one = results["sim-001"]
     assert one.ok, one
     # the inventory's own template is rendered once (as Ansible would); the !unsafe value stays
@@ -209,12 +207,12 @@ def test_jinja_looking_values_are_never_rendered_at_run_time(tmp_path, cache):
 def test_a_requested_name_that_is_a_group_is_refused_before_running(tmp_path, cache):
     _, source = _sim_fleet(tmp_path)
     with pytest.raises(ConfigError, match="outside the requested set: sim-001, sim-002"):
-        run_playbook("health", source, ["rack1"], cache_dir=cache)
+        run_local("health", source, ["rack1"], cache_dir=cache)
 
 
 def test_unknown_host_is_an_error_without_running_ansible(tmp_path, cache):
     _, source = _sim_fleet(tmp_path)
-    results = run_playbook("health", source, ["nosuchhost"], cache_dir=cache)
+    results = run_local("health", source, ["nosuchhost"], cache_dir=cache)
     assert "not in inventory" in results["nosuchhost"].error
 
 

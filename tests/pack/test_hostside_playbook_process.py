@@ -16,12 +16,18 @@ from typing import Iterator
 
 import pytest
 import yaml
-from hostside_support import HOSTS, end_with_marker, pids_with, sim_lab, sleeping_playbook
+from hostside_support import (
+    HOSTS,
+    LabHostSide,
+    end_with_marker,
+    pids_with,
+    run_local,
+    sim_lab,
+    sleeping_playbook,
+)
 from process_support import wait_for
 
 from fleet_rollout.hostside import playbook_process
-from fleet_rollout.hostside.ansible_run import run_playbook
-from fleet_rollout.hostside.playbook_steps import HostSide
 
 
 @pytest.fixture()
@@ -30,14 +36,14 @@ def lab(tmp_path: Path) -> Iterator[dict]:
 
 
 def test_results_come_from_the_callback_one_line_per_host(lab, capfd):
-    side = HostSide(lab["inventory"], forks=2, cache_dir=lab["cache"])
+    side = LabHostSide(lab["inventory"], forks=2, cache_dir=lab["cache"])
     results = side.health(HOSTS)
     for name in HOSTS:
         assert results[name].ok, results[name]
         assert results[name].result["boot_id"]  # the host script's JSON document
         assert results[name].tasks == ["Read host state"]
     assert capfd.readouterr().out == ""  # quiet unless verbose
-    verbose = run_playbook("health", lab["inventory"], ["sim-001"], cache_dir=lab["cache"],
+    verbose = run_local("health", lab["inventory"], ["sim-001"], cache_dir=lab["cache"],
                            verbose=True)
     assert verbose["sim-001"].ok
     assert "ok: [sim-001] fleet_result: Read host state" in capfd.readouterr().out
@@ -57,7 +63,7 @@ def test_the_event_file_keeps_only_what_the_pack_reads(lab, tmp_path):
     env = dict(os.environ, **playbook_process.callback_env(str(events)))
     argv = playbook_process.command(
         os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), [str(playbook)],
-        lab["inventory"], ["sim-001"], str(extravars), 1)
+        lab["direct_inventory"], ["sim-001"], str(extravars), 1)
     ended = playbook_process.run(argv, env, str(tmp_path), 120)
     assert ended.status == "successful" and ended.rc == 0, ended
     kinds = [(e["event"], e["event_data"]["task"]) for e in ended.events]
@@ -73,7 +79,7 @@ def test_a_run_ansible_refuses_says_why_for_every_host(lab, tmp_path):
     playbook.write_text(yaml.safe_dump([{
         "hosts": "all", "gather_facts": False,
         "tasks": [{"name": "fleet_result: x", "no.such_collection.module": {}}]}]))
-    results = run_playbook(str(playbook), lab["inventory"], HOSTS, cache_dir=lab["cache"])
+    results = run_local(str(playbook), lab["inventory"], HOSTS, cache_dir=lab["cache"])
     for name in HOSTS:
         assert not results[name].ok
         assert results[name].error.startswith("ansible run failed before reaching this host: ")
@@ -83,7 +89,7 @@ def test_a_run_ansible_refuses_says_why_for_every_host(lab, tmp_path):
 def test_a_timed_out_cold_run_leaves_no_process_behind(lab):
     marker = f"600.{os.getpid()}3"
     started = time.monotonic()
-    results = run_playbook(sleeping_playbook(lab, marker), lab["inventory"], ["sim-001"],
+    results = run_local(sleeping_playbook(lab, marker), lab["inventory"], ["sim-001"],
                            timeout=6, cache_dir=lab["cache"])
     assert time.monotonic() - started < 6 + playbook_process.KILL_GRACE + 20
     assert not results["sim-001"].ok
@@ -97,7 +103,9 @@ def test_a_killed_caller_takes_its_run_with_it(lab):
     session of its own) and their commands; killed outright, it would leave them running."""
     marker = f"600.{os.getpid()}4"
     code = ("import sys; from fleet_rollout.hostside.ansible_run import run_playbook; "
-            "run_playbook(sys.argv[1], sys.argv[2], ['sim-001'], cache_dir=sys.argv[3])")
+            "from fleet_rollout.connection import Connection; "
+            "run_playbook(sys.argv[1], sys.argv[2], ['sim-001'], cache_dir=sys.argv[3], "
+            "connection=Connection(allow_local=True))")
     caller = subprocess.Popen([sys.executable, "-c", code, sleeping_playbook(lab, marker),
                                lab["inventory"], lab["cache"]], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 
 import pytest
 import yaml
+from hostside_support import LabHostSide
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
-from fleet_rollout.hostside.playbook_steps import HostSide
+from fleet_rollout.connection import Connection, local_python
 
 HOSTS = ["sim-001", "sim-002", "sim-003"]
 
@@ -29,13 +29,12 @@ def lab(tmp_path):
     backend = SimBackend(str(tmp_path / "hosts"))
     for name in HOSTS:
         backend.power_on(boot_config(name, "early", "disabled"))
-    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
-                    "ansible_python_interpreter": sys.executable} for name in HOSTS}
+    hosts = {name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}
     hosts["ghost"] = {"ansible_host": "127.0.0.1", "ansible_port": _closed_port(),
                       "ansible_user": "root"}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    return backend, HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    return backend, LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
 
 
 def test_health_and_unreachable_host_is_a_per_host_error(lab):
@@ -262,7 +261,7 @@ def test_a_window_starts_and_reads_many_hosts_at_once(monkeypatch):
     more): the hosts' windows start close together, and a host waiting for its samples holds
     no fork another host needs. A plain collection runs with the configured forks."""
     seen = []
-    side = HostSide("inventory.yml", forks=20)
+    side = LabHostSide("inventory.yml", forks=20)
     monkeypatch.setattr(side, "_run", lambda playbook, hosts, extra=None, forks=None:
                         seen.append((playbook, len(hosts), forks, sorted(extra or {}))) or {})
     side.start_window([f"h{i}" for i in range(150)], "w", 5.0, 2)
@@ -291,15 +290,14 @@ def test_drain_and_undrain_through_the_configured_command(tmp_path):
         backend.power_on(boot_config(name, "early", "disabled"))
     marks = tmp_path / "lb"
     marks.mkdir()
-    hosts = {name: {"ansible_connection": "local", "fleet_sysroot": backend.sysroot(name),
-                    "ansible_python_interpreter": sys.executable} for name in HOSTS[:2]}
+    hosts = {name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS[:2]}
     hosts["sim-002"].update({
         "fleet_drain_method": "command",
         "fleet_drain_command": f"touch {marks}/{{{{ inventory_hostname }}}}.out",
         "fleet_undrain_command": f"rm {marks}/{{{{ inventory_hostname }}}}.out"})
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    side = HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
     drained = side.drain(HOSTS[:2])
     assert drained["sim-001"].ok and drained["sim-001"].result["drained"] is True
     assert "method" not in drained["sim-001"].result  # the flag's own result
@@ -404,12 +402,11 @@ def test_health_does_not_drain_a_host_that_drains_through_a_command(tmp_path):
 
     backend = SimBackend(str(tmp_path / "hosts"))
     backend.power_on(boot_config("sim-001", "early", "disabled"))
-    hosts = {"sim-001": {"ansible_connection": "local", "ansible_python_interpreter":
-                         sys.executable, "fleet_sysroot": backend.sysroot("sim-001"),
+    hosts = {"sim-001": {"fleet_sysroot": backend.sysroot("sim-001"),
                          "fleet_drain_method": "command", "fleet_drain_command": "true"}}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    side = HostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
     entry = side.health(["sim-001"], drain=(5, 0))["sim-001"]
     assert entry.ok and drain_outcome(entry) is None
     assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))
@@ -420,6 +417,7 @@ def test_health_then_the_probe_in_one_run(lab, monkeypatch):
     that answered, its document in the result's "probe" (taken on the host's current boot); an
     unreachable host runs no probe; a probe that fails leaves the health read a success without
     "probe" (the verify step probes on its own then)."""
+    from fleet_rollout.hostside.playbook_steps import kernel_outcome
     from fleet_rollout.probe import parse_output
 
     backend, side = lab
@@ -431,8 +429,16 @@ def test_health_then_the_probe_in_one_run(lab, monkeypatch):
         assert parsed["topology"]["sockets"] >= 1
         assert entry.result["probe"]["boot_id"] == entry.result["boot_id"]
     assert not results["ghost"].ok and results["ghost"].result is None
-    with pytest.raises(ValueError, match="no kernel action or drain"):
+    with pytest.raises(ValueError, match="no drain and no kernel action but the check"):
         side.health(["sim-001"], kernel_action="snapshot", probe_budget_ms=300)
+    # the kernel check in the same run (the wait's first answer after a reboot)
+    settings = {"sysctl": {"net.core.rmem_max": "1"}}
+    checked = side.health(["sim-001"], probe_budget_ms=300, kernel_action="check",
+                          settings=settings, in_maintenance=True)["sim-001"]
+    assert checked.tasks == ["Read host state", "Run the probe"] and "probe" in checked.result
+    doc = kernel_outcome(checked)
+    assert doc is not None and doc["in_effect"] is False
+    assert doc["missing"][0].startswith("sysctl net.core.rmem_max: ")
 
     monkeypatch.setattr("fleet_rollout.probe.build.ensure_probe", lambda: "/bin/false")
     failed = side.health(["sim-001"], probe_budget_ms=300)["sim-001"]
@@ -446,8 +452,8 @@ def test_a_later_rollouts_restore_leaves_the_earlier_rollouts_settings(lab, tmp_
     restored: every setting of A is still in effect, B's are gone."""
     backend, side = lab
     inventory = side.inventory
-    a = HostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-a")
-    b = HostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-b")
+    a = LabHostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-a")
+    b = LabHostSide(inventory, forks=5, cache_dir=str(tmp_path / "cache"), rollout_id="roll-b")
     a_settings = {"sysctl": {"net.core.rmem_max": 8388608},
                   "cmdline": {"add": ["intel_idle.max_cstate=1"], "remove": []}}
     b_settings = {"sysctl": {"net.core.netdev_budget": 600},
@@ -508,21 +514,21 @@ def test_the_check_reads_what_booted(lab):
 
 def test_ansible_never_sees_the_actions_st2_token(tmp_path, monkeypatch):
     """st2's ST2_* variables (the action's token among them) stay out of the Ansible process
-    and of what it runs: a host's shell records the environment it was started with."""
+    and of what it runs: a host's Python (the lab's local_hosts_python, a wrapper here) records
+    the environment it was started with."""
     backend = SimBackend(str(tmp_path / "hosts"))
     backend.power_on(boot_config("sim-001", "early", "disabled"))
     seen = tmp_path / "env.txt"
-    shell = tmp_path / "recording-sh"
-    shell.write_text(f"#!/bin/sh\nenv > {seen}\nexec /bin/sh \"$@\"\n")
-    shell.chmod(0o755)
+    python = tmp_path / "recording-python"
+    python.write_text(f"#!/bin/sh\nenv > {seen}\nexec {local_python()} \"$@\"\n")
+    python.chmod(0o755)
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"sim-001": {
-        "ansible_connection": "local", "fleet_sysroot": backend.sysroot("sim-001"),
-        "ansible_python_interpreter": sys.executable,
-        "ansible_shell_executable": str(shell)}}}}))
+        "fleet_sysroot": backend.sysroot("sim-001")}}}}))
     monkeypatch.setenv("ST2_ACTION_AUTH_TOKEN", "token-of-the-action-user")
     monkeypatch.setenv("ST2_ACTION_API_URL", "http://127.0.0.1:9/api/v1")
-    side = HostSide(str(inventory), forks=1, cache_dir=str(tmp_path / "cache"))
+    side = LabHostSide(str(inventory), forks=1, cache_dir=str(tmp_path / "cache"),
+                       connection=Connection(allow_local=True, local_python=str(python)))
     assert side.health(["sim-001"])["sim-001"].ok
     recorded = seen.read_text()
     assert "PATH=" in recorded  # the shell ran, with an environment

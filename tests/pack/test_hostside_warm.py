@@ -15,14 +15,20 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-from hostside_support import HOSTS, end_with_marker, pids_with, sim_lab, sleeping_playbook
+from hostside_support import (
+    HOSTS,
+    LabHostSide,
+    end_with_marker,
+    pids_with,
+    run_local,
+    sim_lab,
+    sleeping_playbook,
+)
 from process_support import gone, wait_for
 
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import warm_ansible
-from fleet_rollout.hostside.ansible_run import run_playbook
-from fleet_rollout.hostside.playbook_steps import HostSide
 
 
 @pytest.fixture()
@@ -37,8 +43,8 @@ def _runs(lab: dict) -> List[dict]:
 
 
 def test_warm_runs_give_what_cold_runs_give_from_one_server(lab):
-    cold = HostSide(lab["inventory"], forks=2, cache_dir=lab["cache"])
-    warm = HostSide(lab["inventory"], forks=2, cache_dir=lab["cache"],
+    cold = LabHostSide(lab["inventory"], forks=2, cache_dir=lab["cache"])
+    warm = LabHostSide(lab["inventory"], forks=2, cache_dir=lab["cache"],
                     warm_dir=lab["warm_dir"])
     expected = cold.health(HOSTS)
     first = warm.health(HOSTS)
@@ -63,10 +69,10 @@ def test_a_failing_task_and_an_unknown_host_read_the_same_warm(lab):
     """Errors come from the run's events either way: the failed task's own message."""
     results = {}
     for warm_dir in (None, lab["warm_dir"]):
-        side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=warm_dir)
+        side = LabHostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=warm_dir)
         with pytest.raises(ValueError):
             side.kernel(HOSTS, "apply; id")
-        results[warm_dir] = run_playbook("kernel", lab["inventory"], ["sim-001", "nosuch"],
+        results[warm_dir] = run_local("kernel", lab["inventory"], ["sim-001", "nosuch"],
                                          {"fleet_kernel_action": "apply",
                                           "fleet_kernel_settings": {}},
                                          cache_dir=lab["cache"], warm_dir=warm_dir)
@@ -78,7 +84,7 @@ def test_a_failing_task_and_an_unknown_host_read_the_same_warm(lab):
 
 
 def test_a_timed_out_warm_run_ends_its_forked_child(lab):
-    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    side = LabHostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
     assert side.health(["sim-001"])["sim-001"].ok  # the server is up before the timed run
     servers = warm_ansible.server_pids(lab["warm_dir"])
     assert len(servers) == 1
@@ -93,7 +99,7 @@ def test_a_timed_out_warm_run_ends_its_forked_child(lab):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     started = time.monotonic()
-    results = run_playbook(playbook, lab["inventory"], ["sim-001"], timeout=8,
+    results = run_local(playbook, lab["inventory"], ["sim-001"], timeout=8,
                            cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
     assert not results["sim-001"].ok and results["sim-001"].error
     assert time.monotonic() - started < 60
@@ -111,7 +117,8 @@ def test_a_killed_client_takes_its_run_with_it(lab):
     playbook = sleeping_playbook(lab, marker)
     client = warm_ansible.client_path(
         lab["warm_dir"], os.path.join(os.path.dirname(sys.executable), "ansible-playbook"))
-    proc = subprocess.Popen([client, "-i", lab["inventory"], "--limit", "sim-001", playbook],
+    proc = subprocess.Popen([client, "-i", lab["direct_inventory"], "--limit", "sim-001",
+                             playbook],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=str(lab["tmp"]), start_new_session=True)
     try:
@@ -126,7 +133,7 @@ def test_a_killed_client_takes_its_run_with_it(lab):
 def test_runs_cold_where_no_server_can_be(lab, monkeypatch):
     """A configuration the server cannot have read (ANSIBLE_CONFIG), or a server that cannot
     start: the run starts cold and gives the same results; never a new way to fail."""
-    side = HostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
+    side = LabHostSide(lab["inventory"], cache_dir=lab["cache"], warm_dir=lab["warm_dir"])
     cfg = lab["tmp"] / "ansible.cfg"
     cfg.write_text("[defaults]\n")
     monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))

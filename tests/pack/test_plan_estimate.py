@@ -250,9 +250,12 @@ def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
 
     hosts = fleet(30, sites=3, racks=7)
     monkeypatch.setattr(service, "load_fleet", lambda source, *args, **kwargs: (hosts, hosts))
+    # no inventory file is read here (load_fleet is replaced): no host variables to check
+    monkeypatch.setattr(service, "check_connections", lambda *args: None)
     monkeypatch.setattr(service, "check_desired",
                         lambda endpoint, bios: {"compliant": False, "vendor": "generic"})
     config = {"credentials": {"default": {"username": "u", "password": "p"}},
+              "bmc_networks": ["10.0.0.0/8"],
               "state_dir": str(tmp_path), "inventory": str(tmp_path / "inv.yml"),
               "approvers": ["alice"]}
     store = MemoryStore()

@@ -235,7 +235,8 @@ def test_auth_is_chosen_per_host_from_the_pack_config():
 
     config = load_pack_config({"credentials": {
         "default": {"username": "u", "password": "p"},
-        "old-bmcs": {"username": "u", "password": "p", "auth": "basic"}}})
+        "old-bmcs": {"username": "u", "password": "p", "auth": "basic"}},
+        "bmc_networks": ["10.0.0.0/8"]})
     assert config.endpoint(FleetHost("a", "10.0.0.1")).auth == "auto"
     assert config.endpoint(FleetHost("b", "10.0.0.2", bmc_credential="old-bmcs")).auth == "basic"
     with pytest.raises(ConfigError) as err:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from fleet_rollout import bmc_networks
+from fleet_rollout.connection import Connection, load_connection
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.profile import DEFAULT_FORKS
@@ -14,9 +16,10 @@ from fleet_rollout.redfish.client import AUTH_MODES, BmcEndpoint
 
 @dataclass
 class PackConfig:
-    # name -> {username, password, auth}; auth: auto (session when the BMC offers it, else
-    # basic) | session | basic, for every host that uses this credential
-    credentials: Dict[str, Dict[str, str]]
+    # name -> {username, password, auth, networks}; auth: auto (session when the BMC offers
+    # it, else basic) | session | basic, for every host that uses this credential; networks:
+    # the only BMC networks its password is sent to (empty: anywhere in bmc_networks)
+    credentials: Dict[str, Dict[str, Any]]
     ca_bundle: Optional[str] = None
     allow_insecure_http: bool = False
     redfish_timeout: float = 30.0
@@ -56,6 +59,10 @@ class PackConfig:
     # API key of the st2 account the pack keeps rollout state as (statestore.py); "": the
     # action's own user
     state_api_key: str = ""
+    # the networks BMC addresses must be in (bmc_networks.py); empty: every BMC is refused
+    bmc_networks: List[bmc_networks.Network] = field(default_factory=list)
+    # how Ansible reaches the hosts (connection.py); never from the inventory
+    connection: Connection = field(default_factory=Connection)
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -84,6 +91,8 @@ class PackConfig:
             raise ConfigError(f"host {host.name}: bmc_credential {host.bmc_credential!r} is not "
                               f"in the pack config credentials (known: "
                               f"{', '.join(sorted(self.credentials)) or 'none'})", host.name)
+        bmc_networks.check_bmc_address(host.name, host.bmc_address, self.bmc_networks,
+                                       host.bmc_credential, cred.get("networks") or [])
         return BmcEndpoint(host.name, host.bmc_address, cred["username"], cred["password"],
                            ca_bundle=self.resolve(self.ca_bundle or "") or None,
                            allow_http=self.allow_insecure_http,
@@ -99,7 +108,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
     if not isinstance(creds, Mapping) or not creds:
         raise ConfigError("pack config: credentials missing (a mapping of name -> "
                           "{username, password})")
-    checked: Dict[str, Dict[str, str]] = {}
+    checked: Dict[str, Dict[str, Any]] = {}
     for name, value in creds.items():
         if not isinstance(value, Mapping) or not value.get("username") or not value.get(
                 "password"):
@@ -109,7 +118,9 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             raise ConfigError(f"pack config: credentials.{name}.auth must be one of "
                               f"{', '.join(AUTH_MODES)}, not {auth!r}")
         checked[str(name)] = {"username": str(value["username"]),
-                              "password": str(value["password"]), "auth": auth}
+                              "password": str(value["password"]), "auth": auth,
+                              "networks": bmc_networks.parse_networks(
+                                  value.get("networks"), f"credentials.{name}.networks")}
     try:
         return PackConfig(
             credentials=checked, ca_bundle=data.get("ca_bundle") or None,
@@ -135,6 +146,9 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             watchdog_grace=_grace(data.get("watchdog_grace", 300)),
             answer_gap=_answer_gap(data.get("answer_gap", 300)),
             state_api_key=_optional_text(data, "state_api_key"),
+            bmc_networks=bmc_networks.parse_networks(data.get("bmc_networks"),
+                                                     "bmc_networks"),
+            connection=load_connection(data),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None

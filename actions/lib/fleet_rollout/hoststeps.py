@@ -80,6 +80,8 @@ EARLY_PROBE = "early_probe"
 # and the BIOS values the wait step read back once POST had finished, until the verify step uses
 # them (instead of a Redfish session of its own) on the boot the wait saw come up
 EARLY_BIOS = "early_bios"
+# and the kernel check (what the booted kernel has in effect) run with the OS's first answer
+EARLY_KERNEL = "early_kernel"
 PROBE_ASKS = 2  # a wait's first answered asks of the OS that run the probe too
 # seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
 PRE_WINDOW_SLACK = 5.0
@@ -560,7 +562,8 @@ class HostRun:
 
     def _wait_os(self, boot_id_before: Optional[str], timeout: float,
                  look: Optional[osgate.Look] = None,
-                 probe_ms: Optional[int] = None) -> Dict[str, Any]:
+                 probe_ms: Optional[int] = None,
+                 kernel_check: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Until the host answers the health check (with another boot id than
         `boot_id_before`, when given). Each try is an Ansible run: the BMC is looked at first
         (`look`, else a session of its own) and the host is asked only when the BMC does not
@@ -568,10 +571,15 @@ class HostRun:
         tries that find no OS are spaced out (Pacer). Without a reboot (no boot_id_before) the
         host is asked at once. `probe_ms`: the first PROBE_ASKS answered asks run the
         topology probe (that budget) in the same run (the result's "probe"); asks the host
-        did not answer ran none and do not count."""
+        did not answer ran none and do not count. `kernel_check`: the profile's kernel
+        settings, checked in every ask's run (the result's "kernel_checked": the check's
+        document, when it ran)."""
         if look is None:
             with self._bmc_look() as own:
-                return self._wait_os(boot_id_before, timeout, own, probe_ms)
+                return self._wait_os(boot_id_before, timeout, own, probe_ms, kernel_check)
+        check: Dict[str, Any] = {}
+        if kernel_check:
+            check = {"kernel_action": "check", "settings": kernel_check, "in_maintenance": True}
         poll = max(1.0, self.ctx.profile["redfish"]["poll"])
         start = time.monotonic()
         deadline = start + timeout
@@ -595,13 +603,17 @@ class HostRun:
                 last_ask = now
                 # the probe in the first answered asks only (a host that answers from its
                 # old boot ran it for nothing; one that does not answer does not run it)
-                entry = (self.ctx.hostside.health([self.name], probe_budget_ms=probe_ms)
-                         if probes > 0 else self.ctx.hostside.health([self.name]))[self.name]
+                entry = (self.ctx.hostside.health([self.name], probe_budget_ms=probe_ms,
+                                                  **check)
+                         if probes > 0 else self.ctx.hostside.health([self.name], **check)
+                         )[self.name]
                 if entry.ok:  # a host that did not answer ran no probe: the next ask may
                     probes -= 1
                 if entry.ok and (boot_id_before is None
                                  or entry.result["boot_id"] != boot_id_before):
-                    return entry.result
+                    checked = kernel_outcome(entry) if check else None
+                    return dict(entry.result, kernel_checked=checked) if checked else \
+                        entry.result
                 last = entry.error or f"boot_id still {boot_id_before} (not rebooted yet)"
                 if late:
                     raise HostError(f"OS not back within {timeout:.0f}s: {last}", self.name)
@@ -641,10 +653,14 @@ class HostRun:
                 # next batches' looks are paced by, timeouts.observed_reboot)
                 out["post_after_reset"] = round(since_reset + (applied.post_seconds or 0.0), 1)
                 health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
-                                       osgate.look_with(session, ctx), self._early_probe_ms())
+                                       osgate.look_with(session, ctx), self._early_probe_ms(),
+                                       self._kernel_settings())
         else:
-            health = self._wait_os(None, timeouts.boot)
+            health = self._wait_os(None, timeouts.boot, kernel_check=self._kernel_settings())
         out["boot_id"] = health["boot_id"]
+        if isinstance(health.get("kernel_checked"), dict):  # the verify step's kernel check
+            state[EARLY_KERNEL] = {"doc": health["kernel_checked"],
+                                   "boot_id": health["boot_id"]}
         probe = health.get("probe")
         if isinstance(probe, dict):  # the verify step's probe, taken with the OS's answer
             state[EARLY_PROBE] = probe
@@ -703,7 +719,7 @@ class HostRun:
                 raise RedfishError(f"BIOS read-back does not match the profile: wants "
                                    f"{check['targets']}", self.name)
             bios = check["targets"]
-        self._check_kernel_booted()
+        self._check_kernel_booted(state)
         if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
         doc = early
@@ -736,16 +752,29 @@ class HostRun:
                 "probe_with": "wait" if early is not None else "verify",
                 "bios_with": bios_with}
 
-    def _check_kernel_booted(self) -> None:
-        """The kernel the host booted has the profile's command-line words and sysctl values
-        (a boot configuration written but not booted, or changed behind the pack's back,
-        fails the host: it is then restored)."""
+    def _kernel_settings(self) -> Optional[Dict[str, Any]]:
+        """The profile's kernel settings the booted kernel must have (None: none)."""
         kernel = self.ctx.profile.get("kernel") or {}
         settings = {k: kernel[k] for k in ("cmdline", "sysctl") if kernel.get(k)}
+        return settings or None
+
+    def _check_kernel_booted(self, state: Dict[str, Any]) -> None:
+        """The kernel the host booted has the profile's command-line words and sysctl values
+        (a boot configuration written but not booted, or changed behind the pack's back,
+        fails the host: it is then restored). The check the wait step ran with the OS's first
+        answer is used when it ran on the boot the wait saw come up; else it runs here. Used
+        once either way: a verify run again checks again."""
+        settings = self._kernel_settings()
+        early = state.pop(EARLY_KERNEL, None)
         if not settings:
             return
-        checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
-                                "kernel check")
+        wait = (state["steps"].get("wait") or {}).get("detail") or {}
+        if isinstance(early, dict) and early.get("boot_id") and \
+                early.get("boot_id") == wait.get("boot_id"):
+            checked = early["doc"]
+        else:
+            checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
+                                    "kernel check")
         if not checked.get("in_effect", False):
             raise HostError("kernel settings not in effect after the reboot: " +
                             "; ".join(checked.get("missing") or ["the check said nothing"]),

@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, gate, questions, timeouts
+from fleet_rollout import approvals, connection, gate, questions, timeouts
 from fleet_rollout.audit import ROLLOUT
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
@@ -66,13 +66,19 @@ def context(raw_config: Any, datastore: Any, rollout_id: str, execution_id: str 
     store = as_store(datastore, config)
     # the plan's head only: a batch's hosts or a host's info are read when asked for (PlanView)
     plan = RolloutState(store, check_rollout_id(rollout_id)).plan_view()
-    side = HostSide(config.resolve(plan["inventory"]),
+    side = host_side(config, plan["inventory"], rollout_id)
+    return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
+
+
+def host_side(config: PackConfig, inventory: str, rollout_id: str = "") -> HostSide:
+    """The hosts of `inventory` as the pack config says to reach them."""
+    return HostSide(config.resolve(inventory),
                     config.resolve(config.ansible_private_key or "") or None,
                     forks=config.ansible_forks,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
                     cache_dir=config.state_dir,  # host vars cached under state_dir/hostvars
-                    warm_dir=warm_ansible_dir(config), rollout_id=rollout_id)
-    return RolloutContext(store, rollout_id, config, side, execution_id, user, plan=plan)
+                    warm_dir=warm_ansible_dir(config), rollout_id=rollout_id,
+                    connection=config.connection)
 
 
 def warm_ansible_dir(config: PackConfig) -> Optional[str]:
@@ -124,8 +130,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
         approvals.require_approvers(config, prof.name)
     source = config.inventory_source()
     everyone, hosts = load_fleet(source, targets, cache_hostvars=True, cache_dir=config.state_dir)
-    for host in hosts:
-        config.endpoint(host)  # every credential name resolves, before anything else
+    check_endpoints(config, hosts)
+    check_connections(config, source, [h.name for h in hosts])
     bios = prof.bios
 
     def check(host: Any) -> Dict[str, Any]:
@@ -135,6 +141,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
 
     compliance = precheck_hosts(hosts, check)
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
+    check_connections(config, source, list(plan["control"]))
     store = as_store(datastore, config)
     state = RolloutState(store, plan["rollout_id"], config.resolve(config.state_dir))
     if state.plan_exists():
@@ -151,6 +158,32 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
             "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
             "channel": config.chat_channel, "estimate": estimate,
             "batch_table": render_estimate(estimate)}
+
+
+def check_endpoints(config: PackConfig, hosts: List[Any]) -> None:
+    """Every host's credential name resolves and its BMC is in the allowed networks, before
+    anything is sent to any BMC (ConfigError naming each refused host, the first 10)."""
+    refused: List[str] = []
+    for host in hosts:
+        try:
+            config.endpoint(host)
+        except ConfigError as err:
+            refused.append(str(err))
+    if refused:
+        more = f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
+        raise ConfigError(f"{len(refused)} host(s) refused, nothing was changed: "
+                          f"{'; '.join(refused[:10])}{more}")
+
+
+def check_connections(config: PackConfig, source: str, names: List[str]) -> None:
+    """No inventory variable of these hosts sets what the pack config decides (connection.py),
+    read from the host-variable cache the plan stored."""
+    if not names:
+        return
+    from fleet_rollout import hostvars
+
+    found = hostvars.lookup(source, names, config.state_dir)
+    connection.check_hosts(source, found.hosts, config.connection, names)
 
 
 def profile_dir(config: PackConfig, name: str) -> str:

@@ -13,12 +13,12 @@ from typing import Any, Dict, List
 import locations
 import pytest
 import yaml
+from hostside_support import LabHostSide, run_local
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside.ansible_run import check_extravars, check_host_names, run_playbook
-from fleet_rollout.hostside.playbook_steps import HostSide
+from fleet_rollout.hostside.ansible_run import check_extravars, check_host_names
 
 ROOT = str(locations.ROOT)
 HOST_SCRIPT = os.path.join(ROOT, "playbooks", "files", "fleet_host.py")
@@ -118,8 +118,7 @@ def test_kernel_snapshot_records_and_changes_nothing_first_one_wins(sim):
 
 
 def _inventory(tmp_path, sysroot: str, extra: Dict[str, Any]) -> str:
-    hosts = {"sim-001": {"ansible_connection": "local", "fleet_sysroot": sysroot,
-                         "ansible_python_interpreter": sys.executable}}
+    hosts = {"sim-001": {"fleet_sysroot": sysroot}}
     doc = {"all": {"hosts": hosts, "children": extra}}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(doc))
@@ -127,7 +126,7 @@ def _inventory(tmp_path, sysroot: str, extra: Dict[str, Any]) -> str:
 
 
 def test_bad_token_through_real_ansible_never_reaches_grub(tmp_path, sim):
-    side = HostSide(_inventory(tmp_path, sim, {}), forks=2)
+    side = LabHostSide(_inventory(tmp_path, sim, {}), forks=2)
     grub = open(os.path.join(sim, "etc/default/grub")).read()
     assert side.kernel(["sim-001"], "snapshot", {"sysctl": {"net.core.rmem_max": 1}})[
         "sim-001"].ok
@@ -141,7 +140,7 @@ def test_bad_token_through_real_ansible_never_reaches_grub(tmp_path, sim):
 def test_host_patterns_are_refused_before_ansible_runs(tmp_path, sim, name):
     inventory = _inventory(tmp_path, sim, {})
     with pytest.raises(ConfigError, match="host name .* (not allowed|reserved by Ansible)"):
-        run_playbook("undrain", inventory, [name])
+        run_local("undrain", inventory, [name])
     with pytest.raises(ConfigError):
         check_host_names(["sim-001", name])
 
@@ -151,11 +150,10 @@ def test_group_named_like_a_host_is_caught_after_the_run(tmp_path, sim):
     other = SimBackend(str(tmp_path / "other"))
     other.power_on(boot_config("sim-009", "early", "disabled"))
     group = {"web": {"hosts": {"sim-009": {
-        "ansible_connection": "local", "fleet_sysroot": other.sysroot("sim-009"),
-        "ansible_python_interpreter": sys.executable}}}}
+        "fleet_sysroot": other.sysroot("sim-009")}}}}
     inventory = _inventory(tmp_path, sim, group)
     with pytest.raises(ConfigError, match="outside the requested set: sim-009"):
-        run_playbook("health", inventory, ["web"])
+        run_local("health", inventory, ["web"])
 
 
 @pytest.mark.parametrize("value", ["{{ lookup('pipe', 'id') }}", "{% for x in y %}", "{# c #}",
@@ -165,14 +163,14 @@ def test_jinja_markers_in_extravars_are_refused(tmp_path, sim, value):
         check_extravars({"fleet_kernel_settings": value})
     inventory = _inventory(tmp_path, sim, {})
     with pytest.raises(ConfigError, match="Jinja marker"):
-        run_playbook("kernel", inventory, ["sim-001"], {"fleet_kernel_action": "snapshot",
+        run_local("kernel", inventory, ["sim-001"], {"fleet_kernel_action": "snapshot",
                                                         "fleet_kernel_settings": value})
 
 
 def test_kernel_action_is_checked_on_both_sides(tmp_path, sim):
     with pytest.raises(ValueError, match="kernel action"):
-        HostSide(_inventory(tmp_path, sim, {})).kernel(["sim-001"], "apply; id")
-    entry = run_playbook("kernel", _inventory(tmp_path, sim, {}), ["sim-001"],
+        LabHostSide(_inventory(tmp_path, sim, {})).kernel(["sim-001"], "apply; id")
+    entry = run_local("kernel", _inventory(tmp_path, sim, {}), ["sim-001"],
                          {"fleet_kernel_action": "restore --sysroot /"})["sim-001"]
     # the host script's own command choices refuse it: nothing ran
     assert not entry.ok and entry.failed_task == "Kernel settings (restore --sysroot /)"

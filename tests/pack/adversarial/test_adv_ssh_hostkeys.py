@@ -22,6 +22,8 @@ from fleet_lab import lab
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_lab.vm import persist
+from fleet_rollout.config import load_pack_config
+from fleet_rollout.connection import Connection
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside.ansible_run import run_playbook, ssh_args
 from fleet_rollout.hostside.playbook_steps import HostSide
@@ -82,15 +84,19 @@ def sshd(tmp_path: Path) -> Iterator[Tuple[int, str, Path, Path]]:
 
 
 def _side(tmp_path: Path, port: int, key: Path, sysroot: Path, known: str,
-          **host_vars: object) -> HostSide:
+          ssh_retries: int = 0) -> HostSide:
+    """SSH to the test's sshd on loopback, whose host script works on a sim host's tree (a lab
+    host: fleet_sysroot with ansible_host); the connection settings are a pack config's."""
     inventory = tmp_path / "ssh-inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"ssh-001": dict({
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"ssh-001": {
         "ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root",
-        "ansible_python_interpreter": sys.executable, "fleet_sysroot": str(sysroot)},
-        **host_vars)}}}))
+        "fleet_sysroot": str(sysroot)}}}}))
     known_hosts = tmp_path / f"known_hosts-{len(list(tmp_path.glob('known_hosts-*')))}"
     known_hosts.write_text(known)
-    return HostSide(str(inventory), str(key), known_hosts=str(known_hosts))
+    connection = Connection(python_interpreter=sys.executable, ssh_retries=ssh_retries,
+                            allow_local=True)
+    return HostSide(str(inventory), str(key), known_hosts=str(known_hosts),
+                    connection=connection)
 
 
 @needs_sshd
@@ -159,14 +165,14 @@ class _Refuser(LoopbackListener):
 @pytest.mark.parametrize("retries", [0, lab.VM_SSH_RETRIES])
 def test_the_lab_vms_retries_get_past_connections_lost_before_the_banner(tmp_path, sshd,
                                                                           retries):
-    """The lab's VM hosts carry ansible_ssh_retries (lab.VM_SSH_RETRIES): through the pack's
-    own run path (resolved host vars, run inventory, ssh args) a host whose first connections
-    end before the SSH banner is reached on a later try; without retries it is unreachable."""
+    """The lab's pack config sets ssh_retries (lab.VM_SSH_RETRIES): through the pack's own run
+    path (resolved host vars, run inventory, ssh args) a host whose first connections end before
+    the SSH banner is reached on a later try; without retries it is unreachable."""
     port, pub, key, sysroot = sshd
     relay = _Refuser(port, refuse=2)
     try:
         side = _side(tmp_path, relay.port, key, sysroot, f"[127.0.0.1]:{relay.port} {pub}\n",
-                     ansible_ssh_retries=retries)
+                     ssh_retries=retries)
         entry = side.health(["ssh-001"])["ssh-001"]
     finally:
         relay.close()
@@ -218,9 +224,17 @@ def test_lab_inventory_and_pack_config_name_the_known_hosts(tmp_path):
                            "site": "site-a", "rack": "r1", "ssh_port": 2222, "health_port": 1,
                            "udp_port": 2}]}
     path = tmp_path / "inventory.yml"
-    lab.write_inventory(manifest, lab.LabConfig(hosts=1, backend="vm"), str(path))
+    config = lab.LabConfig(hosts=1, backend="vm", password="pw")
+    lab.write_inventory(manifest, config, str(path))
     doc = yaml.safe_load(path.read_text())
-    common = doc["all"]["vars"]["ansible_ssh_common_args"]
     entry = doc["all"]["children"]["site_a"]["hosts"]["lab-001"]
-    assert entry["ansible_ssh_retries"] == lab.VM_SSH_RETRIES > 0  # see the retries test
-    assert "StrictHostKeyChecking=yes" in common and "UserKnownHostsFile=/s/known_hosts" in common
+    assert entry["ansible_host"] == "127.0.0.1" and entry["ansible_port"] == 2222
+    # no connection setting in the inventory: the pack config has them, host keys verified
+    assert not [k for k in {**doc["all"]["vars"], **entry} if k.startswith("ansible_")
+                and k not in ("ansible_host", "ansible_port")]
+    pack = load_pack_config(lab.pack_config_doc(manifest, config, str(tmp_path), str(path)))
+    assert pack.ssh_known_hosts == "/s/known_hosts" and pack.ansible_private_key == "/k/lab_key"
+    assert pack.connection.ssh_retries == lab.VM_SSH_RETRIES > 0  # see the retries test
+    assert pack.connection.user == "root" and not pack.connection.become
+    assert "StrictHostKeyChecking=yes" in ssh_args(pack.ssh_known_hosts,
+                                                   pack.connection.ssh_options)

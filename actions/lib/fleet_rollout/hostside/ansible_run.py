@@ -18,6 +18,8 @@ names exactly the run's hosts and a run that still reports a host outside the re
 an error;
 extravars never carry Jinja markers (Ansible would render them); SSH host keys are verified
 (StrictHostKeyChecking=yes against the given known_hosts, else the runner's default one).
+Connection settings come from the pack config (fleet_rollout.connection): a host whose inventory
+variables set one is refused, and the run's inventory carries the pack's settings.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from fleet_rollout import host_script, hostvars, timeouts
+from fleet_rollout.connection import Connection, refusal_text
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostside import playbook_process, warm_ansible
 from fleet_rollout.inventory import check_host_name
@@ -113,8 +116,10 @@ def check_extravars(value: Any, where: str = "extravars") -> None:
         raise ConfigError(f"{where}: contains a Jinja marker ({{{{, {{% or {{#}}; refused")
 
 
-def ssh_args(known_hosts: Optional[str]) -> str:
-    """OpenSSH options for every connection: host keys verified, never recorded blindly."""
+def ssh_args(known_hosts: Optional[str], options: Iterable[str] = ()) -> str:
+    """OpenSSH options for every connection: host keys verified, never recorded blindly; then
+    the pack config's own `options` (ssh keeps the first value of an option: these never
+    override the pack's)."""
     args = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
             "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30",
             # a host that stops answering mid-task (frozen, cut off) is dropped within a minute:
@@ -122,6 +127,8 @@ def ssh_args(known_hosts: Optional[str]) -> str:
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
     if known_hosts:
         args += ["-o", f"UserKnownHostsFile={known_hosts}"]
+    for option in options:
+        args += ["-o", option]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -139,7 +146,9 @@ def inherited_env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ST2_")}
 
 
-def runner_env(known_hosts: Optional[str]) -> Dict[str, str]:
+def runner_env(known_hosts: Optional[str],
+               connection: Optional[Connection] = None) -> Dict[str, str]:
+    connection = connection or Connection()
     return {
         "PATH": _ansible_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
@@ -148,7 +157,7 @@ def runner_env(known_hosts: Optional[str]) -> Dict[str, str]:
         # modules go through the SSH session's stdin: one round trip per task instead of
         # mkdir/put/chmod/run/rm (needs no `requiretty` for sudo, the default on current distros)
         "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_SSH_ARGS": ssh_args(known_hosts),
+        "ANSIBLE_SSH_ARGS": ssh_args(known_hosts, connection.ssh_options),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": control_path_dir(known_hosts),
         # a run's inventory is always the YAML file of its hosts (hostvars.write_run_inventory):
         # only the yaml plugin reads it; with Ansible's default list the auto plugin parses
@@ -156,6 +165,7 @@ def runner_env(known_hosts: Optional[str]) -> Dict[str, str]:
         "ANSIBLE_INVENTORY_ENABLED": "yaml",
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        **connection.env(),
     }
 
 
@@ -243,11 +253,14 @@ def _stdout_doc(res: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 
 def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
-              cache_dir: Optional[str] = None) -> List[hostvars.HostEntry]:
+              cache_dir: Optional[str] = None,
+              connection: Optional[Connection] = None) -> List[hostvars.HostEntry]:
     """The cached entries of the hosts to run (names already checked). A name that is a group
     of the inventory is refused (as a --limit it would select the group's hosts); a host
-    missing from the inventory, or with a variable that cannot be carried as data, gets its
-    error in `results` and is left out of the run."""
+    missing from the inventory, with a variable that cannot be carried as data or with a
+    connection variable the pack config decides (fleet_rollout.connection), gets its error in
+    `results` and is left out of the run."""
+    connection = connection or Connection()
     found = hostvars.lookup(inventory, names, cache_dir)
     if found.groups:
         members = sorted({m for _count, sample in found.groups.values() for m in sample})
@@ -267,8 +280,12 @@ def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
             results[name].error = (f"inventory {inventory}: host {name}: variable {var} cannot "
                                    f"be resolved to plain data ({why}); no Jinja template that "
                                    "needs run-time variables, no vault-encrypted value")
+        elif connection.refusal(entry.vars):
+            var, why = connection.refusal(entry.vars) or ("", "")
+            results[name].error = refusal_text(inventory, name, var, why)
         else:
-            entries.append(entry)
+            entries.append(hostvars.HostEntry(entry.name, connection.run_vars(entry.vars),
+                                              entry.groups))
     return entries
 
 
@@ -286,10 +303,20 @@ class RunSpec:
     known_hosts: Optional[str] = None
     cache_dir: Optional[str] = None
     warm_dir: Optional[str] = None  # ansible-playbook forked from a warm server (warm_ansible)
+    connection: Connection = field(default_factory=Connection)  # the pack config's
 
     def key(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @classmethod
+    def from_dict(cls, doc: Dict[str, Any]) -> RunSpec:
+        """A spec from its asdict() form (a gathered run's spec.json)."""
+        doc = dict(doc)
+        found = doc.get("connection") or {}
+        doc["connection"] = Connection(**dict(found, ssh_options=tuple(
+            found.get("ssh_options") or ())))
+        return cls(**doc)
 
 
 # playbooks whose hosts may drain through a command (fleet_drain_method: command): the command's
@@ -309,7 +336,8 @@ def playbooks_for(playbook: str, entries: Iterable[hostvars.HostEntry]) -> List[
 def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] = None,
             forks: int = 20, private_key: Optional[str] = None, timeout: Optional[int] = None,
             verbose: bool = False, known_hosts: Optional[str] = None,
-            cache_dir: Optional[str] = None, warm_dir: Optional[str] = None) -> RunSpec:
+            cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
+            connection: Optional[Connection] = None) -> RunSpec:
     """The checked spec of a run of playbooks/<playbook>.yml (ConfigError for a missing
     playbook or inventory, a bad known_hosts path, Jinja in the extravars)."""
     path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOK_DIR, playbook + ".yml")
@@ -324,26 +352,27 @@ def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] =
     extra.update(extravars or {})
     check_extravars(extra)
     return RunSpec(path, inventory, extra, forks, private_key, timeout, verbose, known_hosts,
-                   cache_dir, warm_dir)
+                   cache_dir, warm_dir, connection or Connection())
 
 
 def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
                  extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
                  private_key: Optional[str] = None, timeout: Optional[int] = None,
                  verbose: bool = False, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None,
-                 warm_dir: Optional[str] = None) -> Dict[str, HostResult]:
+                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
+                 connection: Optional[Connection] = None) -> Dict[str, HostResult]:
     """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
 
     `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
     ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
     `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir).
-    `warm_dir`: ansible-playbook is forked from a warm server there (None: a cold start)."""
+    `warm_dir`: ansible-playbook is forked from a warm server there (None: a cold start).
+    `connection`: the pack config's connection settings (None: the defaults)."""
     names = check_host_names(hosts)
     if not names:
         return {}
     spec = prepare(playbook, inventory, extravars, forks, private_key, timeout, verbose,
-                   known_hosts, cache_dir, warm_dir)
+                   known_hosts, cache_dir, warm_dir, connection)
     return run_spec(spec, names)
 
 
@@ -369,7 +398,7 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
     for rid, names in requests.items():
         results = {h: HostResult(h) for h in names}
         try:
-            found = run_hosts(spec.inventory, names, results, spec.cache_dir)
+            found = run_hosts(spec.inventory, names, results, spec.cache_dir, spec.connection)
         except ConfigError as err:
             outcome[rid] = err
             continue
@@ -391,7 +420,7 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             with open(extravars_file, "w") as handle:
                 json.dump(spec.extravars, handle)
             env = inherited_env()
-            env.update(runner_env(spec.known_hosts))
+            env.update(runner_env(spec.known_hosts, spec.connection))
             env.update(playbook_process.callback_env(os.path.join(data_dir, "events.jsonl"),
                                                      spec.verbose))
             binary = _warm_binary(spec.warm_dir)

@@ -454,7 +454,7 @@ def _leave(rundir: str, rid: str) -> None:
 def run_gathered(rundir: str) -> None:
     """The run process: one Ansible run for the claimed requests of `rundir`, result.json."""
     try:
-        spec = RunSpec(**_read_json(os.path.join(rundir, "spec.json")))
+        spec = RunSpec.from_dict(_read_json(os.path.join(rundir, "spec.json")))
         requests: Dict[str, List[str]] = {}
         for entry in sorted(os.listdir(rundir)):
             if entry.startswith("req-") and entry.endswith(".json"):

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from fleet_rollout.connection import Connection
 from fleet_rollout.hostside.ansible_run import (
     HostResult,
     check_host_names,
@@ -31,13 +32,16 @@ class HostSide:
     coalesce; None: every call is a run of its own). `warm_dir`: ansible-playbook is forked
     from a warm server there (fleet_rollout.hostside.warm_ansible; None: cold starts).
     `rollout_id`: the rollout whose kernel snapshot and settings the hosts keep (each rollout
-    its own: a restore puts back only what that rollout changed)."""
+    its own: a restore puts back only what that rollout changed). `connection`: how Ansible
+    reaches the hosts, from the pack config (fleet_rollout.connection; None: the defaults, which
+    refuse lab hosts run locally)."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
                  timeout: Optional[int] = None, known_hosts: Optional[str] = None,
                  cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
-                 rollout_id: str = "") -> None:
+                 rollout_id: str = "", connection: Optional[Connection] = None) -> None:
         self.inventory = inventory
+        self.connection = connection or Connection()
         self.rollout_id = rollout_id
         self.private_key = private_key or None
         self.forks = forks
@@ -57,11 +61,12 @@ class HostSide:
                 return {}
             spec = prepare(playbook, self.inventory, extravars, forks, self.private_key,
                            self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir,
-                           warm_dir=self.warm_dir)
+                           warm_dir=self.warm_dir, connection=self.connection)
             return self.coalesce.run(spec, names)
         return run_playbook(playbook, self.inventory, hosts, extravars, forks,
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
-                            cache_dir=self.cache_dir, warm_dir=self.warm_dir)
+                            cache_dir=self.cache_dir, warm_dir=self.warm_dir,
+                            connection=self.connection)
 
     def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
@@ -70,8 +75,8 @@ class HostSide:
                probe_budget_ms: Optional[int] = None,
                after_window: Optional[Tuple[str, float]] = None,
                snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
-        """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot or
-        restore): that kernel action too, in the same run, right after the health read (for a
+        """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot, restore
+        or check): that kernel action too, in the same run, right after the health read (for a
         host in maintenance only with `in_maintenance`); its outcome is in the result's
         "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host.
         `drain` (timeout, threshold): then the drain, on a host not in maintenance whose kernel
@@ -80,16 +85,17 @@ class HostSide:
         `after_window` as drain() has it.
         `probe_budget_ms`: then the topology probe on every host whose health read succeeded, in
         the same run (health_probe.yml; not with a kernel action or a drain): its document in
-        the result's "probe", left out when the probe failed (the caller runs probe() then)."""
-        if probe_budget_ms is not None:
-            if kernel_action is not None or drain is not None:
-                raise ValueError("a health read with the probe takes no kernel action or drain")
-            return self._run("health_probe", hosts, self._probe_vars(probe_budget_ms))
+        the result's "probe", left out when the probe failed (the caller runs probe() then);
+        with the kernel check only (the wait step's first answers after a reboot)."""
+        if probe_budget_ms is not None and (drain is not None or
+                                            kernel_action not in (None, "check")):
+            raise ValueError("a health read with the probe takes no drain and no kernel "
+                             "action but the check")
         extra: Dict[str, Any] = {}
         if kernel_action is not None:
-            if kernel_action not in ("snapshot", "restore"):
+            if kernel_action not in ("snapshot", "restore", "check"):
                 raise ValueError(f"kernel action with health {kernel_action!r}: snapshot, "
-                                 "restore")
+                                 "restore, check")
             extra.update({"fleet_kernel_action": kernel_action,
                           "fleet_kernel_settings": settings or {},
                           "fleet_kernel_in_maintenance": bool(in_maintenance),
@@ -98,6 +104,9 @@ class HostSide:
         if drain is not None:
             extra.update({"fleet_then_drain": True, "fleet_drain_timeout": float(drain[0]),
                           "fleet_drain_threshold": int(drain[1])}, **_after(after_window))
+        if probe_budget_ms is not None:
+            return self._run("health_probe", hosts,
+                             dict(self._probe_vars(probe_budget_ms), **extra))
         return self._run("health", hosts, extra or None)
 
     def drain(self, hosts: Iterable[str], timeout: float = 300, threshold: int = 0,
