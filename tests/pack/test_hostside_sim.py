@@ -283,7 +283,8 @@ def test_a_window_starts_and_reads_many_hosts_at_once(monkeypatch):
 
 
 def test_drain_and_undrain_through_the_configured_command(tmp_path):
-    """fleet_drain_method: command (a load balancer's API, here a file the command writes),
+    """fleet_drain_method: command (a load balancer's API, here a file the command writes;
+    the pack config's drain_command and undrain_command, `{host}` the host's name, no shell),
     in the same run as a host drained with the flag: each host gets its own method's result."""
     backend = SimBackend(str(tmp_path / "hosts"))
     for name in HOSTS[:2]:
@@ -291,13 +292,14 @@ def test_drain_and_undrain_through_the_configured_command(tmp_path):
     marks = tmp_path / "lb"
     marks.mkdir()
     hosts = {name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS[:2]}
-    hosts["sim-002"].update({
-        "fleet_drain_method": "command",
-        "fleet_drain_command": f"touch {marks}/{{{{ inventory_hostname }}}}.out",
-        "fleet_undrain_command": f"rm {marks}/{{{{ inventory_hostname }}}}.out"})
+    hosts["sim-002"]["fleet_drain_method"] = "command"
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    connection = Connection(allow_local=True,
+                            drain_command=("touch", f"{marks}/{{host}}.out"),
+                            undrain_command=("rm", f"{marks}/{{host}}.out; id"))
+    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"),
+                       connection=connection)
     drained = side.drain(HOSTS[:2])
     assert drained["sim-001"].ok and drained["sim-001"].result["drained"] is True
     assert "method" not in drained["sim-001"].result  # the flag's own result
@@ -305,10 +307,11 @@ def test_drain_and_undrain_through_the_configured_command(tmp_path):
         "method": "command", "rc": 0, "drained": True}
     assert (marks / "sim-002.out").exists()
     assert not os.path.exists(os.path.join(backend.sysroot("sim-002"), "etc/fleet/maintenance"))
+    (marks / "sim-002.out; id").write_text("")  # one argument, never a shell's two commands
     undrained = side.undrain(HOSTS[:2])
     assert undrained["sim-002"].result == {"method": "command", "rc": 0, "drained": False}
     assert undrained["sim-001"].ok and undrained["sim-001"].result["drained"] is False
-    assert not (marks / "sim-002.out").exists()
+    assert not (marks / "sim-002.out; id").exists() and (marks / "sim-002.out").exists()
 
 
 def test_the_command_playbook_runs_only_when_a_host_of_the_run_drains_by_command():
@@ -403,10 +406,12 @@ def test_health_does_not_drain_a_host_that_drains_through_a_command(tmp_path):
     backend = SimBackend(str(tmp_path / "hosts"))
     backend.power_on(boot_config("sim-001", "early", "disabled"))
     hosts = {"sim-001": {"fleet_sysroot": backend.sysroot("sim-001"),
-                         "fleet_drain_method": "command", "fleet_drain_command": "true"}}
+                         "fleet_drain_method": "command"}}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"),
+                       connection=Connection(allow_local=True, drain_command=("true",),
+                                             undrain_command=("true",)))
     entry = side.health(["sim-001"], drain=(5, 0))["sim-001"]
     assert entry.ok and drain_outcome(entry) is None
     assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))

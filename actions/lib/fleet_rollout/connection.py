@@ -8,6 +8,11 @@ script as something else, so a host carrying one is refused at plan time and aga
 run, naming host and variable. The pack writes the connection settings of its config into each
 run's inventory instead.
 
+The same holds for what runs on the action runner for a host that drains through a load
+balancer (`fleet_drain_method: command`): the commands are the pack config's `drain_command` and
+`undrain_command` (argument lists, `{host}` standing for the host's name); an inventory's own
+`fleet_drain_command` or `fleet_undrain_command` is refused.
+
 A lab host (`fleet_sysroot`: a sim server's directory tree, which the host script works on
 instead of /) is taken only when the pack config allows lab hosts (`allow_local_hosts`, labs
 only); without `ansible_host` it runs over a local connection on the action runner.
@@ -25,6 +30,10 @@ from fleet_rollout.errors import ConfigError
 # Ansible variables an inventory may set: where the host is and the login name.
 INVENTORY_ALLOWED = frozenset(("ansible_host", "ansible_port", "ansible_user"))
 SYSROOT_VAR = "fleet_sysroot"
+# what the pack config decides beyond the ansible_* variables
+PACK_DECIDES = {"fleet_drain_command": "drain_command", "fleet_undrain_command": "undrain_command"}
+DRAIN_METHODS = ("flag", "command")
+HOST_PLACEHOLDER = "{host}"
 BECOME_METHODS = ("sudo", "su", "doas")
 INTERPRETER_AUTO = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
 _PATH = re.compile(r"^/[A-Za-z0-9._+/-]{1,255}\Z")
@@ -48,6 +57,9 @@ class Connection:
     ssh_options: Tuple[str, ...] = ()  # extra `-o Key=Value` (e.g. ProxyJump=bastion)
     allow_local: bool = False
     local_python: str = ""  # interpreter of lab hosts run locally ("": local_python())
+    # argv run on the action runner to drain / undrain a host of fleet_drain_method command
+    drain_command: Tuple[str, ...] = ()
+    undrain_command: Tuple[str, ...] = ()
 
     def env(self) -> Dict[str, str]:
         """Ansible settings for the whole run (inventory variables are filtered: nothing in
@@ -82,6 +94,16 @@ class Connection:
                 return key, ("a connection setting; the pack config decides those (ssh "
                              "options, host key checking, interpreter, become), an inventory "
                              "may set only " + ", ".join(sorted(INVENTORY_ALLOWED)))
+        for key, setting in PACK_DECIDES.items():
+            if key in host_vars:
+                return key, (f"a command run on the action runner; the pack config decides it "
+                             f"({setting}), not the inventory")
+        method = host_vars.get("fleet_drain_method", "flag")
+        if method not in DRAIN_METHODS:
+            return "fleet_drain_method", f"must be one of {', '.join(DRAIN_METHODS)}"
+        if method == "command" and not (self.drain_command and self.undrain_command):
+            return "fleet_drain_method", ("command, but the pack config sets no drain_command "
+                                          "and undrain_command")
         user = host_vars.get("ansible_user")
         if user is not None and not (isinstance(user, str) and _USER.match(user)):
             return "ansible_user", "not a plain user name"
@@ -158,7 +180,24 @@ def load_connection(data: Mapping[str, Any]) -> Connection:
     return Connection(user=user, python_interpreter=interpreter, become=become,
                       become_method=method, ssh_retries=retries,
                       ssh_options=ssh_options(data.get("ssh_options") or []),
-                      allow_local=local, local_python=local_python_path)
+                      allow_local=local, local_python=local_python_path,
+                      drain_command=command_argv(data, "drain_command"),
+                      undrain_command=command_argv(data, "undrain_command"))
+
+
+def command_argv(data: Mapping[str, Any], key: str) -> Tuple[str, ...]:
+    """A command as a list of arguments (no shell), `{host}` in any of them for the host's
+    name; nothing Ansible would render."""
+    value = data.get(key) or []
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or \
+            not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"pack config: {key} must be a list of arguments (e.g. "
+                          "[/usr/local/bin/lb-member, disable, '{host}'])")
+    for word in value:
+        if any(marker in word for marker in ("{{", "{%", "{#")):
+            raise ConfigError(f"pack config: {key}: {word!r} carries a Jinja marker; "
+                              f"{HOST_PLACEHOLDER} stands for the host's name")
+    return tuple(value)
 
 
 def ssh_options(value: Any) -> Tuple[str, ...]:

@@ -51,6 +51,8 @@ def _plan(tmp_path: Path, config: Dict[str, Any]) -> Dict[str, Any]:
     ("ansible_become_exe", "touch {pwned}; sudo"),
     ("ansible_connection", "local"),
     ("ansible_ssh_private_key_file", "/root/.ssh/id_rsa"),
+    ("fleet_drain_command", "touch {pwned}"),
+    ("fleet_undrain_command", "touch {pwned}"),
 ])
 def test_a_connection_variable_in_the_inventory_refuses_the_plan(tmp_path, variable, value):
     pwned = tmp_path / "pwned"
@@ -78,6 +80,16 @@ def test_a_connection_variable_in_group_vars_is_refused_too(tmp_path):
         "ansible_ssh_common_args: -o ProxyCommand=nc %h %p\n")
     with pytest.raises(ConfigError, match="host web-01: variable ansible_ssh_common_args"):
         _plan(tmp_path, _config(tmp_path, inventory))
+
+
+def test_a_drain_by_command_needs_the_pack_configs_commands(tmp_path):
+    inventory = _inventory(tmp_path, {"fleet_drain_method": "command"})
+    with pytest.raises(ConfigError, match="variable fleet_drain_method: command, but the pack "
+                                          "config sets no drain_command"):
+        _plan(tmp_path, _config(tmp_path, inventory))
+    with pytest.raises(ConfigError, match="drain_command.*Jinja"):
+        load_pack_config({"credentials": {"d": {"username": "u", "password": "p"}},
+                          "drain_command": ["lb", "disable", "{{ inventory_hostname }}"]})
 
 
 def test_a_lab_host_needs_the_pack_configs_leave(tmp_path):

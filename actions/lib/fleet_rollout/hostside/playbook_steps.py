@@ -114,14 +114,16 @@ class HostSide:
         """The drain; `after_window` (a counter window's id, seconds): each host first waits
         (at most those seconds) for its own sampler of that window to take its last sample."""
         return _drained(self._run("drain", hosts, dict({
-            "fleet_drain_timeout": float(timeout), "fleet_drain_threshold": int(threshold)},
+            "fleet_drain_timeout": float(timeout), "fleet_drain_threshold": int(threshold),
+            "fleet_drain_argv": list(self.connection.drain_command)},
             **_after(after_window))), True)
 
     def undrain(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
         """Back into service; the rollout's kernel snapshot and settings on each host are
         dropped (the host is done with it; the pack keeps the snapshot)."""
-        return _drained(self._run("undrain", hosts, {"fleet_rollout_id": self.rollout_id}),
-                        False)
+        return _drained(self._run("undrain", hosts, {
+            "fleet_rollout_id": self.rollout_id,
+            "fleet_undrain_argv": list(self.connection.undrain_command)}), False)
 
     def kernel(self, hosts: Iterable[str], action: str,
                settings: Optional[Dict[str, Any]] = None,
