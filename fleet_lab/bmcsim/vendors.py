@@ -96,7 +96,8 @@ _DELL_SYSPROFILE = AttributeSpec(
      ("PerfPerWattOptimizedOs", "Performance Per Watt (OS)"),
      ("PerfOptimized", "Performance"), (PROFILE_UNLOCKED, "Custom")], PROFILE_UNLOCKED)
 
-# A deliberately bad knob for the lab: slows the guest's packet processing (see README model).
+# A deliberately bad knob for the lab: slows the guest's packet processing (the lab's drop
+# model, docs/bmc-simulator.md).
 _LAB_SLOWDOWN = AttributeSpec(
     "LabReceiveSlowdown", "Lab: slow packet processing (test only)",
     [("Disabled", "Disabled"), ("Enabled", "Enabled")], "Disabled")

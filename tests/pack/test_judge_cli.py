@@ -77,7 +77,7 @@ def test_console_script_end_to_end() -> None:
 
 
 def test_docs_example_is_the_fixture() -> None:
-    """docs/judge.md (or README.md, once merged) shows tests/fixtures/judge/example.json."""
+    """docs/judge.md (or README.md) shows tests/fixtures/judge/example.json."""
     docs = "".join(path.read_text() for path in (ROOT / "docs" / "judge.md", ROOT / "README.md")
                    if path.exists())
     blocks = re.findall(r"```json\n(.*?)```", docs, re.S)

@@ -1,6 +1,6 @@
 """Warm python workers (fleet_runtime.zygote / fleet_runtime.warm): a child forked from the
-pack's zygote per execution keeps st2's python runner contract (docs/warm-workers-design.md):
-one process per execution, isolation, stdin spec, output capture, exit codes, kill of the
+pack's zygote per execution keeps st2's python runner contract (docs/runtime.md, "Warm python
+workers"): one process per execution, isolation, stdin spec, output capture, exit codes, kill of the
 process group on timeout and cancel, death with the runtime, code changes picked up, and the
 fallbacks (zygote crash, repeated failures, a preload that starts threads).
 
