@@ -38,6 +38,8 @@ BECOME_METHODS = ("sudo", "su", "doas")
 INTERPRETER_AUTO = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
 _PATH = re.compile(r"^/[A-Za-z0-9._+/-]{1,255}\Z")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}\Z")
+# a host name or address ssh takes as its destination (never something it reads as an option)
+_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._:%-]{0,252}\Z")
 # ssh options the pack itself sets for host key verification: never from ssh_options
 _SSH_OPTION = re.compile(r"^([A-Za-z]+)=([^\s'\"\\]{1,512})\Z")
 SSH_OPTIONS_REFUSED = frozenset(o.lower() for o in (
@@ -107,6 +109,13 @@ class Connection:
         user = host_vars.get("ansible_user")
         if user is not None and not (isinstance(user, str) and _USER.match(user)):
             return "ansible_user", "not a plain user name"
+        address = host_vars.get("ansible_host")
+        if address is not None and not (isinstance(address, str) and _HOST.match(address)):
+            return "ansible_host", "not a plain host name or address"
+        port = host_vars.get("ansible_port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, (int, str)) or
+                                 not str(port).isdigit() or not 1 <= int(port) <= 65535):
+            return "ansible_port", "not a port number (1-65535)"
         if SYSROOT_VAR in host_vars:
             if not self.allow_local:
                 return SYSROOT_VAR, ("a lab host (its host script works on another tree, "

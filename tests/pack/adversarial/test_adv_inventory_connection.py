@@ -52,6 +52,9 @@ def _plan(tmp_path: Path, config: Dict[str, Any]) -> Dict[str, Any]:
     ("ansible_connection", "local"),
     ("ansible_ssh_private_key_file", "/root/.ssh/id_rsa"),
     ("fleet_drain_command", "touch {pwned}"),
+    ("ansible_host", "-oProxyCommand=touch {pwned}"),
+    ("ansible_port", "22 -oProxyCommand=x"),
+    ("ansible_user", "root -oProxyCommand=x"),
     ("fleet_undrain_command", "touch {pwned}"),
 ])
 def test_a_connection_variable_in_the_inventory_refuses_the_plan(tmp_path, variable, value):
