@@ -11,10 +11,10 @@ which is O(items^2) per task. This subclass changes only how the same data is co
   a read-only `StateView` of the task table (tasks, sequence, routes, status) that the workflow
   functions (task_status, succeeded, failed, task, ...) read. YAQL deep-converts every mapping
   in its data on each evaluation; a view object is passed through as is, so evaluating
-  `<% succeeded() %>` no longer costs O(tasks so far);
+  `<% succeeded() %>` does not cost O(tasks so far);
 - pure spec/graph queries (`is_split_task`, `get_prev_tasks`, `in_cycle`, ...) are memoized:
   orquesta recomputes them over the whole workflow on every transition (networkx
-  simple_cycles per task), which made a 1,000-task workflow take minutes.
+  simple_cycles per task), which makes a 1,000-task workflow take minutes.
 
 It also replaces `TaskStateMachine.add_context_to_task_item_event` (which deep-copies the item
 list and filters it five times per item event, O(items^2) per task) by `_item_event_name`: the

@@ -5,8 +5,8 @@ An inquiry (a task whose action uses the inquirer runner, e.g. core.ask) after w
 workflow can end: when it is the last task of a sub-workflow, the answer completes the
 sub-workflow while st2's inquiry service is still resuming its parent (services/inquiry.py
 respond resumes the parent first), and the parent can stay paused or resuming for good
-(StackStorm/st2 issue 4865 "Orquesta: Potential Race Condition in Nested Inquiries", open; for
-a timed out inquiry, StackStorm/orquesta issue 155). The rule checked is the simple one: every
+(StackStorm/st2#4865 "Orquesta: Potential Race Condition in Nested Inquiries", open; for
+a timed out inquiry, StackStorm/orquesta#155). The rule checked is the simple one: every
 inquiry task has a transition to a task (not only `noop` / `fail`) for succeeded() and one for
 failed(). A transition without `when`, or with `completed()`, counts for both; `not
 succeeded()` counts as failed() and `not failed()` as succeeded().
@@ -95,6 +95,6 @@ def _check_tasks(shown: str, tasks: Any, inquirers: Iterable[str]) -> List[Hazar
             found.append(Hazard(shown, str(name), (
                 f"the inquiry ({task['action']}) can end the workflow when it "
                 f"{' or '.join(missing)}: on StackStorm an inquiry that ends a sub-workflow"
-                " races its parent's resume (st2 issue 4865) and the parent can stay paused;"
+                " races its parent's resume (StackStorm/st2#4865) and the parent can stay paused;"
                 " add a transition to a task (`do:`) for succeeded() and for failed()")))
     return found

@@ -3,7 +3,7 @@
 `WarmPool.spawn(pack_path, cwd)` returns a `WarmProcess` (Popen-like: `pid`, `poll()`,
 `wait()`, `communicate(input, timeout)`, `returncode`) for one python-script execution, a
 child forked by the pack's zygote, or None when the pack runs cold (then the runner starts
-`python -m fleet_runtime.python_wrapper` as before). The child runs in its own session
+`python -m fleet_runtime.python_wrapper`, as st2 does). The child runs in its own session
 (`os.killpg(pid, SIGKILL)` kills it and its children), reads the spec on stdin, and its
 stdout/stderr are pipes of this process, as with Popen.
 

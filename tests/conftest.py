@@ -77,16 +77,12 @@ def _cpu_share(request: pytest.FixtureRequest) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list) -> None:
     # Run order by module name, whatever its directory (tests/pack, runtime, lab, e2e): the
-    # end-to-end modules then mix with the fast ones across the xdist workers instead of all
-    # starting at once beside the VM demo (collected first by directory, they loaded the two
-    # cores so much that the VMs' receivers dropped alike under every BIOS setting and the
-    # demo's verdicts changed in a CI run). Starting the VM group first instead was measured
-    # slower (fresh-clone CI 25m54s against 22m32s: the VM demo 1,269 s against 854 s, with the
-    # whole mix of other tests beside it for its whole run). Here the sim demo runs first and the
-    # VM demo after it on the same worker (a worker starts a test once it holds the next one):
-    # the VM demo from about 345 s. Ordering the sim demo among the first modules, apart from
-    # it, was tried at stop 52: the VM demo started at about 90 s but took 917 s instead of
-    # 758 (more end-to-end tests beside it), the run 20m15s against 19m24s: not kept
+    # end-to-end modules mix with the fast ones across the xdist workers instead of all
+    # starting at once beside the VM demo (all of them at once load two cores so much that the
+    # VMs' receivers drop alike under every BIOS setting and the demo's verdicts change). The
+    # VM group does not start first: the VM demo would then have the whole mix of other tests
+    # beside it for its whole run. The sim demo runs first and the VM demo after it on the same
+    # worker (a worker starts a test once it holds the next one).
     items.sort(key=lambda item: os.path.basename(str(item.fspath)))
     for item in items:
         name = os.path.basename(str(item.fspath))

@@ -28,7 +28,7 @@ class Faults:
     no_reset_evidence: bool = False
     warm_reset: bool = False  # a restart keeps PowerState On throughout (a warm reboot)
     no_sessions: bool = False  # no Links.Sessions / SessionService: HTTP basic auth only
-    # Field-reported firmware behaviour (issue 16), per vendor personality where it is reported:
+    # Field-reported firmware behaviour, per vendor personality where it is reported:
     # /Bios shows pending values as current before they apply (iDRAC: before the config job ran)
     pending_shown_early: bool = False
     # config jobs stay Scheduled through every reset: the settings never apply (iDRAC)

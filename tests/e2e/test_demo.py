@@ -76,7 +76,6 @@ def test_make_demo_end_to_end(tmp_path, backend):
     assert "FAIL" in second and "rolled_back" in second
     assert "ceiling" in second
     # FAILed by the comparison with the controls; the absolute ceiling is the second reason
-    # (the judge change of issue 15: before it, the ceiling alone decided, reason "ceiling")
     (reason, text), = re.findall(r"^  judge \[(\w+)\] (.*)$", second, re.M)
     assert reason in ("regression", "large_regression"), (reason, text)
     assert text.startswith("FAIL (lab-bad-"), text

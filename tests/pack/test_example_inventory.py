@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from fleet_rollout.config import load_pack_config
+from fleet_rollout.connection import check_hosts
+from fleet_rollout.errors import ConfigError
 from fleet_rollout.hostvars import lookup
 from fleet_rollout.inventory import FleetHost, load_fleet
 from fleet_rollout.plan import build_plan, controls_for_batch
@@ -33,6 +35,8 @@ PACK_CONFIG: Dict[str, Any] = {
                             "networks": ["203.0.113.0/24"]}},
     "bmc_networks": ["192.0.2.0/24", "203.0.113.0/24"],
     "inventory": EXAMPLE,
+    "drain_command": ["/usr/local/bin/lb-member", "disable", "{host}", "--wait"],
+    "undrain_command": ["/usr/local/bin/lb-member", "enable", "{host}"],
 }
 
 
@@ -65,14 +69,28 @@ def test_every_server_has_its_site_rack_model_and_bmc(tmp_path: Path) -> None:
         assert any(address in net for net in DOC_NETWORKS), host
 
 
-def test_the_pack_config_takes_every_bmc_of_the_example(tmp_path: Path) -> None:
-    """Each host's credential resolves and its BMC address is one the config allows."""
+def test_the_pack_config_takes_every_bmc_and_host_of_the_example(tmp_path: Path) -> None:
+    """Each host's credential resolves, its BMC address is one the config allows, and no
+    inventory variable sets what the pack config decides (what a plan checks)."""
     config = load_pack_config(dict(PACK_CONFIG, state_dir=str(tmp_path)), str(ROOT))
     everyone, _ = _fleet("all", str(tmp_path))
     for host in everyone:
         endpoint = config.endpoint(host)
         assert endpoint.address == host.bmc_address
         assert endpoint.username == "fleet-bmc"
+    names = [h.name for h in everyone]
+    check_hosts(EXAMPLE, lookup(EXAMPLE, names, str(tmp_path)).hosts, config.connection, names)
+
+
+def test_the_example_needs_the_pack_configs_drain_commands(tmp_path: Path) -> None:
+    """The cache servers drain by command: without the pack config's commands they are refused
+    at plan time, naming the host and the variable."""
+    raw = {k: v for k, v in PACK_CONFIG.items() if not k.endswith("drain_command")}
+    config = load_pack_config(dict(raw, state_dir=str(tmp_path)), str(ROOT))
+    with pytest.raises(ConfigError) as err:
+        check_hosts(EXAMPLE, lookup(EXAMPLE, ["cache-dc1-01"], str(tmp_path)).hosts,
+                    config.connection, ["cache-dc1-01"])
+    assert "cache-dc1-01" in str(err.value) and "fleet_drain_method" in str(err.value)
 
 
 def test_the_inventory_sets_no_connection_settings_but_the_address(tmp_path: Path) -> None:
@@ -86,9 +104,7 @@ def test_the_inventory_sets_no_connection_settings_but_the_address(tmp_path: Pat
         assert ansible == {"ansible_host"}, (name, ansible)
         assert ipaddress.ip_address(entry.vars["ansible_host"]) in DOC_NETWORKS[1]
         assert not {"bmc_username", "bmc_password"} & set(entry.vars)
-    cache = found.hosts["cache-dc1-01"].vars
-    assert cache["fleet_drain_method"] == "command"
-    assert cache["fleet_drain_command"] == "/usr/local/bin/lb-member disable cache-dc1-01 --wait"
+    assert found.hosts["cache-dc1-01"].vars["fleet_drain_method"] == "command"
     assert "fleet_drain_method" not in found.hosts["web-dc1-01"].vars
 
 

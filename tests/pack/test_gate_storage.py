@@ -65,7 +65,7 @@ def test_a_collection_stored_as_one_document_still_reads():
 
 
 def test_the_judge_input_names_each_hosts_site_and_hardware_model():
-    """The judge compares hosts within their site and model (issue 15): the input gate builds
+    """The judge compares hosts within their site and model: the input gate builds
     carries them from the plan, for canaries and controls alike."""
     store = MemoryStore()
     plan = {"batches": [{"index": 0, "hosts": ["web-1", "web-2"]}], "control": ["ctl-1"],

@@ -1,4 +1,4 @@
-"""Small batches (issue 15, fleet_rollout.judge.large_change): with fewer usable canaries than
+"""Small batches (fleet_rollout.judge.large_change): with fewer usable canaries than
 the comparison needs, a change of 5x or more either way is still decided; anything else stays
 INCONCLUSIVE."""
 from __future__ import annotations

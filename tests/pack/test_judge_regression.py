@@ -1,18 +1,10 @@
-"""The judge decides exactly as it did when the fixture was written.
+"""The judge decides exactly as the fixture records.
 
 tests/fixtures/judge_regression.json holds the verdicts, statistics and explanations the judge
-gave for 200 seeded inputs (1-3 canary batches, silent hosts, ties, missing data, ceilings,
-large lopsided batches). First written before the scale work (issue 14: the faster judge had to
-match it bit for bit); rewritten when issue 15 replaced the rank test by the weighted
-permutation test, an intended change of verdicts, and again when a regression the comparison
-shows became the first reason of a FAIL and a breached ceiling the second, and when tau^2
-and phi became Huber fits (4 of 200 verdicts changed), and when the test learned to count
-bursts (a new field, burst_size; no verdict changed: these inputs have no per-step drops, see
-test_judge_bursts.py), and when the residuals' clip moved from 2.5 to 3 sd and the default
-alpha from 0.025 to 0.03 (ci_level 0.94; no verdict changed), and when the weighted test's
-normal tail and quantile came from the standard library instead of scipy (a judgement no longer
-imports scipy: 0.5-1 s per action process; 184 of 200 results moved in their last bits, every
-float within 1e-9 relative of before, no verdict or text changed). Floats are compared exactly.
+gives for 200 seeded inputs (1-3 canary batches, silent hosts, ties, missing data, ceilings,
+large lopsided batches). Any change to the judge that moves a verdict, a statistic or a word
+of an explanation fails here; when the change is intended, the fixture is regenerated
+(tests/fixtures/judge_regression_gen.py) and the commit says why. Floats are compared exactly.
 """
 from __future__ import annotations
 

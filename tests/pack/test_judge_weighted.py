@@ -1,4 +1,4 @@
-"""The judge's weighted permutation test (fleet_rollout.judge.weighted, issue 15): strata by site
+"""The judge's weighted permutation test (fleet_rollout.judge.weighted): strata by site
 and hardware model, weights by what a host can tell, clipped incidents, its level under the null,
 and the input fields that feed it (site, model, per-step drops)."""
 from __future__ import annotations

@@ -18,20 +18,19 @@ FIXTURES = locations.FIXTURES / "probe"
 # Stated bound: over RUNS runs at a STABLE_BUDGET_MS budget whose matrix is sound (>= 3
 # repetitions, worst cell CV within STABLE_CV_LIMIT, buffer >= 2 x LLC; up to MAX_ATTEMPTS runs are
 # made to get them), the run-to-run coefficient of variation of the local latency median
-# (derived.local_ns) stays below the bound. Measured on the 2-vCPU dev VM: 0.4 % when idle,
-# 3-9 % while other jobs keep both vCPUs busy (load 4-13; see docs/probe.md). The runs are at
-# the session's own priority, as the QEMU guests' (a measurement in real time, like theirs), and
-# at 6 s: a fresh-clone CI run beside the VM demo's guests, at the default 3 s and 5 nice steps
-# below them, faulted in only 110-464 MiB of the 600 MiB (2 x the 300 MiB LLC this VM reports)
-# and had 2 sound runs in 14.
+# (derived.local_ns) stays below the bound: on a 2-vCPU VM a few percent while other jobs keep
+# both vCPUs busy, under 1 % when idle (docs/probe.md). The runs are at the session's own
+# priority, as the QEMU guests' (a measurement in real time, like theirs), and at 6 s: beside
+# the VM demo's guests, at the default 3 s and 5 nice steps below them, too few runs fault in
+# a buffer of 2 x the LLC to be sound.
 STABLE_BUDGET_MS = 6000
-# the worst cell's CV a run may show (the probe's --cv-limit; 0.2 by default): on some days this
-# VM's memory latency varies by 0.19-0.26 within a run even when the machine is idle (stop 52:
-# 13 of 16 runs over 0.2 beside one other test, their medians within 10 % of each other)
+# the worst cell's CV a run may show (the probe's --cv-limit; 0.2 by default): a VM's memory
+# latency can vary by more than 0.2 within a run even when the machine is idle, while the
+# medians of the runs stay close
 STABLE_CV_LIMIT = 0.3
 RUN_TO_RUN_CV_BOUND = 0.30  # a shared 2-vCPU VM; quiet machines show under 1%
 RUNS = 4
-MAX_ATTEMPTS = 16  # a loaded CI run rejected 7 of 10 (budget overruns, CV above the limit)
+MAX_ATTEMPTS = 16  # a loaded machine rejects many runs (budget overruns, CV above the limit)
 
 
 import probe_helpers as helpers  # noqa: E402

@@ -185,7 +185,7 @@ def test_password_and_tokens_never_in_logs_results_or_errors(fleet, caplog):
     assert "<REDACTED>" in joined
 
 
-# ---------------------------------------------------------------- auth and accounting (issue 17)
+# ---------------------------------------------------------------- auth and accounting
 def test_request_count_is_what_the_server_served(fleet):
     """Every request on the wire is counted: the service root, the session login and logout."""
     from fleet_rollout.redfish.operations import Timeouts, apply_bios

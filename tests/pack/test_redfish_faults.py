@@ -168,7 +168,7 @@ def test_simulator_rejects_what_real_bmcs_reject(fleet):
         assert "already committed" in str(err.value)
 
 
-# ---------------------------------------------------------------- reset evidence (issue 17)
+# ---------------------------------------------------------------- reset evidence
 def _staged_session(fleet, index):
     session = RedfishSession(endpoint(fleet, index))
     session.open()

@@ -1,4 +1,4 @@
-"""Field-reported BMC failure modes (issue 16): no false "applied", a clear per-host error, and
+"""Field-reported BMC failure modes: no false "applied", a clear per-host error, and
 a repeat run after the fix that writes nothing and resets nothing.
 
 Real HTTPS between the real Redfish client and the BMC simulator; each failure mode is a

@@ -1,5 +1,5 @@
-"""Settings a BMC takes and then does not apply, and changes it aborts (issue 16, the Ironic and
-Metal3 reports): never a false "applied", an error naming the setting and the cause, the host
+"""Settings a BMC takes and then does not apply, and changes it aborts (as Ironic and
+Metal3 users report): never a false "applied", an error naming the setting and the cause, the host
 restored by the restore the rollout runs, and a repeat after the fix that writes and resets
 nothing.
 

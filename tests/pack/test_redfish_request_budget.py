@@ -1,4 +1,4 @@
-"""Request budget per host (issue 14, fleet scale): one apply_bios (snapshot + stage + commit +
+"""Request budget per host (fleet scale): one apply_bios (snapshot + stage + commit +
 reset + verify) costs at most BUDGET HTTP requests at each simulated BMC personality, and so does
 a restore_bios with its reset.
 

@@ -1,4 +1,4 @@
-"""Approvals answered in a race (issue 16): many rollouts at once, answered at random moments,
+"""Approvals answered in a race: many rollouts at once, answered at random moments,
 in random order, some less than a second apart and some twice at the same moment; no workflow
 may be left paused or running, and every answer is recorded exactly once.
 
@@ -7,7 +7,7 @@ runtime's request table, the path the CLI and the st2 API take (each a client, n
 The workflow shapes are the rollout's (tests/fixtures/runtime_pack: race_rollout runs batches
 one after another, each batch a sub-workflow whose approval is a nested sub-workflow beside a
 parallel step; after the inquiry a task for succeeded() and one for failed(), as in the pack,
-since st2 can leave a parent paused when an inquiry ends a sub-workflow: st2 issue 4865,
+since st2 can leave a parent paused when an inquiry ends a sub-workflow: StackStorm/st2#4865,
 reported by `pack validate`), loaded by the real Orquesta spec and conductor. Seeded: the
 same seed gives the same choices (the thread timing varies).
 

@@ -247,7 +247,7 @@ def test_key_and_user_commands_open_no_runtime(tmp_path: Path) -> None:
     assert ran("api", "user", "bob", stdin="a-password\n") == "0 []"
     users = (tmp_path / "home" / "st2api-users").read_text()
     assert users.startswith("bob:$2") and "a-password" not in users
-    # the engine's commands open the runtime as before
+    # the engine's commands still open the runtime
     assert ran("execution", "list").split(" ", 1)[1] != "[]"
 
 

@@ -441,10 +441,9 @@ def test_post_message_to_transcript_and_loopback_webhook(
 
 
 def test_a_second_answer_before_the_first_is_written_is_refused(rt: Runtime) -> None:
-    """Two answers close together (issue 16): the engine writes an accepted answer with its
-    next batch, and until then the inquiry still reads pending. The second answer must be
-    refused, not told "accepted" and dropped (a randomized race of answers saw 33 accepted
-    for 22 inquiries)."""
+    """Two answers close together: the engine writes an accepted answer with its next batch,
+    and until then the inquiry still reads pending. The second answer must be refused, not
+    told "accepted" and dropped (tests/runtime/test_runtime_approval_race.py races many)."""
     ex = run(rt, "rt_test.ask_flow")
     inquiry = inquiry_of(rt, ex["id"])
     rt.respond(inquiry["id"], {"approved": True, "comment": "first"})

@@ -12,7 +12,7 @@ None is used to decide a rollout.
 * :func:`pooled_poisson_rate_ratio` - sum drops and packets of each group over the post window
   and test the rate ratio with the exact conditional (binomial) test. It treats every drop as
   an independent event of one common rate, so host heterogeneity and bursts make it cry wolf.
-* :func:`rank_test` - the judge before issue 15: one-sided Mann-Whitney U of the canaries' e
+* :func:`rank_test` - a plain rank test: one-sided Mann-Whitney U of the canaries' e
   against the controls' e, FAIL when p < alpha and the Hodges-Lehmann ratio is at least
   ``min_ratio``. Every host weighs alike (a silent host as much as a busy one) and a burst at
   one site counts as noise.

@@ -1,4 +1,4 @@
-"""Small batches: a large change decided with one or two canaries (issue 15).
+"""Small batches: a large change decided with one or two canaries.
 
 A batch with fewer usable canaries than ``min_canary_hosts`` cannot carry the permutation test
 (one canary among 5 controls is the largest by chance one time in six). A change of

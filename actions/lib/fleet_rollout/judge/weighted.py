@@ -10,7 +10,7 @@ under a real regression. So:
    per-step drops, the site's per-step profile (pooled over its hosts) shows it: the window's
    drops over what its quieter half of the steps would give. e is corrected by how much more
    that factor raised the post window than the pre window, before anything else, so a site
-   burst no longer needs the site as a stratum to be removed (with few controls per site it
+   burst does not need the site as a stratum to be removed (with few controls per site it
    often cannot be one). A burst lasting the whole window leaves no trace in the profile: the
    strata (1) remain for that.
 1. Strata. Hosts are compared within their site and hardware model where the input names them
