@@ -231,7 +231,7 @@ class Executions:
         """The execution after a pause, resume or cancel request, as st2 answers it: st2's
         request_pause (resume, cancel) writes pausing (resuming, canceling) before the API
         answers. The engine applies the request in its own loop, so the record read here may
-        not show it yet (a loaded CI run answered `running` to `st2 execution pause`): then the
+        not show it yet (on a loaded machine, `running` after `st2 execution pause`): then the
         status is the one the engine answered the request with."""
         record = self._record(before["id"])
         if record["status"] == before["status"] and isinstance(answer, dict) and \

@@ -100,9 +100,9 @@ def test_errbot_joins_and_answers_the_sre(tmp_path: Path, venv: Path,
         with IrcClient(irc.host, irc.port, "sre") as sre:
             assert BOT_NICK in sre.join(CHANNEL)
             # the first answer waits for the bot's plugins to settle (err-stackstorm failing
-            # its login): beyond 30 s on a loaded CI machine once. In another CI run a command
-            # said right after the bot joined got no answer at all in 90 s, so the SRE asks
-            # again, as a person would, every 20 s for up to 2 minutes
+            # its login), which can take over 30 s on a loaded machine, and a command said right
+            # after the bot joined can get no answer at all, so the SRE asks again, as a person
+            # would, every 20 s for up to 2 minutes
             assert _ask_until_answered(sre, "!echo canary 42", "canary 42", every=20.0,
                                        within=120.0)
             mark = sre.say(CHANNEL, "!status")

@@ -200,7 +200,7 @@ def test_request_count_is_what_the_server_served(fleet):
 
 def test_basic_auth_when_configured_sends_no_session_requests():
     # a BMC of its own: on the module's shared one, a request an earlier test gave up on (a
-    # slow-answer fault) can still be counted after the reset (seen in a CI run: 6 GETs for 5)
+    # slow-answer fault) can still be counted after the reset, one GET too many
     with bmc_fleet(["generic"]) as own:
         with RedfishSession(endpoint(own, 0, auth="basic")) as session:
             assert session.auth == "basic"
@@ -249,7 +249,7 @@ def test_recent_reuses_a_read_only_until_the_next_write(fleet):
     """session.recent: a document read since the session's last write is not read again (the
     BIOS state between snapshot and stage); any write, even a failed one, forgets it. Counted
     at the BMC: no retries and a long timeout, so a slow answer on a loaded machine (5 s is the
-    helpers' default) is not read twice (a CI run counted 4 GETs for 3)."""
+    helpers' default) is not read twice."""
     with RedfishSession(endpoint(fleet, 0, timeout=120.0, get_retries=0)) as session:
         ctx = discover(session)  # read the Bios resource
         reset_counters(fleet, 0)

@@ -142,7 +142,7 @@ def test_pause_resume_cancel_and_rerun(st2_api: St2Api) -> None:
 
 def test_execution_tail_follows_a_workflow_to_its_end(st2_api: St2Api) -> None:
     # long enough for the tail (a st2 CLI process) to attach before the first step ends, also
-    # on a loaded machine (a CI run with 4 workers and 6 TCG guests: 6 s was not enough once)
+    # on a loaded machine (pytest workers and TCG guests sharing two cores)
     wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=15"])
     tail = st2_api.st2(["execution", "tail", wf_id], timeout=90)
     out = tail.stdout

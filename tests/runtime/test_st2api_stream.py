@@ -69,9 +69,9 @@ def test_stream_carries_execution_events_with_secrets_masked(st2_api: St2Api) ->
 
 
 def test_stream_filters_events_and_ends_with_the_execution(st2_api: St2Api) -> None:
-    # steps of 5 s: the stream must be open before the execution ends (a loaded CI run took
-    # longer than the 2 s of 1 s steps to open it, and a stream opened after the end event
-    # waits for one that never comes, as st2's does)
+    # steps of 5 s: the stream must be open before the execution ends (on a loaded machine
+    # opening it can take seconds, and a stream opened after the end event waits for one that
+    # never comes, as st2's does)
     wf_id = st2_api.run_async(["st2api_test.slow_steps", "seconds=5"])
     listener = Listener(st2_api, f"?events=st2.execution__update&end_event=st2.execution__update"
                              f"&end_execution_id={wf_id}")

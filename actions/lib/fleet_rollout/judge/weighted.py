@@ -65,8 +65,8 @@ def normal_sf(z: float) -> float:
 
 MIN_STRATUM_CONTROLS = 5  # fewer: a stratum's centre is noisier than what it removes
 # Huber clip of standardised residuals in the statistic. 3 rather than 2.5: a real regression
-# moves a well-measured canary 2.5-3 sd, and clipping it there cost 0.5-1 point of power in every
-# harsh cell of bench-judge; the false alarms did not move (one host still cannot decide alone).
+# moves a well-measured canary 2.5-3 sd, and clipping it there costs power in every harsh cell
+# of bench-judge without lowering the false alarms (one host still cannot decide alone).
 CLIP = 3.0
 FIT_CAP = 2.5  # squared standardised residuals are capped at FIT_CAP^2 in the noise fit
 PERMUTATIONS = 4000
