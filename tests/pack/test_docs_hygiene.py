@@ -15,6 +15,7 @@ import locations
 import pytest
 import yaml
 
+from fleet_rollout.config import load_pack_config
 from fleet_runtime import aliases
 from fleet_runtime.packs import Registry
 
@@ -237,3 +238,13 @@ def test_every_chat_command_in_the_readme_matches_the_packs_alias() -> None:
         assert match["alias"].action_ref == f"fleet_rollout.{CHAT_ACTIONS[verb]}", command
         params = aliases.extract_parameters(match["representation"], text)
         assert params.get("rollout_id") or params.get("profile"), (command, params)
+
+
+def test_the_readmes_minimal_config_is_a_valid_pack_config() -> None:
+    text = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    config = yaml.safe_load(block)
+    schema = yaml.safe_load((ROOT / "config.schema.yaml").read_text())
+    assert set(config) <= set(schema), set(config) - set(schema)
+    loaded = load_pack_config(config, str(ROOT))
+    assert loaded.operators and loaded.approvers
