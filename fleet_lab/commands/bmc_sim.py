@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--backend", choices=["none", "sim"], default="none",
                         help="host backend told about every boot (sim: fake sysfs trees)")
     parser.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
-                        help="fault for every BMC, e.g. latency_ms=200 (see README)")
+                        help="fault for every BMC, e.g. latency_ms=200 (see docs/bmc-simulator.md)")
     parser.add_argument("--json", action="store_true", help="print the BMC list as JSON")
     parser.set_defaults(func=run)
 

@@ -295,7 +295,7 @@ def test_an_injected_canary_regression_trigger_halts_nothing(sim, cfg, tmp_path)
                                          ("invalid_accepted", "stage")])
 def test_a_bios_value_not_applied_fails_the_host_and_the_restore_brings_it_back(
         sim, cfg, tmp_path, fault, step):
-    """Issue 16's Ironic/Metal3 reports through the rollout's own steps: a value the BIOS
+    """Ironic/Metal3-style BIOS reports through the rollout's own steps: a value the BIOS
     ignored (found by the verify after the reboot) or refused inside a 200 answer (found by
     stage, before any reboot). The host is recorded failed with the setting named, nothing is
     reported applied, and the restore step brings back the snapshot's values, nothing pending,

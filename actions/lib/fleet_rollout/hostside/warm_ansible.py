@@ -1,15 +1,14 @@
 """A warm ansible-playbook: each run forked from a server that has imported Ansible once.
 
 Starting ansible-playbook costs the controller about a CPU-second before the first task
-(imports, config, plugins): at several runs per batch that was a third of a host change's
-controller CPU. Here the pack still starts "ansible-playbook" as always (playbook_process: the
-same arguments, callback plugin, events, timeout and cancel), but the program it starts is a
-small client (written under the warm dir) that hands its argv, environment,
-working directory and its stdin/stdout/stderr (SCM_RIGHTS) to a server over a Unix socket. The
-server has imported Ansible's CLI, executor and the plugins the pack's playbooks use; it forks
-one child per run, which takes the client's fds, environment and cwd and runs the real
-`ansible-playbook` code (PlaybookCLI) in a session of its own. The client exits with the
-child's status.
+(imports, config, plugins), several times per batch. Here the pack still starts
+"ansible-playbook" as always (playbook_process: the same arguments, callback plugin, events,
+timeout and cancel), but the program it starts is a small client (written under the warm dir)
+that hands its argv, environment, working directory and its stdin/stdout/stderr (SCM_RIGHTS) to
+a server over a Unix socket. The server has imported Ansible's CLI, executor and the plugins the
+pack's playbooks use; it forks one child per run, which takes the client's fds, environment and
+cwd and runs the real `ansible-playbook` code (PlaybookCLI) in a session of its own. The client
+exits with the child's status.
 
     <warm dir>/<key>.sock    the server of one key (0600, in a 0700 dir; peers of another uid
                              are refused)
@@ -534,8 +533,8 @@ class _Closed:
 def _uncopied_fresh_loads() -> None:
     """Ansible's DataLoader deep-copies what it returns from a file, so that a caller cannot
     change its file cache. A load with cache='none' (the run's inventory) is parsed for that
-    caller alone and never cached: its copy only cost the run 0.1 CPU-s per 20 hosts (its
-    tagged strings copy slowly). Such a load returns what it parsed."""
+    caller alone and never cached: its copy only costs the run CPU (its tagged strings copy
+    slowly). Such a load returns what it parsed."""
     from ansible.parsing.dataloader import DataLoader
 
     load = DataLoader.load_from_file
@@ -565,8 +564,8 @@ def _warm_plugins() -> None:
                            (loader.become_loader, ("sudo", "su")),
                            (loader.strategy_loader, ("free", "linear")),
                            (loader.action_loader, ("normal", "command", "script", "raw")),
-                           # by the name the playbooks use too: the full name's option
-                           # definitions (parsed from its documentation) were each worker's
+                           # by the name the playbooks use too: else the full name's option
+                           # definitions (parsed from its documentation) are each worker's
                            (loader.lookup_loader, ("file", "ansible.builtin.file")),
                            (loader.cache_loader, ("memory", "jsonfile")),
                            # Ansible's own only: the pack's fleet_events is loaded per run from
@@ -577,13 +576,12 @@ def _warm_plugins() -> None:
             plugins.get(name, class_only=True)
     # every run's executor loads all connection, shell and become plugins (their config
     # definitions come from each plugin's documentation, parsed as YAML): loaded here once, a
-    # run finds them known (0.24 CPU-s a run before)
+    # run finds them known
     for plugins in (loader.inventory_loader, loader.vars_loader, loader.connection_loader,
                     loader.shell_loader, loader.become_loader):
         list(plugins.all(class_only=True))
     # Jinja filters and tests: the first lookup in a process indexes Ansible's own plugin
     # files; done here, the task workers forked for every host and task inherit the index
-    # (25 ms a worker before)
     for jinja, name in ((loader.filter_loader, "quote"), (loader.test_loader, "failed")):
         jinja.get(name)
 

@@ -1,8 +1,8 @@
 """Compiled Jinja for warm ansible-playbook runs: each task's templates compiled once per run.
 
 Ansible forks a task worker per host and task, and every worker compiles the task's templates
-and conditionals again (lex, parse, generate Python, compile). In bench-host-change that was
-about 11 ms a string and 40% of the workers' CPU, for a dozen distinct strings. In a warm run
+and conditionals again (lex, parse, generate Python, compile): most of a worker's CPU, for a
+dozen distinct strings (bench-host-change measures it). In a warm run
 (warm_ansible) the run process compiles each task's strings once, when the strategy first
 queues the task, before it forks the task's workers; the workers inherit the compiled code.
 
@@ -11,8 +11,8 @@ that the code generation reads (the string, the template's name, the Ansible com
 backslash escaping, the environment's class and syntax settings, its finalize function, and the
 filter and test plugin directories known to the run). A worker still builds its own Template
 from the code, for its own environment, and renders it with its own variables; what misses the
-cache is compiled as before. Likewise the Jinja filters and tests, which every environment
-looked up in Ansible's plugin loader again on each use: one wrapped function per plugin type,
+cache is compiled as usual. Likewise the Jinja filters and tests, which every environment
+looks up in Ansible's plugin loader again on each use: one wrapped function per plugin type,
 name and plugin directories. Both start empty in every run (`begin_run`): nothing passes between
 runs, whose plugin directories can differ.
 
@@ -122,10 +122,10 @@ def _cached_expression(original: Callable) -> Callable:
 
 
 def _shared_plugins(original: Callable) -> Callable:
-    """Each Jinja environment (a worker makes several) looked its filters and tests up in
-    Ansible's plugin loader again, on every use (1.2 ms each; 5 a worker): one wrapped
-    function per plugin type, name and plugin directories, shared by the run's environments.
-    What is not found, or fails to load, is not kept and fails as before."""
+    """Each Jinja environment (a worker makes several) looks its filters and tests up in
+    Ansible's plugin loader again, on every use: one wrapped function per plugin type, name
+    and plugin directories, shared by the run's environments. What is not found, or fails to
+    load, is not kept and fails as Ansible's own lookup does."""
     def __getitem__(self: Any, key: str) -> Callable:
         own = self._wrapped_funcs.get(key)
         if own is not None:
@@ -173,7 +173,7 @@ def install() -> bool:
     StrategyBase._queue_task = _queue_task
     JinjaPluginIntercept.__getitem__ = _shared_plugins(JinjaPluginIntercept.__getitem__)
     # Ansible caches its Jinja lexer per syntax settings in the class; made here, before the
-    # forks, every worker has the default one (each made its own before: 6 ms a worker)
+    # forks, every worker has the default one instead of making its own
     _ = AnsibleEnvironment().lexer
     return True
 

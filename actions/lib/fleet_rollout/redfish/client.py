@@ -1,6 +1,6 @@
 """A safe client over DMTF's python-redfish-library for one BMC.
 
-The library's defaults are wrong for a fleet tool (README.md, "Redfish layer"): TLS unverified
+The library's defaults are wrong for a fleet tool (docs/redfish.md): TLS unverified
 unless a CA file is given, no timeout, POST/PATCH resent after timeouts (a Reset sent twice), no
 re-login on 401.
 This wrapper fixes all of them:
