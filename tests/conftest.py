@@ -60,7 +60,7 @@ def st2_api(tmp_path: Path) -> Iterator[St2Api]:
 # per worker that draws one of their tests, and at most one of them runs beside the VM demo
 # (CPU-bound TCG guests on two cores). The VM demo is not in their group: behind them on one
 # worker it would make the suite's critical path longer than the suite.
-VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py")
+VM_MODULES = ("test_hostside_vm.py", "test_lab_vm_boot.py", "test_lab_vm_grub.py")
 
 
 @pytest.fixture(scope="module", autouse=True)

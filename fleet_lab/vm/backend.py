@@ -4,10 +4,10 @@ State directory layout, per host (STATE/vms/HOST/):
   qemu.pid       {"pid", "start_ticks", "started"}: lets `cleanup_state_dir` stop a VM that a
                  crashed process left behind, and only that VM (checked against /proc)
   ports.json     {"ssh", "health", "udp"}: host ports, stable across power cycles
-  persist.img    the persistent disk (raw ext4), /persist in the guest
+  persist.img    the VM's disk (raw, msdos label, GRUB, one ext4 partition), /persist in the guest
   console.log    serial console, appended at every power-on (with a separator line)
   qemu.log       QEMU's own messages
-  boot.json      what the last power-on booted: settings, NUMA nodes, kernel command line
+  boot.json      what the last power-on booted: settings, NUMA nodes, firmware words
   ssh_host_ed25519_key{,.pub}  the VM's own SSH host key, made here and put on its disk
 and STATE/known_hosts: `[127.0.0.1]:<ssh port> <host key>` of every VM, what the lab's pack config
 (ssh_known_hosts), its inventory and `ssh_argv` verify the guests' sshd against.
@@ -32,7 +32,7 @@ from fleet_lab.hosts import BootConfig
 from fleet_lab.vm import persist
 from fleet_lab.vm.boot_gate import BootGate
 from fleet_lab.vm.image import Image, default_cache_dir, ensure_image
-from fleet_lab.vm.qemu import Ports, detect_accel, kernel_cmdline, layout, qemu_argv
+from fleet_lab.vm.qemu import Ports, detect_accel, firmware_words, layout, qemu_argv
 from fleet_rollout.errors import ConfigError, HostError
 
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -174,6 +174,7 @@ class VmBackend:
         self.accel = accel or detect_accel(self.cache_dir, self.image.kernel, progress)
         self.port_base = port_base
         self.rcvbuf = rcvbuf
+        self.progress = progress
         self._procs: Dict[str, subprocess.Popen] = {}
         self._lock = threading.RLock()
         # guests booting at once (default: the CPU count); the others wait, stopped
@@ -192,6 +193,12 @@ class VmBackend:
     @property
     def key_path(self) -> Path:
         return self.image.key
+
+    @property
+    def boot_files(self) -> persist.BootFiles:
+        """The image's kernel and initrd, for the VMs' /boot."""
+        return persist.BootFiles(self.image.kernel, self.image.initrd, self.image.kernel_release,
+                                 self.image.image_id)
 
     @property
     def known_hosts_path(self) -> Path:
@@ -297,22 +304,20 @@ class VmBackend:
             host_dir.mkdir(parents=True, exist_ok=True)
             ports = self.ports(host)
             disk = self.disk(host)
-            if not disk.exists():
-                persist.create_disk(disk)
+            persist.ensure_disk(disk, self.boot_files, self.progress)
             repaired = persist.check_disk(disk)
+            persist.refresh_boot(disk, self.boot_files)
             persist.install_host_key(disk, self.host_key(host))
             self.write_known_hosts()
-            extras = persist.cmdline_extras(disk)
-            cmdline = kernel_cmdline(config, extras, self.rcvbuf)
+            firmware = firmware_words(config, self.rcvbuf)
             console = self.console_log(host)
-            argv = qemu_argv(config, self.image.kernel, self.image.initrd, disk, console, ports,
-                             self.accel, cmdline)
+            argv = qemu_argv(config, disk, console, ports, self.accel, firmware)
             nodes, distances = layout(config)
             boot = {"host": host, "time": time.time(), "accel": self.accel,
                     "image": self.image.image_id, "snoop_mode": config.snoop_mode,
                     "node_interleaving": config.node_interleaving, "extra": config.extra,
                     "nodes": [asdict(n) for n in nodes], "distances": distances,
-                    "cmdline": cmdline, "ports": ports.as_dict()}
+                    "firmware": firmware, "ports": ports.as_dict()}
             (host_dir / "boot.json").write_text(json.dumps(boot, indent=2))
             with open(console, "a") as out:
                 out.write(f"\n{POWER_ON_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')} "

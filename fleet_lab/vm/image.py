@@ -28,13 +28,17 @@ from typing import Callable, Iterator, List, Optional
 from fleet_rollout.errors import ConfigError, HostError
 
 # Bump when the base recipe changes in a way the lists below do not show.
-BASE_RECIPE_VERSION = 1
+BASE_RECIPE_VERSION = 2
 # Bump when the overlay recipe (not the guest files: those are hashed) changes.
 OVERLAY_RECIPE_VERSION = 1
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ["python3", "openssh-server", "iproute2", "ethtool", "procps", "numactl", "kmod"]
+# grub2-common + grub-pc-bin: Debian's update-grub, grub-mkconfig and grub-probe, so that what
+# update-grub writes on the VM's disk is what GRUB boots (not grub-pc, whose postinst installs
+# GRUB onto a disk; the lab installs it when it makes the disk).
+PACKAGES = ["python3", "openssh-server", "iproute2", "ethtool", "procps", "numactl", "kmod",
+            "grub2-common", "grub-pc-bin"]
 KERNEL_PACKAGE = "linux-image-cloud-amd64"
 # Module files (relative to lib/modules/RELEASE/kernel, globs allowed) copied into the tree.
 MODULES = [
@@ -43,6 +47,8 @@ MODULES = [
     "drivers/net/net_failover.ko",
     "net/core/failover.ko",
     "drivers/block/virtio_blk.ko",
+    "drivers/firmware/qemu_fw_cfg.ko",
+    "fs/overlayfs/overlay.ko",
     "drivers/char/hw_random/virtio-rng.ko",
     "net/sched/*.ko",
     "net/ipv4/tcp_*.ko",
@@ -59,7 +65,6 @@ GUEST_FILES = {
     "fleet-supervise.py": ("usr/local/sbin/fleet-supervise.py", 0o755),
     "fleet-health.py": ("usr/local/sbin/fleet-health.py", 0o755),
     "fleet-udprecv.py": ("usr/local/sbin/fleet-udprecv.py", 0o755),
-    "update-grub": ("usr/sbin/update-grub", 0o755),
     "sshd-fleet-lab.conf": ("etc/ssh/sshd_config.d/fleet-lab.conf", 0o644),
 }
 KEY_NAME = "lab_key"

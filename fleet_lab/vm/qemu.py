@@ -19,20 +19,16 @@ from typing import Dict, List, Optional, Sequence
 
 from fleet_lab.hosts import BootConfig, NumaNode, cpu_ranges, numa_layout
 from fleet_lab.vm.drop_model import receive_rate, slowdown_active
-from fleet_rollout.errors import ConfigError, HostError
+from fleet_rollout.errors import ConfigError
 
 QEMU = "qemu-system-x86_64"
 GUEST_SSH, GUEST_HEALTH, GUEST_UDP = 22, 8080, 9999
 KVM_TEST_SECONDS = 20.0
-CMDLINE_MAX = 2047  # x86 COMMAND_LINE_SIZE - 1
 MIN_MEMORY_MB = 512  # the guest runs from RAM: about 135 MB of root tree plus the kernel
-# no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer check can fail and panic
-# ("IO-APIC + timer doesn't work!"), seen here with six guests booting on two cores.
-# panic=-1 and no -no-reboot: a guest that panics or resets boots again at once, with the same
-# settings, as a server does (a rare early-boot reset under TCG then costs seconds, not the host).
-# cryptomgr.notests: the kernel's boot-time crypto self-tests are skipped; in a CI run with a dozen
-# TCG guests on two cores one guest spun in them for over 300 s ("soft lockup ...
-# [cryptomgr_test]") and never came up. A lab guest needs no proof of its kernel's ciphers.
+# The BIOS settings the guest's services read (fleet.host, fleet.snoop, ...) reach it as firmware
+# data, as a server's BIOS settings do, not on its kernel command line (which is GRUB's, from the
+# disk): a QEMU fw_cfg file, /sys/firmware/qemu_fw_cfg/by_name/FW_CFG_NAME/raw in the guest.
+FW_CFG_NAME = "opt/org.fleet-lab/boot"
 # TCG runs all of a guest's vCPUs on one host thread, in turn (thread=single), not one thread
 # each (multi): the lab runs several guests on a host of few cores, where a guest's threads
 # mostly waited on each other (a vCPU spinning for another that the host had not scheduled).
@@ -40,13 +36,12 @@ MIN_MEMORY_MB = 512  # the guest runs from RAM: about 135 MB of root tree plus t
 # the demo's traffic 0.081 host cores against 0.090. A vCPU that spins with PAUSE (the guest
 # kernel's locks, the probe's core-to-core ping-pong) hands the thread to the next one at once.
 TCG_THREAD = "single"
-# No tsc=reliable: with several vCPUs under TCG the kernel finds the TSCs "unsynchronized" and
+# No tsc=reliable on the kernel command line (persist.BASE_CMDLINE has the words every guest
+# boots with): with several vCPUs under TCG the kernel finds the TSCs "unsynchronized" and
 # keeps time with the emulated HPET (0.11 host cores for an idle guest with the demo's traffic,
 # 0.093 with the TSC). Forced onto the TSC, a guest in a VM demo run had its clock run up to 11x
 # fast and jump (uptime 4,767 s five minutes after its boot): its counter windows covered a
 # fraction of their time. The kernel's own choice, with its clocksource watchdog, stands.
-BASE_CMDLINE = ["console=ttyS0", "quiet", "panic=-1", "no_timer_check", "cryptomgr.notests"]
-
 
 @dataclass(frozen=True)
 class Ports:
@@ -157,34 +152,23 @@ def numa_args(config: BootConfig) -> List[str]:
     return args
 
 
-def kernel_cmdline(config: BootConfig, extras: Sequence[str], rcvbuf: Optional[int] = None
-                   ) -> str:
-    """console + the persistent disk's GRUB extras + the fleet.* words the guest reads.
-
-    fleet.* words in the extras are dropped: only the BIOS settings (through the BMC) decide
-    them. Later words win in the guest, so ours go last.
-    """
+def firmware_words(config: BootConfig, rcvbuf: Optional[int] = None) -> str:
+    """The fleet.* words the guest's services read from the firmware: host name, the BIOS
+    settings and the receiver rate they give (the lab's drop model)."""
     rate = receive_rate(config.snoop_mode, config.node_interleaving, config.extra)
-    words = list(BASE_CMDLINE)
-    for word in extras:
-        if word.startswith("fleet.") or word in words:
-            continue
-        words.append(word)
-    words += [f"fleet.host={config.host}", f"fleet.snoop={config.snoop_mode}",
-              f"fleet.interleave={config.node_interleaving}", f"fleet.rate={rate}"]
+    words = [f"fleet.host={config.host}", f"fleet.snoop={config.snoop_mode}",
+             f"fleet.interleave={config.node_interleaving}", f"fleet.rate={rate}"]
     if slowdown_active(config.extra):
         words.append("fleet.slowdown=1")
     if rcvbuf:
         words.append(f"fleet.rcvbuf={int(rcvbuf)}")
-    line = " ".join(words)
-    if len(line) > CMDLINE_MAX:
-        raise HostError(f"kernel command line is {len(line)} characters (max {CMDLINE_MAX}); "
-                        "shorten GRUB_CMDLINE_LINUX in /etc/default/grub", host=config.host)
-    return line
+    return " ".join(words)
 
 
-def qemu_argv(config: BootConfig, kernel: Path, initrd: Path, disk: Path, console: Path,
-              ports: Ports, accel: str, cmdline: str) -> List[str]:
+def qemu_argv(config: BootConfig, disk: Path, console: Path, ports: Ports, accel: str,
+              firmware: str) -> List[str]:
+    """The guest boots from its disk (SeaBIOS -> GRUB in the MBR -> the kernel grub.cfg names),
+    with the BIOS settings as its NUMA topology and `firmware` as fw_cfg data."""
     nodes, _ = layout(config)
     memory = sum(node.memory_mb for node in nodes)
     if memory < MIN_MEMORY_MB:
@@ -204,11 +188,11 @@ def qemu_argv(config: BootConfig, kernel: Path, initrd: Path, disk: Path, consol
         "-smp", f"{cpus},sockets={config.sockets},cores={config.cores_per_socket},threads=1",
         "-m", f"{memory}M",
         *numa_args(config),
-        "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
+        "-fw_cfg", f"name={FW_CFG_NAME},string={firmware}",
         "-netdev", f"user,id=net0,restrict=on,{hostfwd}",
         "-device", "virtio-net-pci,netdev=net0",
         "-drive", f"if=none,id=persist,file={disk},format=raw,cache=writeback",
-        "-device", "virtio-blk-pci,drive=persist",
+        "-device", "virtio-blk-pci,drive=persist,bootindex=0",
         "-chardev", f"file,id=console,path={console},append=on",
         "-serial", "chardev:console",
     ]

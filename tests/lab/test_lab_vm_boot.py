@@ -23,6 +23,7 @@ import pytest
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.vm.backend import VmBackend, cleanup_state_dir, running_vms
+from fleet_lab.vm.qemu import FW_CFG_NAME
 from fleet_rollout.errors import HostError
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
@@ -131,8 +132,10 @@ def send_udp(port: int, pps: int, seconds: float) -> int:
 
 def test_interleaving_disabled_gives_one_node_per_socket(lab: VmBackend) -> None:
     assert numa_hardware(lab, "vm-home") == (2, [[10, 21], [21, 10]])
-    words = lab.ssh("vm-home", "cat /proc/cmdline").stdout.split()
-    # Home Snoop's rate (4000 packets/s), a quarter of it under the BIOS's receive slowdown
+    words = lab.ssh("vm-home", f"cat /sys/firmware/qemu_fw_cfg/by_name/{FW_CFG_NAME}/raw"
+                    ).stdout.split()
+    # Home Snoop's rate (4000 packets/s), a quarter of it under the BIOS's receive slowdown,
+    # in the firmware data the guest's services read
     assert {"fleet.snoop=home", "fleet.rate=1000", "fleet.slowdown=1"} <= set(words), words
 
 

@@ -1,7 +1,7 @@
-"""The VM lab's pure parts: drop model, GRUB stand-in parsing, kernel command line, QEMU argv.
+"""The VM lab's pure parts: drop model, GRUB defaults parsing, firmware words, QEMU argv.
 
-No VM boots here (see test_lab_vm_boot.py); the persistent-disk test uses the real mkfs.ext4 and
-debugfs on a small image file.
+No VM boots here (see test_lab_vm_boot.py and test_lab_vm_grub.py); the disk tests (in
+test_lab_vm_grub.py) use the real mkfs.ext4, debugfs and grub-mkimage.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from fleet_lab.hosts import boot_config
 from fleet_lab.vm import persist
 from fleet_lab.vm.backend import POWER_ON_MARK, SSHD_STARTED, VmBackend
 from fleet_lab.vm.drop_model import expected_drop_fraction, receive_rate
-from fleet_lab.vm.qemu import Ports, kernel_cmdline, numa_args, qemu_argv
-from fleet_rollout.errors import ConfigError, HostError
+from fleet_lab.vm.qemu import FW_CFG_NAME, Ports, firmware_words, numa_args, qemu_argv
+from fleet_rollout.errors import ConfigError
 
 
 def test_receive_rate_follows_snoop_mode_and_slowdown() -> None:
@@ -59,21 +59,14 @@ def test_grub_defaults_parse_like_sh() -> None:
         "mitigations=off"]
 
 
-def test_kernel_cmdline_puts_bios_settings_last_and_drops_forged_ones() -> None:
+def test_firmware_words_carry_the_bios_settings() -> None:
     config = boot_config("web-01", "early", "disabled", extra={"LabReceiveSlowdown": "Enabled"})
-    line = kernel_cmdline(config, ["quiet", "hugepages=8", "fleet.rate=99999"])
-    words = line.split()
-    assert words[:5] == ["console=ttyS0", "quiet", "panic=-1", "no_timer_check",
-                         "cryptomgr.notests"]
-    assert "hugepages=8" in words and "fleet.rate=99999" not in words
-    assert words[-5:] == ["fleet.host=web-01", "fleet.snoop=early", "fleet.interleave=disabled",
-                          "fleet.rate=750", "fleet.slowdown=1"]
-    with pytest.raises(HostError, match="web-01: kernel command line"):
-        kernel_cmdline(config, ["x" * 3000])
-    # the receiver's buffer: only when the lab asks for one, and a forged one is dropped
-    assert "fleet.rcvbuf" not in kernel_cmdline(config, ["fleet.rcvbuf=1"])
-    assert kernel_cmdline(config, ["fleet.rcvbuf=1"], rcvbuf=212992).split()[-1] == \
-        "fleet.rcvbuf=212992"
+    assert firmware_words(config).split() == [
+        "fleet.host=web-01", "fleet.snoop=early", "fleet.interleave=disabled", "fleet.rate=750",
+        "fleet.slowdown=1"]
+    # the receiver's buffer: only when the lab asks for one
+    assert "fleet.rcvbuf" not in firmware_words(config)
+    assert firmware_words(config, rcvbuf=212992).split()[-1] == "fleet.rcvbuf=212992"
 
 
 def _numa(args: list) -> list:
@@ -97,9 +90,13 @@ def test_numa_args_per_bios_setting() -> None:
 def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> None:
     config = boot_config("web-01", "home", "disabled", sockets=2, cores_per_socket=4,
                          memory_mb=1024)
-    argv = qemu_argv(config, tmp_path / "vmlinuz", tmp_path / "initrd", tmp_path / "disk",
-                     tmp_path / "console.log", Ports(2201, 8001, 9001), "tcg", "console=ttyS0")
+    argv = qemu_argv(config, tmp_path / "disk", tmp_path / "console.log",
+                     Ports(2201, 8001, 9001), "tcg", "fleet.host=web-01")
     joined = " ".join(argv)
+    # the guest boots from its disk (GRUB); the lab passes no kernel and no command line
+    assert not {"-kernel", "-initrd", "-append"} & set(argv)
+    assert "virtio-blk-pci,drive=persist,bootindex=0" in argv
+    assert argv[argv.index("-fw_cfg") + 1] == f"name={FW_CFG_NAME},string=fleet.host=web-01"
     assert "-smp 8,sockets=2,cores=4,threads=1" in joined
     assert "-m 1024M" in joined
     netdev = argv[argv.index("-netdev") + 1]
@@ -107,18 +104,8 @@ def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> No
                       "hostfwd=tcp:127.0.0.1:8001-:8080,hostfwd=udp:127.0.0.1:9001-:9999")
     assert "-accel tcg,thread=single" in joined and "-no-reboot" not in joined
     with pytest.raises(ConfigError, match="web-01: memory_mb 256"):
-        qemu_argv(boot_config("web-01", "home", "disabled", memory_mb=256), tmp_path / "k",
-                  tmp_path / "i", tmp_path / "d", tmp_path / "c", Ports(1, 2, 3), "tcg", "")
-
-
-def test_persistent_disk_round_trip(tmp_path: Path) -> None:
-    disk = tmp_path / "persist.img"
-    persist.create_disk(disk)
-    assert persist.check_disk(disk) == ""
-    assert persist.cmdline_extras(disk) == ["quiet"]
-    grub = persist.read_file(disk, "/etc/default/grub")
-    assert grub is not None and b'GRUB_CMDLINE_LINUX=""' in grub
-    assert persist.read_file(disk, "/etc/fleet/maintenance") is None
+        qemu_argv(boot_config("web-01", "home", "disabled", memory_mb=256), tmp_path / "d",
+                  tmp_path / "c", Ports(1, 2, 3), "tcg", "")
 
 
 class _SlowSshd(LoopbackListener):

@@ -1,9 +1,10 @@
 """fleet-lab guest UDP receiver: reads port 9999 at a limited rate.
 
-The rate (packets/s) comes from the kernel command line (fleet.rate=N, set by the VM backend from
-the BIOS settings in effect, see fleet_lab/vm/drop_model.py). The socket has a small receive buffer
-(fleet.rcvbuf=BYTES), so when packets arrive faster than the receiver reads them the guest kernel
-drops them and counts real drops: /proc/net/snmp Udp InErrors and RcvbufErrors.
+The rate (packets/s) comes from the firmware (fleet.rate=N in the fw_cfg file the VM backend sets
+from the BIOS settings in effect, see fleet_lab/vm/drop_model.py and qemu.py FW_CFG_NAME). The
+socket has a small receive buffer (fleet.rcvbuf=BYTES, from there too), so when packets arrive
+faster than the receiver reads them the guest kernel drops them and counts real drops:
+/proc/net/snmp Udp InErrors and RcvbufErrors.
 Counters go to /run/fleet/udp.json once a second.
 
 The rate is a rate over wall-clock time. A busy host stalls a TCG guest (or this process) now and
@@ -37,9 +38,13 @@ MAX_TICK, MIN_TICK, DATAGRAMS_PER_TICK = 0.1, 0.004, 40.0
 MAX_CATCH_UP = 2.0
 
 
-def cmdline_value(name, default):
+# The lab's BIOS settings as QEMU passes them (fw_cfg, qemu_fw_cfg module loaded by /init).
+FIRMWARE = "/sys/firmware/qemu_fw_cfg/by_name/opt/org.fleet-lab/boot/raw"
+
+
+def firmware_value(name, default):
     try:
-        with open("/proc/cmdline") as handle:
+        with open(FIRMWARE) as handle:
             words = handle.read().split()
     except OSError:
         return default
@@ -131,8 +136,8 @@ def main(argv=None):
     parser.add_argument("--rate", type=int, default=None)
     parser.add_argument("--rcvbuf", type=int, default=None)
     args = parser.parse_args(argv)
-    rate = max(1, args.rate or int(cmdline_value("fleet.rate", "4000")))
-    rcvbuf = args.rcvbuf or int(cmdline_value("fleet.rcvbuf", "32768"))
+    rate = max(1, args.rate or int(firmware_value("fleet.rate", "4000")))
+    rcvbuf = args.rcvbuf or int(firmware_value("fleet.rcvbuf", "32768"))
     os.makedirs(os.path.dirname(args.stats) or ".", exist_ok=True)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
