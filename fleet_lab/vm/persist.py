@@ -39,9 +39,10 @@ GRUB_PREFIX = "(hd0,msdos1)/boot/grub"
 # In core.img: read the BIOS disk, the msdos label and ext4; the rest loads from GRUB_PREFIX.
 GRUB_CORE_MODULES = ["biosdisk", "part_msdos", "ext2"]
 BOOT_STAMP = "/boot/fleet-lab-image"  # image_id of the kernel and initrd on the disk
-# Kernel command line words every lab guest boots with (GRUB_CMDLINE_LINUX_DEFAULT):
-#   console=ttyS0     the kernel's messages on the serial console (the VM's console.log)
-#   quiet             only errors there
+# Kernel command line words every lab guest boots with (in GRUB_CMDLINE_LINUX_DEFAULT, after
+# Debian's "quiet": only errors on the console):
+#   console=ttyS0     the kernel's messages on the serial console (the VM's console.log, where
+#                     the backend sees the guest's /init start sshd)
 #   panic=-1          a guest that panics reboots at once (no -no-reboot: a rare early-boot reset
 #                     under TCG costs seconds, not the host), with the same settings, as a server
 #   no_timer_check    under TCG on a loaded host the kernel's IO-APIC timer check can fail and
@@ -49,7 +50,7 @@ BOOT_STAMP = "/boot/fleet-lab-image"  # image_id of the kernel and initrd on the
 #   cryptomgr.notests the kernel's boot-time crypto self-tests are skipped: in a CI run with a
 #                     dozen TCG guests on two cores one guest spun in them for over 300 s ("soft
 #                     lockup ... [cryptomgr_test]"); a lab guest needs no proof of its ciphers
-BASE_CMDLINE = ["console=ttyS0", "quiet", "panic=-1", "no_timer_check", "cryptomgr.notests"]
+BASE_CMDLINE = ["console=ttyS0", "panic=-1", "no_timer_check", "cryptomgr.notests"]
 DEFAULT_GRUB = f"""\
 # fleet-lab: GRUB boots this server from its disk; run update-grub after a change here.
 GRUB_DEFAULT=0
@@ -60,7 +61,7 @@ GRUB_DISTRIBUTOR=Debian
 # console=ttyS0: kernel messages on the VM's console.log; panic=-1: a guest that panics reboots;
 # no_timer_check: the IO-APIC timer check can fail under TCG on a loaded host;
 # cryptomgr.notests: no boot-time crypto self-tests (one spun for minutes under TCG)
-GRUB_CMDLINE_LINUX_DEFAULT="{' '.join(BASE_CMDLINE)}"
+GRUB_CMDLINE_LINUX_DEFAULT="quiet {' '.join(BASE_CMDLINE)}"
 GRUB_CMDLINE_LINUX=""
 GRUB_TERMINAL=serial
 GRUB_SERIAL_COMMAND="serial --unit=0 --speed=115200"
@@ -132,16 +133,19 @@ def _place(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _seed(seed: Path, boot: BootFiles) -> None:
-    """The partition's first content: state directories, the GRUB defaults, /boot."""
+def _seed(seed: Path, boot: Optional[BootFiles]) -> None:
+    """The partition's first content: state directories, the GRUB defaults, /boot (GRUB's
+    modules; the kernel, initrd and grub.cfg when `boot` is given)."""
     for rel in ("etc/sysctl.d", "etc/default", "etc/fleet", "boot/grub/i386-pc"):
         (seed / rel).mkdir(parents=True)
     (seed / "etc/default/grub").write_text(DEFAULT_GRUB)
-    _place(boot.kernel, seed / f"boot/vmlinuz-{boot.release}")
-    _place(boot.initrd, seed / f"boot/initrd.img-{boot.release}")
     for module in sorted(GRUB_PC_DIR.iterdir()):
         if module.suffix in (".mod", ".lst"):
             shutil.copyfile(module, seed / "boot/grub/i386-pc" / module.name)
+    if boot is None:
+        return
+    _place(boot.kernel, seed / f"boot/vmlinuz-{boot.release}")
+    _place(boot.initrd, seed / f"boot/initrd.img-{boot.release}")
     (seed / "boot/grub/grub.cfg").write_text(grub_cfg(boot.release, [DEFAULT_GRUB]))
     (seed / BOOT_STAMP.lstrip("/")).write_text(boot.image_id + "\n")
 
@@ -170,8 +174,9 @@ def install_grub(disk: Path) -> None:
         handle.write(data)
 
 
-def create_disk(path: Path, boot: BootFiles, size_mb: int = DISK_MB) -> None:
-    """A fresh disk: msdos label, GRUB, an ext4 partition with /boot and the lab's defaults."""
+def create_disk(path: Path, boot: Optional[BootFiles] = None, size_mb: int = DISK_MB) -> None:
+    """A fresh disk: msdos label, GRUB, an ext4 partition with /boot and the lab's defaults.
+    Without `boot` it has no kernel yet (refresh_boot puts one there, with its grub.cfg)."""
     tmp = path.with_name(path.name + ".tmp")
     with tempfile.TemporaryDirectory(prefix="fleet-persist-", dir=path.parent) as work:
         seed = Path(work) / "seed"
@@ -457,3 +462,9 @@ def grub_defaults(disk: Path) -> List[str]:
         if name.startswith("grub.d/") and name.endswith(".cfg"):
             texts.append(files[name].decode(errors="replace"))
     return texts
+
+
+def cmdline_extras(disk: Path) -> List[str]:
+    """The words the disk's GRUB defaults add to the lab's own (BASE_CMDLINE): Debian's
+    "quiet" and whatever an operator or a rollout put there (VM off, disk checked)."""
+    return [w for w in cmdline_from_grub(grub_defaults(disk)) if w not in BASE_CMDLINE]

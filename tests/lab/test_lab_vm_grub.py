@@ -66,10 +66,11 @@ def test_disk_has_an_msdos_label_grub_in_the_mbr_gap_and_boot_on_its_partition(
     cfg = persist.read_file(disk, "/boot/grub/grub.cfg").decode()
     linux = [line.split() for line in cfg.splitlines() if line.startswith("linux ")]
     assert linux == [["linux", f"/boot/vmlinuz-{release}", "root=/dev/vda1", "ro",
-                      *persist.BASE_CMDLINE]]
+                      "quiet", *persist.BASE_CMDLINE]]
     assert f"initrd /boot/initrd.img-{release}" in cfg
     defaults = persist.grub_defaults(disk)
-    assert persist.cmdline_from_grub(defaults) == persist.BASE_CMDLINE
+    assert persist.cmdline_from_grub(defaults) == ["quiet", *persist.BASE_CMDLINE]
+    assert persist.cmdline_extras(disk) == ["quiet"]
     env = persist.parse_grub_defaults(defaults)
     assert env["GRUB_TIMEOUT"] == "0" and env["GRUB_TIMEOUT_STYLE"] == "hidden"
     assert env["GRUB_DISABLE_OS_PROBER"] == "true" and env["GRUB_DISABLE_RECOVERY"] == "true"
@@ -102,6 +103,17 @@ def test_a_new_image_refreshes_boot_and_a_new_release_gets_a_grub_cfg(tmp_path: 
     new_cfg = persist.read_file(disk, "/boot/grub/grub.cfg").decode()
     assert "linux /boot/vmlinuz-6.1.0-10-cloud-amd64 root=/dev/vda1 ro" in new_cfg
     assert persist.check_disk(disk) == ""
+
+
+def test_a_disk_made_without_a_kernel_gets_one_and_its_grub_cfg(tmp_path: Path) -> None:
+    disk = tmp_path / "persist.img"
+    persist.create_disk(disk)
+    assert persist.is_partitioned(disk) and persist.read_file(disk, "/boot/grub/grub.cfg") is None
+    boot = _boot_files(tmp_path, "6.1.0-9-cloud-amd64", "img1")
+    assert persist.refresh_boot(disk, boot) is True
+    assert persist.read_file(disk, "/boot/vmlinuz-6.1.0-9-cloud-amd64") == boot.kernel.read_bytes()
+    assert b"linux /boot/vmlinuz-6.1.0-9-cloud-amd64" in persist.read_file(disk,
+                                                                          "/boot/grub/grub.cfg")
 
 
 def test_a_disk_without_a_partition_table_is_made_again(tmp_path: Path) -> None:
