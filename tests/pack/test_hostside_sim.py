@@ -531,6 +531,7 @@ def test_ansible_never_sees_the_actions_st2_token(tmp_path, monkeypatch):
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"sim-001": {
         "fleet_sysroot": backend.sysroot("sim-001")}}}}))
     monkeypatch.setenv("ST2_ACTION_AUTH_TOKEN", "token-of-the-action-user")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-action-runner")
     monkeypatch.setenv("ST2_ACTION_API_URL", "http://127.0.0.1:9/api/v1")
     side = LabHostSide(str(inventory), forks=1, cache_dir=str(tmp_path / "cache"),
                        connection=Connection(allow_local=True, local_python=str(python)))
@@ -538,3 +539,4 @@ def test_ansible_never_sees_the_actions_st2_token(tmp_path, monkeypatch):
     recorded = seen.read_text()
     assert "PATH=" in recorded  # the shell ran, with an environment
     assert "ST2_" not in recorded and "token-of-the-action-user" not in recorded
+    assert "secret-of-the-action-runner" not in recorded  # a minimal environment

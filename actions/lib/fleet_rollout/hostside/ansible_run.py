@@ -139,11 +139,22 @@ def control_path_dir(known_hosts: Optional[str]) -> str:
     return os.path.join(os.path.expanduser("~"), ".ansible", "cp", f"kh-{digest}")
 
 
+# what Ansible and the commands it runs on this machine get of the action's environment: the
+# basics of a process, locale, proxies, the ssh agent, Ansible's and the pack's own settings
+ENV_KEPT = frozenset(("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+                      "TMPDIR", "TERM", "SSH_AUTH_SOCK", "VIRTUAL_ENV", "PYTHONPATH",
+                      "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                      "NO_PROXY"))
+ENV_KEPT_PREFIXES = ("LC_", "ANSIBLE_", "FLEET_ROLLOUT_")
+
+
 def inherited_env() -> Dict[str, str]:
-    """This process's environment without StackStorm's ST2_* variables: the API URL and the
-    token acting as the action's user stay out of Ansible and of anything it runs on this
-    machine."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ST2_")}
+    """The part of this process's environment Ansible gets: ENV_KEPT and ENV_KEPT_PREFIXES
+    only. StackStorm's ST2_* variables (the API URL, the token acting as the action's user)
+    and whatever else the action runner holds (cloud credentials, ...) stay out of Ansible and
+    of anything it runs on this machine (a drain command)."""
+    return {k: v for k, v in os.environ.items()
+            if k in ENV_KEPT or k.startswith(ENV_KEPT_PREFIXES)}
 
 
 def runner_env(known_hosts: Optional[str],
