@@ -4,7 +4,11 @@ The disk units (no VM) use the real mkfs.ext4, debugfs, e2fsck and grub-mkimage 
 The VM test boots one guest through SeaBIOS and GRUB, runs Debian's update-grub in it after a
 word was added to GRUB_CMDLINE_LINUX, powers it off and on (the lab's power path, what the BMC
 simulator calls) and finds the word in /proc/cmdline; then a grub.cfg put back behind
-update-grub's back boots without it.
+update-grub's back boots without it. The pack test runs the pack's host side (its playbooks and
+fleet_host.py over Ansible) on a one-VM lab with the lab's Redfish BMC, step by step as a rollout
+does: rollout A adds a kernel command line word and is verified, rollout B changes a sysctl and
+is rolled back (A's word stays), rollout C's boot configuration is reverted behind its back
+(verify fails, the host is restored).
 """
 from __future__ import annotations
 
@@ -180,3 +184,122 @@ def test_what_update_grub_writes_is_what_boots(grub_vm: VmBackend) -> None:
     assert MARKER not in _cmdline(lab, host)
     assert MARKER in lab.ssh(host, "cat /etc/default/grub").stdout
 
+
+# The pack's host side on a VM lab (its playbooks and fleet_host.py over Ansible and SSH, the
+# lab's Redfish BMC resetting the guest): what a rollout runs on a host, step by step.
+WORD_A = "skew_tick=1"  # rollout A's profile adds it
+WORD_C = "nosoftlockup"  # rollout C's, whose boot configuration is reverted behind its back
+SYSCTL_B = {"sysctl": {"net.core.rmem_max": 8388608}}  # rollout B's, rolled back
+
+
+@pytest.fixture(scope="module")
+def pack_vm(tmp_path_factory: pytest.TempPathFactory):
+    from fleet_lab import lab
+
+    state = str(tmp_path_factory.mktemp("vmgrubpack"))
+    inventory = f"{state}/inventory.yml"
+    manifest = lab.up(lab.LabConfig(hosts=1, backend="vm", vendors=["generic"],
+                                    rate_scale=0.15), state, inventory,
+                      progress=lambda _m: None, timeout=900)
+    yield state, inventory, manifest
+    lab.down(state, progress=lambda _m: None)
+
+
+def _side(state: str, inventory: str, rollout_id: str):
+    from hostside_support import lab_host_side
+
+    side = lab_host_side(state, inventory)
+    side.rollout_id = rollout_id
+    return side
+
+
+def _bmc_reboot(state: str, inventory: str, manifest: dict, interleave: str) -> None:
+    """A BIOS change through the lab's Redfish BMC: staged, then the reset that applies it (the
+    guest powers off and boots again through GRUB); returns once the pack's health check
+    answers from the new boot, as a rollout waits for it."""
+    import time
+
+    import yaml
+
+    from fleet_lab import lab
+    from fleet_rollout.redfish.client import BmcEndpoint
+    from fleet_rollout.redfish.operations import Timeouts, apply_bios
+
+    config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
+    host = manifest["hosts"][0]
+    endpoint = BmcEndpoint(host["name"], host["bmc_url"], "admin",
+                           config["credentials"]["lab"]["password"],
+                           ca_bundle=config["ca_bundle"])
+    side = _side(state, inventory, "")
+    boot_id = _host_ok(side.health([host["name"]]), host["name"])["boot_id"]
+    apply_bios(endpoint, {"node_interleaving": interleave},
+               Timeouts(graceful=60, force=60, boot=400, poll=1))
+    deadline = time.monotonic() + 400
+    while True:
+        health = side.health([host["name"]])[host["name"]]
+        if health.ok and health.result["boot_id"] != boot_id:
+            return
+        assert time.monotonic() < deadline, f"{host['name']} did not come back: {health}"
+        time.sleep(2)
+
+
+def _guest(state: str, host: str, command: str) -> str:
+    """A command's output in the lab's guest, over SSH with the lab key (a backend object of
+    this process's own: it starts no VM, the lab daemon runs them)."""
+    return VmBackend(Path(state), accel="tcg").ssh(host, command, timeout=120).stdout
+
+
+def _host_ok(result: dict, host: str):
+    entry = result[host]
+    assert entry.ok, entry
+    return entry.result
+
+
+@pytest.mark.vm
+@pytest.mark.timeout(1800)
+def test_pack_cmdline_changes_boot_through_grub_verify_and_restore(pack_vm) -> None:
+    state, inventory, manifest = pack_vm
+    host = manifest["hosts"][0]["name"]
+    settings_a = {"cmdline": {"add": [WORD_A]}}
+    # rollout A: the word goes into /etc/default/grub and update-grub runs; the BMC's reset
+    # boots it; the verify step finds it on /proc/cmdline
+    side_a = _side(state, inventory, "rollout-a")
+    _host_ok(side_a.kernel([host], "snapshot", settings_a), host)
+    _host_ok(side_a.kernel([host], "apply", settings_a), host)
+    _bmc_reboot(state, inventory, manifest, "enabled")
+    checked = _host_ok(side_a.kernel([host], "check", settings_a), host)
+    assert checked["in_effect"] is True and checked["missing"] == [], checked
+    assert WORD_A in _guest(state, host, "cat /proc/cmdline").split()
+
+    # rollout B changes a sysctl and is rolled back: A's word stays in the defaults and boots
+    side_b = _side(state, inventory, "rollout-b")
+    _host_ok(side_b.kernel([host], "snapshot", SYSCTL_B), host)
+    _host_ok(side_b.kernel([host], "apply", SYSCTL_B), host)
+    _bmc_reboot(state, inventory, manifest, "disabled")
+    restored = _host_ok(side_b.kernel([host], "restore"), host)
+    assert "sysctl net.core.rmem_max=212992" in restored["changed"], restored
+    assert WORD_A in _guest(state, host, "cat /proc/cmdline").split()
+    assert WORD_A in _guest(state, host, ". /etc/default/grub; echo $GRUB_CMDLINE_LINUX").split()
+    _bmc_reboot(state, inventory, manifest, "enabled")
+    assert WORD_A in _guest(state, host, "cat /proc/cmdline").split()
+
+    # rollout C: update-grub writes its word, then the boot configuration is put back behind
+    # the pack's back before the reset: the word does not boot, verify finds it missing, and
+    # the restore takes it out of the defaults again (A's word stays)
+    settings_c = {"cmdline": {"add": [WORD_C]}}
+    side_c = _side(state, inventory, "rollout-c")
+    _guest(state, host, "cp /boot/grub/grub.cfg /boot/grub/grub.cfg.before-c")
+    _host_ok(side_c.kernel([host], "snapshot", settings_c), host)
+    _host_ok(side_c.kernel([host], "apply", settings_c), host)
+    assert WORD_C in _guest(state, host, "cat /boot/grub/grub.cfg")
+    _guest(state, host, "cp /boot/grub/grub.cfg.before-c /boot/grub/grub.cfg")
+    _bmc_reboot(state, inventory, manifest, "disabled")
+    checked = _host_ok(side_c.kernel([host], "check", settings_c), host)
+    assert checked["in_effect"] is False, checked
+    assert any(WORD_C in line for line in checked["missing"]), checked
+    restored = _host_ok(side_c.kernel([host], "restore"), host)
+    assert any(WORD_C in line for line in restored["changed"]), restored
+    defaults = _guest(state, host, ". /etc/default/grub; echo $GRUB_CMDLINE_LINUX").split()
+    assert WORD_C not in defaults and WORD_A in defaults
+    cfg = _guest(state, host, "cat /boot/grub/grub.cfg")
+    assert WORD_C not in cfg and WORD_A in cfg
