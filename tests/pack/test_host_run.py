@@ -305,6 +305,15 @@ def test_a_verify_run_again_checks_the_kernel_itself(run: Any, fleet: Any) -> No
     assert "kernel check" in side.calls
 
 
+def test_verify_says_what_kernel_settings_it_found_in_effect(run: Any, fleet: Any) -> None:
+    host_run, side = run
+    _steps(host_run, HOST_STEPS[:7])
+    detail = host_run.load()["steps"]["verify"]["detail"]
+    assert detail["kernel"] == {"in_effect": True, "checked_with": "wait", "cmdline": [],
+                                "sysctl": [SYSCTL]}
+    assert "kernel check" not in side.calls
+
+
 @pytest.mark.parametrize("why", ["the wait's probe failed", "it ran on another boot",
                                  "kernel settings are re-applied first"])
 def test_verify_probes_itself_when_the_waits_probe_cannot_be_used(run: Any, fleet: Any,

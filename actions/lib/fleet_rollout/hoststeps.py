@@ -719,7 +719,7 @@ class HostRun:
                 raise RedfishError(f"BIOS read-back does not match the profile: wants "
                                    f"{check['targets']}", self.name)
             bios = check["targets"]
-        self._check_kernel_booted(state)
+        kernel = self._check_kernel_booted(state)
         if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
         doc = early
@@ -748,9 +748,12 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        return {"bios": bios, "probe": result.to_dict(),
-                "probe_with": "wait" if early is not None else "verify",
-                "bios_with": bios_with}
+        out = {"bios": bios, "probe": result.to_dict(),
+               "probe_with": "wait" if early is not None else "verify",
+               "bios_with": bios_with}
+        if kernel is not None:
+            out["kernel"] = kernel
+        return out
 
     def _kernel_settings(self) -> Optional[Dict[str, Any]]:
         """The profile's kernel settings the booted kernel must have (None: none)."""
@@ -758,27 +761,35 @@ class HostRun:
         settings = {k: kernel[k] for k in ("cmdline", "sysctl") if kernel.get(k)}
         return settings or None
 
-    def _check_kernel_booted(self, state: Dict[str, Any]) -> None:
+    def _check_kernel_booted(self, state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """The kernel the host booted has the profile's command-line words and sysctl values
         (a boot configuration written but not booted, or changed behind the pack's back,
         fails the host: it is then restored). The check the wait step ran with the OS's first
         answer is used when it ran on the boot the wait saw come up; else it runs here. Used
-        once either way: a verify run again checks again."""
+        once either way: a verify run again checks again. Returns what was checked, and where
+        (None: the profile has no kernel settings)."""
         settings = self._kernel_settings()
         early = state.pop(EARLY_KERNEL, None)
         if not settings:
-            return
+            return None
         wait = (state["steps"].get("wait") or {}).get("detail") or {}
+        checked_with = "wait"
         if isinstance(early, dict) and early.get("boot_id") and \
                 early.get("boot_id") == wait.get("boot_id"):
             checked = early["doc"]
         else:
+            checked_with = "verify"
             checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
                                     "kernel check")
         if not checked.get("in_effect", False):
             raise HostError("kernel settings not in effect after the reboot: " +
                             "; ".join(checked.get("missing") or ["the check said nothing"]),
                             self.name)
+        cmdline = settings.get("cmdline") or {}
+        return {"in_effect": True, "checked_with": checked_with,
+                "cmdline": sorted(cmdline.get("add") or []) +
+                sorted("-" + w for w in cmdline.get("remove") or []),
+                "sysctl": sorted(settings.get("sysctl") or {})}
 
     @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
