@@ -95,7 +95,12 @@ def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> No
     joined = " ".join(argv)
     # the guest boots from its disk (GRUB); the lab passes no kernel and no command line
     assert not {"-kernel", "-initrd", "-append"} & set(argv)
-    assert "virtio-blk-pci,drive=persist,bootindex=0" in argv
+    # the guest's kernel writes through virtio-blk; GRUB reads an AHCI port of the same disk
+    # (its writes discarded), the one the firmware boots
+    assert "virtio-blk-pci,drive=persist" in argv
+    assert "ide-hd,drive=bootport,bus=ahci.0,bootindex=0" in argv
+    assert (f"if=none,id=bootport,file={tmp_path / 'disk'},format=raw,snapshot=on,"
+            "file.locking=off") in argv
     assert argv[argv.index("-fw_cfg") + 1] == f"name={FW_CFG_NAME},string=fleet.host=web-01"
     assert "-smp 8,sockets=2,cores=4,threads=1" in joined
     assert "-m 1024M" in joined
