@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import yaml
 
@@ -94,6 +94,40 @@ def vm_reset(hosts: int) -> Dict[str, Any]:
             "ansible_seconds_per_task": round(per_task, 2)}
 
 
+def lab_figures(out: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
+    """The figures of a run for bench/RESULTS.md (results.py)."""
+    figures: List[Tuple[str, Any, str]] = []
+    vm = out.get("vm")
+    if vm:
+        figures += [(f"VM lab: {vm['vms']} VMs up (lab up, BMCs included)", vm["up_seconds"],
+                     "s"),
+                    ("VM: one Redfish reset until the guest's SSH answers",
+                     vm["redfish_reset_to_ssh_seconds"], "s"),
+                    ("VM: Ansible, one task on one VM", vm["ansible_seconds_per_task"], "s")]
+    boot = out.get("vm_boot") or {}
+    for row in boot.get("bring_up") or []:
+        figures += [(f"VM boot, {row['vms']} at once: first up (GRUB boot, until SSH)",
+                     row["first_up_s"], "s"),
+                    (f"VM boot, {row['vms']} at once: firmware and GRUB before the kernel",
+                     row["first_before_kernel_s"], "s"),
+                    (f"VM boot, {row['vms']} at once: all up", row["all_up_s"], "s")]
+    cycle = boot.get("power_cycle") or {}
+    if cycle:
+        figures.append(("VM power off + on until SSH answers", cycle["off_on_until_ssh_s"], "s"))
+    cost = boot.get("guest_cpu") or {}
+    if cost:
+        figures += [("VM: one guest's QEMU CPU, boot until SSH", cost["boot_cpu_s"], "CPU-s"),
+                    ("VM: one idle guest", cost["idle_cores"], "cores")]
+    if boot.get("image"):
+        figures.append(("VM guest initrd", boot["image"]["initrd_mb"], "MB"))
+    sim = out["sim"]
+    figures += [(f"sim lab: {sim['hosts']} hosts up", sim["up_seconds"], "s"),
+                (f"sim lab: {sim['hosts']} hosts, daemon RSS", sim["daemon_rss_mb"], "MB"),
+                (f"sim lab: Ansible health on {sim['ansible_health_hosts']} hosts",
+                 sim["ansible_health_seconds"], "s")]
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sim-hosts", type=int, default=2000)
@@ -111,6 +145,9 @@ def main() -> int:
         except ValueError:
             out["vm_boot"] = {"error": proc.stderr[-500:]}
     out["sim"] = sim_scale(args.sim_hosts)
+    import results as bench_results
+
+    bench_results.record("bench-lab", lab_figures(out))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

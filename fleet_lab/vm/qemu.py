@@ -206,7 +206,9 @@ def qemu_argv(config: BootConfig, disk: Path, console: Path, ports: Ports, accel
         *numa_args(config),
         "-fw_cfg", f"name={FW_CFG_NAME},string={firmware}",
         "-netdev", f"user,id=net0,restrict=on,{hostfwd}",
-        "-device", "virtio-net-pci,netdev=net0",
+        # romfile=: no network-boot option ROM (iPXE), which the firmware would load and run at
+        # every power-on under TCG; the guest boots from its disk
+        "-device", "virtio-net-pci,netdev=net0,romfile=",
         "-drive", f"if=none,id=persist,file={disk},format=raw,cache=writeback",
         "-device", "virtio-blk-pci,drive=persist",
         *boot_port_args(disk),
