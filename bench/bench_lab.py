@@ -20,7 +20,6 @@ from typing import Any, Dict, List, Tuple
 import yaml
 
 from fleet_lab import lab
-from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.redfish.client import BmcEndpoint, RedfishSession
 from fleet_rollout.redfish.discovery import discover
 from fleet_rollout.redfish.power import reset
@@ -44,7 +43,8 @@ def sim_scale(hosts: int) -> Dict[str, Any]:
         up = time.monotonic() - started
         pid = lab.daemon_pid(state)
         rss = _rss_mb(pid) if pid else None
-        side = HostSide(inventory, forks=20)
+        side = lab.host_side(state, inventory)
+        side.forks = 20
         sample = [f"lab-{i + 1:03d}" for i in range(min(hosts, 50))]
         t0 = time.monotonic()
         results = side.health(sample)
@@ -66,7 +66,7 @@ def vm_reset(hosts: int) -> Dict[str, Any]:
         try:
             config = yaml.safe_load(open(lab.paths(state)["pack_config"]))
             host = manifest["hosts"][0]
-            side = HostSide(inventory)
+            side = lab.host_side(state, inventory)
             t0 = time.monotonic()
             side.health([host["name"]])
             per_task = time.monotonic() - t0

@@ -40,14 +40,8 @@ def lab_host_side(state: str, inventory: str) -> HostSide:
     """The hosts of a lab's inventory as the lab's pack config says to reach them (cold
     Ansible starts: no warm server outlives the test)."""
     from fleet_lab import lab
-    from fleet_rollout import service
-    from fleet_rollout.config import load_pack_config
 
-    with open(lab.paths(state)["pack_config"]) as handle:
-        config = load_pack_config(yaml.safe_load(handle))
-    side = service.host_side(config, inventory)
-    side.warm_dir = None
-    return side
+    return lab.host_side(state, inventory)
 
 
 def run_local(*args: Any, **kwargs: Any) -> Any:
