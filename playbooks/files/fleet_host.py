@@ -163,9 +163,9 @@ def cmd_health(args):
 
 def then_kernel(args):
     """`health --then kernel-snapshot|kernel-restore|kernel-check`: that kernel action right
-    after the health read, in the same process (one Ansible task instead of two). Its outcome is reported
-    as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed health read:
-    the caller decides. Returns (outcome, whether it changed anything)."""
+    after the health read, in the same process (one Ansible task instead of two). Its outcome
+    is reported as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed
+    health read: the caller decides. Returns (outcome, whether it changed anything)."""
     return then_run(args.then, args)
 
 
