@@ -7,7 +7,7 @@ import importlib.util
 import os
 import signal
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Tuple
 
 import yaml
 from process_support import command_lines, gone
@@ -34,6 +34,21 @@ class LabHostSide(HostSide):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("connection", LOCAL)
         super().__init__(*args, **kwargs)
+
+
+def vm_lab_up(state: str, hosts: int) -> Iterator[Tuple[str, str, Any]]:
+    """A VM lab of `hosts` generic VMs under `state` (a fixture's generator): (state,
+    inventory, manifest); the lab is brought down at the end."""
+    from fleet_lab import lab
+
+    inventory = f"{state}/inventory.yml"
+    manifest = lab.up(lab.LabConfig(hosts=hosts, backend="vm", vendors=["generic"],
+                                    rate_scale=0.15), state, inventory,
+                      progress=lambda _m: None, timeout=900)
+    try:
+        yield state, inventory, manifest
+    finally:
+        lab.down(state, progress=lambda _m: None)
 
 
 def lab_host_side(state: str, inventory: str) -> HostSide:

@@ -201,24 +201,9 @@ def create_disk(path: Path, boot: Optional[BootFiles] = None, size_mb: int = DIS
             handle.write(partition_entry(PART_START, part_mb * (1 << 20) // SECTOR))
             handle.seek(510)
             handle.write(b"\x55\xaa")
-        _splice(part, tmp, PART_OFFSET)
+        _write_back(part, tmp, PART_OFFSET)  # into holes: all-zero blocks stay holes
     install_grub(tmp)
     tmp.rename(path)
-
-
-def _splice(source: Path, target: Path, offset: int, block: int = 1 << 20) -> None:
-    """Copy source into target at offset, leaving all-zero blocks as holes (sparse)."""
-    zero = bytes(block)
-    with open(source, "rb") as src, open(target, "r+b") as dst:
-        position = offset
-        while True:
-            data = src.read(block)
-            if not data:
-                break
-            if data != zero[:len(data)]:
-                dst.seek(position)
-                dst.write(data)
-            position += len(data)
 
 
 def ensure_disk(path: Path, boot: BootFiles, progress: Optional[Progress] = None) -> None:
@@ -295,7 +280,8 @@ def _e2fsck(target: str) -> tuple:
 
 
 def _write_back(source: Path, disk: Path, offset: int, block: int = 1 << 20) -> None:
-    """Write the blocks of source that differ from the disk's at offset."""
+    """Write the blocks of source that differ from the disk's at offset (a sparse disk's
+    holes read as zeros: all-zero blocks of source are not written there)."""
     with open(source, "rb") as src, open(disk, "r+b") as dst:
         position = offset
         while True:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import yaml
-from hostside_support import lab_host_side
+from hostside_support import lab_host_side, vm_lab_up
 
 from fleet_lab import lab
 from fleet_rollout.redfish.client import BmcEndpoint
@@ -15,13 +15,7 @@ from fleet_rollout.redfish.operations import Timeouts, apply_bios
 
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory):
-    state = str(tmp_path_factory.mktemp("vmlab"))
-    inventory = f"{state}/inventory.yml"
-    manifest = lab.up(lab.LabConfig(hosts=2, backend="vm", vendors=["generic"],
-                                    rate_scale=0.15), state, inventory,
-                      progress=lambda _m: None, timeout=900)
-    yield state, inventory, manifest
-    lab.down(state, progress=lambda _m: None)
+    yield from vm_lab_up(str(tmp_path_factory.mktemp("vmlab")), 2)
 
 
 def _udp(side, host):

@@ -194,15 +194,9 @@ SYSCTL_B = {"sysctl": {"net.core.rmem_max": 8388608}}  # rollout B's, rolled bac
 
 @pytest.fixture(scope="module")
 def pack_vm(tmp_path_factory: pytest.TempPathFactory):
-    from fleet_lab import lab
+    from hostside_support import vm_lab_up
 
-    state = str(tmp_path_factory.mktemp("vmgrubpack"))
-    inventory = f"{state}/inventory.yml"
-    manifest = lab.up(lab.LabConfig(hosts=1, backend="vm", vendors=["generic"],
-                                    rate_scale=0.15), state, inventory,
-                      progress=lambda _m: None, timeout=900)
-    yield state, inventory, manifest
-    lab.down(state, progress=lambda _m: None)
+    yield from vm_lab_up(str(tmp_path_factory.mktemp("vmgrubpack")), 1)
 
 
 def _side(state: str, inventory: str, rollout_id: str):
