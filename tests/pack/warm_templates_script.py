@@ -27,8 +27,8 @@ VARIABLES = {
     "fleet_collector_script": str(Path(PACK_DIR) / "playbooks" / "files" / "fleet_host.py"),
     "fleet_probe_binary": "/opt/probe dir/probe", "fleet_sysroot": "/srv/sys root",
     "fleet_kernel_action": "snapshot", "fleet_kernel_settings": {"sysctl": {"a.b": "1 2"}},
-    "fleet_drain_method": "flag", "fleet_drain_command": "lb drain {{ inventory_hostname }}",
-    "fleet_undrain_command": "lb undrain", "inventory_hostname": "lab-001",
+    "fleet_drain_method": "flag", "fleet_drain_argv": ["lb", "drain", "{host}"],
+    "fleet_undrain_argv": ["lb", "undrain", "{host}"], "inventory_hostname": "lab-001",
 }
 
 
