@@ -236,10 +236,10 @@ def verdicts(watch: Watch, rollout_id: str) -> None:
     prefix = f"fleet_rollout.{rollout_id}.batch."
     found = []
     for item in watch.kv.list(prefix):
-        index = item["name"][len(prefix):]
-        if not index.isdigit():
-            continue  # the batch's counters and other parts
-        verdict = (json.loads(item["value"] or "{}") or {}).get("verdict")
+        index, _, field = item["name"][len(prefix):].partition(".state.")
+        if not index.isdigit() or field != "verdict":
+            continue  # the batch's counters and its other fields
+        verdict = json.loads(item["value"] or "{}") or {}
         if isinstance(verdict, dict):
             found.append((int(index), verdict))
     for _index, verdict in sorted(found, key=lambda item: item[0]):
@@ -274,16 +274,16 @@ def rollout_bad(watch: Watch, targets: str) -> Tuple[str, bool]:
     return bad_id, result.get("status") == "rolled_back"
 
 
-def summary(rollout_ids: List[str]) -> None:
+def summary(watch: Watch, rollout_ids: List[str]) -> None:
     say("after both rollouts")
     print(cli("lab", "status", "--state-dir", STATE).stdout)
     for rollout_id in rollout_ids:
-        path = os.path.join(STATE, "rollouts", rollout_id, "report.html")
-        print(f"  report: {path}")
-        audit = os.path.join(os.path.dirname(path), "audit.jsonl")
-        if os.path.exists(audit):
-            with open(audit) as handle:
-                print(f"  audit:  {audit} ({sum(1 for _ in handle)} entries)")
+        path = os.path.join(STATE, "rollouts", "reports", f"{rollout_id}.html")
+        print(f"  report: {path} (any runner: st2 run fleet_rollout.report "
+              f"rollout_id={rollout_id})")
+        entries = watch.kv.list(f"fleet_rollout.{rollout_id}.audit.")
+        print(f"  audit:  {len(entries)} entries (datastore keys fleet_rollout.{rollout_id}"
+              ".audit.*)")
     print(f"  runtime: FLEET_ROLLOUT_HOME={HOME} .venv/bin/fleet-rollout execution list")
     print(f"  st2 CLI: ST2_CONFIG_FILE={os.path.join(STATE, 'st2', SRE + '.conf')} "
           f"{stack.ST2_CLI} execution list")
@@ -350,7 +350,7 @@ def main() -> int:
         watch = Watch(channel)
         good = rollout_good(watch, targets)
         bad, ok = rollout_bad(watch, targets)
-        summary([good, bad])
+        summary(watch, [good, bad])
         print(f"\n  demo took {time.monotonic() - started:.0f} s")
         return 0 if ok else 1
     finally:

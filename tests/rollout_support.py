@@ -243,7 +243,24 @@ class SimLab:
         keys of a rollout that has ended."""
         prefix = f"fleet_rollout.{rollout_id}."
         items = self._key_items(prefix, strict=True)
-        return {i["name"][len(prefix):]: _decoded(i["value"]) for i in items}
+        out = {i["name"][len(prefix):]: _decoded(i["value"]) for i in items}
+        out.update(assembled(rollout_id, {i["name"]: i["value"] for i in items}))
+        return out
+
+    def snapshot(self, rollout_id: str) -> Any:
+        """The rollout's state as the datastore holds it now (a RolloutState on a copy)."""
+        from fleet_rollout.store import MemoryStore, RolloutState
+
+        items = self._key_items(f"fleet_rollout.{rollout_id}.", strict=True)
+        store = MemoryStore()
+        store.data = {i["name"]: i["value"] for i in items}
+        return RolloutState(store, rollout_id)
+
+    def audit(self, rollout_id: str) -> List[Dict[str, Any]]:
+        """The rollout's audit trail, in time order (audit.py)."""
+        from fleet_rollout.audit import Audit
+
+        return Audit(self.snapshot(rollout_id).store, rollout_id).entries()
 
     def _key_items(self, prefix: str, strict: bool = False) -> List[Dict[str, Any]]:
         """`key list --prefix PREFIX --json`: the items ([] for none); strict: the command must
@@ -256,11 +273,31 @@ class SimLab:
     def kv(self, rollout_id: str, key: str) -> Any:
         if key == "plan":  # stored split (store.split_plan): assembled
             return self.plan(rollout_id)
+        if key == "meta" or key.startswith("batch."):  # a key a field (store.RolloutState)
+            state = self.snapshot(rollout_id)
+            return state.meta() if key == "meta" else state.batch(int(key.split(".")[1]))
         out = self.cli("key", "get", f"fleet_rollout.{rollout_id}.{key}", "--json")
         if out.returncode != 0:
             return None
         doc = json.loads(out.stdout)
         return _decoded(doc.get("value") if isinstance(doc, dict) else doc)
+
+
+def assembled(rollout_id: str, items: Dict[str, str]) -> Dict[str, Any]:
+    """The rollout's documents kept a key a field (store.RolloutState: meta, batch.<n>) from
+    datastore `items` (name -> value), by the name after `fleet_rollout.<id>.`."""
+    from fleet_rollout.store import MemoryStore, RolloutState
+
+    store = MemoryStore()
+    store.data = dict(items)
+    state = RolloutState(store, rollout_id)
+    prefix = f"fleet_rollout.{rollout_id}.batch."
+    batches = {name[len(prefix):].split(".")[0] for name in items if name.startswith(prefix)}
+    out: Dict[str, Any] = {"meta": state.meta()}
+    for index in batches:
+        if index.isdigit():
+            out[f"batch.{index}"] = state.batch(int(index))
+    return out
 
 
 def _decoded(value: Any) -> Any:

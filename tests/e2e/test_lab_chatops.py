@@ -391,6 +391,13 @@ class ChatLab:
         for the canary batch's approval and has short canary windows."""
         return "lab-home-snoop"
 
+    def key_values(self, prefix: str) -> List[str]:
+        """The values of every key under `prefix`, in key order."""
+        out = self.cli("key", "list", "--prefix", prefix, "--json")
+        assert out.returncode == 0, out.stderr[-2000:]
+        items = json.loads(out.stdout) if out.stdout.strip() else []
+        return [i["value"] for i in sorted(items, key=lambda i: i["name"])]
+
     def key(self, name: str) -> Any:
         out = self.cli("key", "get", name, "--json")
         if out.returncode != 0:
@@ -486,8 +493,7 @@ def test_approval_answered_in_irc_only_by_an_approver(chat_lab: ChatLab) -> None
         assert OTHER in refused.plain and "not an approver" in refused.plain, refused.plain
         time.sleep(2)
         assert [q["id"] for q in chat_lab.pending()] == [inquiry_id]
-        assert (chat_lab.key(f"fleet_rollout.{rollout_id}.batch.0") or {}).get(
-            "approval") in (None, {})
+        assert chat_lab.key(f"fleet_rollout.{rollout_id}.batch.0.state.approval") in (None, {})
 
         # the approver: accepted, recorded as that nick, the batch goes on
         mark = alice.say(CHANNEL, f"!st2 rollout approve {rollout_id}")
@@ -497,10 +503,10 @@ def test_approval_answered_in_irc_only_by_an_approver(chat_lab: ChatLab) -> None
         # (lab-home-snoop's canary batch is 3 of the 4 hosts, the 4th its only control: the
         # judge says INCONCLUSIVE and asks a human)
         _bot_line(alice, info, r"\(inquiry (?!" + inquiry_id + r")\w+\)", mark, timeout=300)
-        approval = chat_lab.key(f"fleet_rollout.{rollout_id}.batch.0")["approval"]
+        approval = chat_lab.key(f"fleet_rollout.{rollout_id}.batch.0.state.approval")
         assert (approval["by"], approval["approved"]) == (APPROVER, True), approval
-        audit = chat_lab.state / "rollouts" / rollout_id / "audit.jsonl"
-        entries = [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+        entries = [json.loads(value) for value in chat_lab.key_values(
+            f"fleet_rollout.{rollout_id}.audit.")]
         assert entries and {e.get("approved_by") for e in entries} == {APPROVER}, entries
 
 

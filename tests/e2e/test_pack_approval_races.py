@@ -210,9 +210,7 @@ def test_an_answer_given_the_moment_a_question_appears_is_asked_again(race_lab, 
 
 
 def _audit(lab: RaceLab, rollout_id: str) -> List[Dict[str, Any]]:
-    path = os.path.join(lab.config["state_dir"], rollout_id, "audit.jsonl")
-    with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    return lab.audit(rollout_id)
 
 
 ANSWERS = 50

@@ -6,7 +6,6 @@ approver is who StackStorm authenticated, never a typed name."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -208,9 +207,7 @@ def test_a_resume_by_somebody_else_never_names_the_approver(lab):
     final = lab.settle(execution["id"])
     approval = lab.kv(rollout_id, "batch.0")["approval"]
     assert (approval["by"], approval["via"], approval["approved"]) == ("alice", "api", True)
-    path = os.path.join(lab.config["state_dir"], rollout_id, "audit.jsonl")
-    with open(path) as handle:
-        entries = [json.loads(line) for line in handle if line.strip()]
+    entries = lab.audit(rollout_id)
     [unattributed] = [e for e in entries if e["action"] == "answer_unattributed"]
     assert unattributed["old"] == inquiry["id"] and "by mallory" in unattributed["new"]
     while lab.waiting(final):  # an INCONCLUSIVE verdict: roll back

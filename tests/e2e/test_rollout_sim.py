@@ -151,10 +151,9 @@ def test_canary_failure_rolls_every_changed_host_back(small_lab):
     # the rollout's own rollback and the canary-regression rule's both ran; chat hears it once
     assert len(re.findall(rf"Rollout {rollout_id} \([^)]*\) rolled_back:", chat)) == 1, chat
     assert sim.kv(rollout_id, "meta")["status"] == "rolled_back"
-    audit = os.path.join(sim.state, "rollouts", rollout_id, "audit.jsonl")
-    actions = [json.loads(line)["action"] for line in open(audit)]
+    actions = [entry["action"] for entry in sim.audit(rollout_id)]
     assert "change" in actions and "restore" in actions
-    assert os.path.exists(os.path.join(sim.state, "rollouts", rollout_id, "report.html"))
+    assert os.path.exists(os.path.join(sim.state, "rollouts", "reports", f"{rollout_id}.html"))
 
 
 def test_host_failure_within_budget_is_restored_and_the_rollout_goes_on(small_lab):
@@ -302,7 +301,7 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
             assert 0.5 <= post <= steps["wait"]["at"] - steps["reboot"]["started"], steps
         status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
         assert "PASS" in output(status)["table"]
-        report = os.path.join(sim.state, "rollouts", rollout_id, "report.html")
+        report = os.path.join(sim.state, "rollouts", "reports", f"{rollout_id}.html")
         assert os.path.getsize(report) > 10000
     finally:
         sim.down()

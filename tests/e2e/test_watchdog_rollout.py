@@ -16,14 +16,12 @@ from rollout_support import SimLab, error_text
 
 DYING = ["fleet_rollout.host_step step=prepare", "fleet_rollout.host_step step=reboot",
          "fleet_rollout.host_step step=wait", "fleet_rollout.host_step step=verify",
-         "fleet_rollout.host_step step=undrain", "fleet_rollout.host_restore"]
+         "fleet_rollout.host_step step=undrain", "fleet_rollout.host_step step=restore"]
 DONE = ("succeeded", "failed", "canceled", "timeout", "abandoned")
 
 
 def _audit(lab: SimLab, rollout_id: str) -> List[Dict[str, Any]]:
-    path = os.path.join(lab.config["state_dir"], rollout_id, "audit.jsonl")
-    with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    return lab.audit(rollout_id)
 
 
 def _executions(lab: SimLab, action: str, status: str) -> List[Dict[str, Any]]:

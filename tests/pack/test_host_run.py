@@ -465,9 +465,9 @@ def test_a_restore_leaves_a_host_a_later_rollout_changed(run: Any, fleet: Any) -
 
     host_run, side = run
     _steps(host_run)
-    state_dir = host_run.ctx.state_dir
-    claims.claim(state_dir, host_run.name, "later-rollout-2")
-    claims.release(state_dir, host_run.name, "later-rollout-2")
+    store = host_run.ctx.store
+    claims.claim(store, host_run.name, "later-rollout-2")
+    claims.release(store, host_run.name, "later-rollout-2")
     resets = len(state(fleet, 0)["resets"])
     report = host_run.restore()
     assert report["skipped"] is True and report["changed_later_by"] == "later-rollout-2"

@@ -105,7 +105,7 @@ def test_no_retry_policy_targets_an_action_run_inside_workflows():
             assert policy["resource_ref"] not in inside, path.name
     host_change = _tasks(ROOT / "actions" / "workflows" / "host_change.yaml")
     steps = [t for t in host_change.values() if t.get("action") == "fleet_rollout.host_step"]
-    assert [t["input"]["step"] for t in steps] == list(WORKFLOW_STEPS)
+    assert [t["input"]["step"] for t in steps] == list(WORKFLOW_STEPS) + ["restore"]
     assert all("Action failed to complete in" in t["retry"]["when"] for t in steps)
 
 

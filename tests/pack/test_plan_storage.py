@@ -127,7 +127,7 @@ def test_a_host_step_reads_the_head_and_its_own_bucket_only():
     assert batch_of(view, name) == 5 == batch_of(plan, name)
     bucket = store.host_bucket(name, view.layout["host_buckets"])
     assert st.reads == [key(rid, "plan", "head"), key(rid, "plan", "hosts", str(bucket))]
-    # the coalescer's question (its batch's size): that batch's keys, nothing else
+    # a batch's hosts through the view: that batch's keys, nothing else
     assert len(view["batches"][5]["hosts"]) == len(plan["batches"][5]["hosts"])
     assert set(st.reads[2:]) == {key(rid, "plan", "batch", "5", "0")}
     assert view.layout["host_buckets"] > 4
@@ -202,7 +202,7 @@ def test_report_reads_no_host_infos_nor_compliant_names(tmp_path):
     plan = planned(500)
     st = stored(plan)
     html = render_report(RolloutState(st, plan["rollout_id"]),
-                         Audit(str(tmp_path / "state"), plan["rollout_id"]))
+                         Audit(MemoryStore(), plan["rollout_id"]))
     assert plan["batches"][-1]["hosts"][-1] in html
     assert f"{len(plan['skipped_compliant'])} hosts skipped" in html
     assert not [k for k in st.reads if ".plan.hosts." in k or ".plan.compliant." in k]

@@ -1,7 +1,7 @@
 """The rollout report: content, escaping, masking, structure, size, atomic write.
 
 Built on a real plan (plan.build_plan over a real profile), real judge verdicts (the judge run
-on the fixture inputs), a MemoryStore and a real Audit file; nothing is mocked."""
+on the fixture inputs), a MemoryStore and a real Audit on it; nothing is mocked."""
 from __future__ import annotations
 
 import html
@@ -118,7 +118,7 @@ def rollout(tmp_path):
     state.update_meta(status="rolled_back", started=T0 - 5, finished=T0 + 3400,
                       started_by="alice", batch=2)
     state.halt("canary FAIL in batch 1 <b>regression</b>", by="judge")
-    audit = Audit(str(tmp_path / "state"), plan["rollout_id"])
+    audit = Audit(state.store, plan["rollout_id"])
     audit.record(canary, "bios.SnoopMode", "EarlySnoop", "HomeSnoop", "ex-1", "alice",
                  approved_by="bob")
     audit.record(canary, "service", "in service", "drained", "ex-1", "alice")
@@ -304,7 +304,7 @@ def test_audit_summary_and_cap(rollout, tmp_path):
     assert "<tr><td>change</td><td class=num>3</td></tr>" in doc
     assert "<tr><td>restore</td><td class=num>1</td></tr>" in doc
     assert "approved by" in doc and ">bob<" in doc
-    big = Audit(str(tmp_path / "big"), state.id)
+    big = Audit(MemoryStore(), state.id)
     for i in range(MAX_AUDIT_ROWS + 100):
         big.record(f"h{i:04d}", "bios.SnoopMode", "EarlySnoop", "HomeSnoop", "ex", "alice")
     doc = render_report(state, big, now=NOW)
@@ -364,7 +364,7 @@ def test_big_batch_stays_compact(tmp_path):
     state.save_batch(0, {"verdict": verdict("pass", 0), "judged_at": T0 + 900,
                          "approval": {"response": "approved", "by": "bob", "at": T0 + 950}})
     state.update_meta(status="completed", started=T0, finished=T0 + 1000)
-    doc = render_report(state, Audit(str(tmp_path), "big"), now=NOW)
+    doc = render_report(state, Audit(MemoryStore(), "big"), now=NOW)
     checker = parse(doc)
     assert len(doc) < 1_500_000
     for name in names:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 import pytest
 
 from fleet_rollout import watchdog
+from fleet_rollout.audit import Audit
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ApiRefused
 from fleet_rollout.store import MemoryStore, RolloutState
@@ -63,7 +64,7 @@ class FakeApi:
 @pytest.fixture()
 def dog(tmp_path):
     api, store = FakeApi(), MemoryStore()
-    return watchdog.Watchdog(api, store, str(tmp_path), grace=60, clock=lambda: NOW), api
+    return watchdog.Watchdog(api, store, grace=60, clock=lambda: NOW), api
 
 
 def _step_done(dog_: watchdog.Watchdog, host: str, step: str, ex_id: str, ok: bool,
@@ -113,8 +114,8 @@ def test_a_stale_step_st2_can_complete_is_completed_with_its_outcome_once(dog, t
     assert RolloutState(dog_.store, "r1").stale("s1")["status"] == "failed"
     api.executions["s1"]["status"] = "running"  # were it listed again: handled once
     assert dog_.check(execution_id="wd2") == [] and len(api.puts) == 1
-    [entry] = [e for e in open(tmp_path / "r1" / "audit.jsonl")]
-    assert '"stale_execution"' in entry and '"s1"' in entry
+    [entry] = Audit(dog_.store, "r1").entries()
+    assert entry["action"] == "stale_execution" and entry["old"] == "s1"
 
 
 def test_a_step_past_its_timeout_is_timed_out_for_the_workflows_retry(dog):
@@ -142,18 +143,18 @@ def test_when_st2_refuses_the_host_is_recovered_and_only_that_recovery_settles(d
                                   "cause": "operator", "batch": -1}
     state = RolloutState(dog_.store, "r1")
     with pytest.raises(ConfigError, match="no recovery other"):
-        watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "other", True)
+        watchdog.settle(api, state, "s1", "hc1", "other", True)
     assert api.executions["hc1"]["status"] == "running"
-    out = watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "rec1", True)
+    out = watchdog.settle(api, state, "s1", "hc1", "rec1", True)
     assert out["settled"] == "succeeded" and api.executions["hc1"]["status"] == "succeeded"
     assert state.stale("s1")["settled"] == "succeeded"
-    again = watchdog.settle(api, state, str(tmp_path), "s1", "hc1", "rec1", True)
+    again = watchdog.settle(api, state, "s1", "hc1", "rec1", True)
     assert again["settled"] == "already completed"
 
 
 def test_a_stale_execution_nothing_waits_for_is_left(dog):
     dog_, api = dog
-    api.add("s1", watchdog.HOST_RESTORE, rollout_id="r1", host="h1")  # run by hand
+    api.add("s1", watchdog.HOST_STEP, rollout_id="r1", host="h1", step="restore")  # run by hand
     api.completed_liveactions.add("s1")
     _step_done(dog_, "h1", "restore", "s1", True, NOW - 120)
     [done] = dog_.check()

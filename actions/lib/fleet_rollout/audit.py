@@ -1,63 +1,55 @@
 """The audit trail: every change (host, setting, old -> new, when, by which execution, approved
-by whom) appended to a JSON-lines file per rollout, and summarised in the report."""
+by whom), one datastore key per entry, and its summary for the report and the rollout's end.
+
+An entry is never read back and rewritten: each is a key of its own,
+`fleet_rollout.<rollout>.audit.<time in ns>-<random>`, so entries written at the same moment
+by actions on different action runners are all kept, and the trail reads in time order
+wherever it is read (the keys sort by time)."""
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import threading
 import time
+import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-_LOCK = threading.Lock()
+from fleet_rollout.store import Store, key
+
 ROLLOUT = "(rollout)"  # the host of entries about the rollout itself (answers)
 
 
 class Audit:
-    def __init__(self, state_dir: str, rollout_id: str) -> None:
-        self.path = os.path.join(state_dir, rollout_id, "audit.jsonl")
+    def __init__(self, store: Store, rollout_id: str) -> None:
+        self.store = store
         self.rollout_id = rollout_id
+        self.prefix = key(rollout_id, "audit") + "."
         self.approved_by: Optional[str] = None
 
     def record(self, host: str, setting: str, old: Any, new: Any, execution: str = "",
                by: str = "", action: str = "change", approved_by: Optional[str] = None) -> None:
-        entry = {"time": time.time(), "rollout": self.rollout_id, "host": host,
+        now = time.time_ns()
+        entry = {"time": now / 1e9, "rollout": self.rollout_id, "host": host,
                  "setting": setting, "old": old, "new": new, "action": action,
                  "execution": execution, "by": by,
                  "approved_by": approved_by or self.approved_by}
-        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        with _LOCK:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # one whole line at a time, across processes
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        name = f"{self.prefix}{now:020d}-{uuid.uuid4().hex[:12]}"
+        self.store.set(name, json.dumps(entry, sort_keys=True, default=str))
 
     def read(self) -> Tuple[List[Dict[str, Any]], int]:
-        """(entries, count of unreadable lines): a line half-written when a process was killed,
-        or damaged, is counted and skipped, never fatal to the summary, report or finish."""
+        """(entries in time order, count of unreadable entries): a damaged entry is counted and
+        skipped, never fatal to the summary, report or finish."""
         entries: List[Dict[str, Any]] = []
         bad = 0
-        try:
-            with open(self.path, encoding="utf-8", errors="replace") as handle:
-                for line in handle:
-                    if not line.strip():
-                        continue
-                    try:
-                        entry = json.loads(line)
-                    except ValueError:
-                        bad += 1
-                        continue
-                    if isinstance(entry, dict) and isinstance(entry.get("host"), str) and \
-                            isinstance(entry.get("action"), str):
-                        entries.append(entry)
-                    else:
-                        bad += 1
-        except OSError:
-            pass
+        for _name, value in sorted(self.store.list(self.prefix).items()):
+            try:
+                entry = json.loads(value)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("host"), str) and \
+                    isinstance(entry.get("action"), str):
+                entries.append(entry)
+            else:
+                bad += 1
         return entries, bad
 
     def entries(self) -> List[Dict[str, Any]]:
@@ -70,4 +62,4 @@ class Audit:
         for e in entries:
             by_action[e["action"]] = by_action.get(e["action"], 0) + 1
         return {"entries": len(entries), "hosts": len(hosts), "by_action": by_action,
-                "unreadable_lines": bad, "path": self.path}
+                "unreadable_entries": bad, "keys": self.prefix + "*"}

@@ -8,32 +8,32 @@
     policy, leave the host drained and marked.
 
 Every step is idempotent: its outcome is recorded in the datastore before it returns, so a retry
-or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Every
-step and every restore holds the host's lock (locks.host_lock: one at a time per host, across
-rollouts); a step refuses unless the host's batch has a recorded approval, the rollout is not
-halted and no restore has begun; a host belongs to one rollout at a time (claims). The first
-snapshots (BIOS and kernel) are taken before the drain and never overwritten; a drain is marked as
-asked for before it is sent (a re-run or a restore after a kill knows the flag is ours); a reset,
-forward or restoring, is sent once (a marker saved before the POST). Any error ends the step with
-a recorded outcome: no host stays "running".
+or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Steps
+and restores run one at a time per host, across rollouts and action runners: each is one
+`fleet_rollout.host_step` execution, and StackStorm's concurrency policy on its `host` runs one
+per host at a time (policies/host_step_one_at_a_time.yaml). A step refuses unless the host's
+batch has a recorded approval, the rollout is not halted and no restore has begun; a host
+belongs to one rollout at a time (claims). The first snapshots (BIOS and kernel) are taken
+before the drain and never overwritten; a drain is marked as asked for before it is sent (a
+re-run or a restore after a kill knows the flag is ours); a reset, forward or restoring, is sent
+once (a marker saved before the POST). Any error ends the step with a recorded outcome: no host
+stays "running".
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from fleet_rollout import claims, timeouts
+from fleet_rollout import claims
 from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
-from fleet_rollout.hostside import coalesce, osgate
+from fleet_rollout.hostside import osgate
 from fleet_rollout.hostside.playbook_steps import HostSide, drain_outcome, kernel_outcome
 from fleet_rollout.inventory import FleetHost
-from fleet_rollout.locks import host_lock, private_dir
 from fleet_rollout.plan import batch_of
 from fleet_rollout.profile import step_seconds
 from fleet_rollout.redfish import bios as rf_bios
@@ -116,15 +116,11 @@ class RolloutContext:
     expected_reboot: Optional[float] = None
 
     def __post_init__(self) -> None:
-        self.state_dir = private_dir(self.config.resolve(self.config.state_dir))
-        self.state = RolloutState(self.store, self.rollout_id, self.state_dir)
+        self.state = RolloutState(self.store, self.rollout_id)
         if not self.plan:
             self.plan = self.state.plan_view()
         self.profile: Dict[str, Any] = self.plan["profile"]
-        self.audit = Audit(self.state_dir, self.rollout_id)
-
-    def lock_waits(self) -> Dict[str, float]:
-        return timeouts.lock_waits(self.profile, self.config.redfish_timeout)
+        self.audit = Audit(self.store, self.rollout_id)
 
     def host(self, name: str) -> FleetHost:
         info = self.plan["hosts"].get(name)  # a PlanView reads only this host's bucket
@@ -145,27 +141,6 @@ class RolloutContext:
                         reboot=self.expected_reboot or None)
 
 
-def batch_members(ctx: RolloutContext, host: str) -> Optional[Tuple[str, List[str]]]:
-    """The name (<rollout>.b<index>) and the hosts of the host's batch; None outside them."""
-    batch = batch_of(ctx.plan, host)
-    if batch is None:
-        return None
-    hosts = next((b["hosts"] for b in ctx.plan["batches"] if b["index"] == batch), [])
-    return f"{ctx.rollout_id}.b{batch}", list(hosts)
-
-
-def gather_peers(ctx: RolloutContext, host: str,
-                 members: Optional[Tuple[str, List[str]]] = None) -> int:
-    """How many hosts' identical runs a gatherer waits for: the host's batch, or as many of it
-    as are changed at a time (the profile's batches.parallel). Waiting for the whole batch
-    when only `parallel` of it run at once held every run of a big batch for the whole gather
-    window. `members`: batch_members(ctx, host), when the caller has it."""
-    members = members or batch_members(ctx, host)
-    size = len(members[1]) if members and members[1] else 1
-    parallel = int((ctx.profile.get("batches") or {}).get("parallel") or size)
-    return max(1, min(size, parallel))
-
-
 class HostRun:
     """The steps of one host in one rollout."""
 
@@ -180,25 +155,9 @@ class HostRun:
         self._prepare: Optional[Dict[str, Any]] = None
         # a prepare's BMC session, its discovery and when it was last used (_bmc)
         self._held: Optional[Tuple[RedfishSession, Any, float]] = None
-        # when this action got the host's lock: a drain asked for before it (drain_asked, a
-        # time) was asked by an earlier attempt
-        self._locked_at = 0.0
-        self._coalesce()
-
-    def _coalesce(self) -> None:
-        """This host's Ansible runs are shared with the identical ones of the other hosts of
-        its batch (each host step is a process of its own): one ansible-playbook for all."""
-        side = self.ctx.hostside
-        if not isinstance(side, HostSide) or side.coalesce is not None:
-            return
-        if not coalesce.on_local_filesystem(self.ctx.state_dir):
-            return  # a state dir on NFS/CIFS: gathering needs local rename and flock semantics
-        window = getattr(self.ctx.config, "ansible_gather_window", coalesce.DEFAULT_WINDOW)
-        quiet = getattr(self.ctx.config, "ansible_gather_quiet", coalesce.DEFAULT_QUIET)
-        members = batch_members(self.ctx, self.name)
-        side.coalesce = coalesce.Coalescer(os.path.join(self.ctx.state_dir, "ansible"),
-                                           window, gather_peers(self.ctx, self.name, members),
-                                           quiet, members)
+        # when this action began its work on the host: a drain asked for before it
+        # (drain_asked, a time) was asked by an earlier attempt
+        self._began = time.time()
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -230,16 +189,17 @@ class HostRun:
 
     # ------------------------------------------------------------------ run
     def run(self, step: str) -> Dict[str, Any]:
+        """One step (or "prepare"). Never two at once for a host: its only caller is
+        fleet_rollout.host_step, which StackStorm runs one at a time per host on every
+        action runner (its concurrency policy)."""
         if step != PREPARE:
             steps.check(step)
-        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[step],
-                       f"step {step}", self.ctx.sleep):
-            self._locked_at = time.time()
-            if step == PREPARE:
-                return self._prepare_locked()
-            return self._run_locked(step)
+        self._began = time.time()
+        if step == PREPARE:
+            return self._run_prepare()
+        return self._run_step(step)
 
-    def _prepare_locked(self) -> Dict[str, Any]:
+    def _run_prepare(self) -> Dict[str, Any]:
         """precheck, snapshot, drain and stage in one action: one BMC session for the precheck,
         the BIOS snapshot and the staging (_bmc), the precheck's health run drains (and takes
         the kernel snapshot), so the snapshot and drain steps only record what it did; each is
@@ -247,7 +207,7 @@ class HostRun:
         done by the precheck runs on its own."""
         self._prepare = {}
         try:
-            done = [self._run_locked(step) for step in PREPARE_STEPS]
+            done = [self._run_step(step) for step in PREPARE_STEPS]
         finally:
             self._prepare = None
             self._release_bmc()
@@ -308,9 +268,9 @@ class HostRun:
         if approval.get("approved") is not True:
             raise NotApproved(f"batch {batch_label(batch)} of rollout {self.ctx.rollout_id} has no "
                               f"recorded approval; step {step} not started", self.name)
-        claims.claim(self.ctx.state_dir, self.name, self.ctx.rollout_id)
+        claims.claim(self.ctx.store, self.name, self.ctx.rollout_id)
 
-    def _run_locked(self, step: str) -> Dict[str, Any]:
+    def _run_step(self, step: str) -> Dict[str, Any]:
         state = self.load()
         done = state["steps"].get(step)
         if done and done.get("ok"):
@@ -332,7 +292,7 @@ class HostRun:
             state["status"] = DONE
         self._record(state, step, True, detail, started)
         if step == HOST_STEPS[-1]:
-            claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
+            claims.release(self.ctx.store, self.name, self.ctx.rollout_id)
         return {"host": self.name, "step": step, "skipped": False, "detail": detail}
 
     # ------------------------------------------------------------------ steps
@@ -456,7 +416,7 @@ class HostRun:
         # an attempt killed after the host set its flag left it drained unrecorded: this run
         # finds the flag set (not changed) and records the change once
         asked = state.get("drain_asked")
-        earlier = bool(asked) and float(asked) < self._locked_at and \
+        earlier = bool(asked) and float(asked) < self._began and \
             not state.get("drain_audited")
         if result.get("changed") or earlier:
             self.ctx.audit.record(self.name, "service", "in service", "drained",
@@ -803,18 +763,14 @@ class HostRun:
     def restore(self, leave_drained: Optional[bool] = None) -> Dict[str, Any]:
         """Put BIOS and kernel back to the snapshots, reboot if needed, and (by policy) undrain.
 
-        Runs even when the rollout is halted: it is the way back, not a change. Holds the
-        host's lock (waiting for a running step to end); a re-run after a kill resumes, and
-        sends no second reset (restore_reset_marker)."""
-        with host_lock(self.ctx.state_dir, self.name, self.ctx.lock_waits()[RESTORE_STEP],
-                       RESTORE_STEP, self.ctx.sleep):
-            return self._restore_locked(leave_drained)
-
-    def _restore_locked(self, leave_drained: Optional[bool]) -> Dict[str, Any]:
+        Runs even when the rollout is halted: it is the way back, not a change. Never at once
+        with a step of the host (fleet_rollout.host_step step=restore: one at a time per host);
+        a re-run after a kill resumes, and sends no second reset (restore_reset_marker)."""
+        self._began = time.time()
         state = self.load()
         if state["status"] in RESTORE_DONE_STATES:
             return {"host": self.name, "status": state["status"], "skipped": True}
-        owner = claims.owner(self.ctx.state_dir, self.name)
+        owner = claims.owner(self.ctx.store, self.name)
         if owner and owner != self.ctx.rollout_id:
             # another rollout holds the host: this one changed nothing there (claims are taken
             # at precheck, before any change), so there is nothing of ours to put back
@@ -824,7 +780,7 @@ class HostRun:
             self.save(state)
             return {"host": self.name, "status": state["status"], "skipped": True,
                     "held_by": owner}
-        later = claims.last_claimant(self.ctx.state_dir, self.name)
+        later = claims.last_claimant(self.ctx.store, self.name)
         if later and later != self.ctx.rollout_id and state["status"] not in IN_PROGRESS_STATES:
             # a later rollout has changed the host since this one let it go: putting this
             # rollout's snapshot back would undo that rollout's work
@@ -849,7 +805,7 @@ class HostRun:
                             self.name) from None
         state["restore"] = report
         self._record(state, RESTORE_STEP, True, report, started, reached=False)
-        claims.release(self.ctx.state_dir, self.name, self.ctx.rollout_id)
+        claims.release(self.ctx.store, self.name, self.ctx.rollout_id)
         report["status"] = state["status"]
         return report
 

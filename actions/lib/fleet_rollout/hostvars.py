@@ -43,18 +43,23 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.locks import private_dir
+from fleet_rollout.paths import private_dir
 
-SCHEMA = 2
+SCHEMA = 3  # caches of another schema are built again
 JINJA_MARKERS = ("{{", "{%", "{#")
 GROUP_SAMPLE = 10
 DEFAULT_TTL = 900.0
 MISSING_RETRY_AGE = 30.0  # a dynamic source is re-read for a missing host once it is this old
 PRUNE_AGE = 14 * 86400.0  # cache files of inventories not used for two weeks are removed
 VARS_DIRS = ("group_vars", "host_vars")
-# magic or internal: never inventory data (ansible-inventory leaves these out too)
+# magic or internal: never inventory data (ansible-inventory leaves these out too: ansible-core's
+# constants.INTERNAL_STATIC_VARS where it has them, else the list of its CLI, which these hold)
 EXTRA_INTERNAL = ("omit", "ansible_check_mode", "ansible_run_tags", "ansible_skip_tags",
-                  "ansible_search_path")
+                  "ansible_search_path", "ansible_diff_mode", "ansible_config_file",
+                  "ansible_forks", "ansible_inventory_sources", "ansible_limit",
+                  "ansible_playbook_python", "ansible_verbosity", "ansible_version",
+                  "inventory_dir", "inventory_file", "inventory_hostname",
+                  "inventory_hostname_short", "groups", "group_names", "playbook_dir")
 
 
 def default_cache_dir() -> str:
@@ -151,7 +156,7 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_not_data))
 
 
-def _internal_names() -> frozenset:
+def _magic_names() -> frozenset:
     from ansible import constants as C
 
     return frozenset(getattr(C, "INTERNAL_STATIC_VARS", ())) | frozenset(EXTRA_INTERNAL) | \
@@ -169,7 +174,7 @@ class HostEntry:
 def resolve_host(variable_manager: Any, loader: Any, host: Any,
                  internal: Optional[frozenset] = None) -> HostEntry:
     """One host's variables as plain data (templates Ansible would render, rendered)."""
-    internal = internal if internal is not None else _internal_names()
+    internal = internal if internal is not None else _magic_names()
     raw = variable_manager.get_vars(host=host, include_hostvars=False, stage="all")
     entry = HostEntry(host.name, groups=sorted(g.name for g in host.get_groups()
                                                if g.name not in ("all", "ungrouped")))
@@ -229,7 +234,7 @@ def resolve_all(manager: Any, loader: Any) -> Tuple[List[HostEntry], Dict[str, L
         loader.set_basedir(empty)  # no playbook-adjacent (cwd) group_vars/host_vars
         try:
             variable_manager = VariableManager(loader=loader, inventory=manager)
-            internal = _internal_names()
+            internal = _magic_names()
             entries = [resolve_host(variable_manager, loader, host, internal)
                        for host in manager.get_hosts(pattern="all")]
         finally:

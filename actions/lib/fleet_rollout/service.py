@@ -19,7 +19,7 @@ from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.hoststeps import HostRun, RolloutContext, batch_summary
 from fleet_rollout.inventory import load_fleet
 from fleet_rollout.names import check_rollout_id, check_targets
-from fleet_rollout.paths import PACK_DIR, PROFILES_DIR
+from fleet_rollout.paths import PACK_DIR, PROFILES_DIR, private_dir
 from fleet_rollout.plan import (
     batch_of,
     build_plan,
@@ -41,6 +41,7 @@ from fleet_rollout.states import (
     PLANNED,
     REJECTED,
     RESTORE_FAILED,
+    RESTORE_STEP,
     RESTORED,
     RESTORING,
     ROLLING_BACK,
@@ -77,20 +78,8 @@ def host_side(config: PackConfig, inventory: str, rollout_id: str = "") -> HostS
                     forks=config.ansible_forks,
                     known_hosts=config.resolve(config.ssh_known_hosts) or None,
                     cache_dir=config.state_dir,  # host vars cached under state_dir/hostvars
-                    warm_dir=warm_ansible_dir(config), rollout_id=rollout_id,
+                    rollout_id=rollout_id,
                     connection=config.connection)
-
-
-def warm_ansible_dir(config: PackConfig) -> Optional[str]:
-    """Where the warm ansible-playbook servers of this action runner live: state_dir/ansible/
-    warm, on a local file system only (a server's socket is this machine's); None: cold."""
-    if not config.ansible_warm:
-        return None
-    from fleet_rollout.hostside.coalesce import on_local_filesystem
-
-    if not on_local_filesystem(config.state_dir):
-        return None
-    return os.path.join(config.state_dir, "ansible", "warm")
 
 
 ROLLOUT_WORKFLOW = "fleet_rollout.rollout"
@@ -143,7 +132,7 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
     check_connections(config, source, list(plan["control"]))
     store = as_store(datastore, config)
-    state = RolloutState(store, plan["rollout_id"], config.resolve(config.state_dir))
+    state = RolloutState(store, plan["rollout_id"])
     if state.plan_exists():
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
@@ -492,7 +481,15 @@ def action_identity(raw_config: Any, api: Any = None) -> Tuple[str, str]:
 
 
 def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
-              execution_id: str = "", user: str = "") -> Dict[str, Any]:
+              execution_id: str = "", user: str = "", leave_drained: Optional[bool] = None,
+              caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
+    """One step of a host's change, or (step "restore") its restore: the one action that
+    touches a host, so StackStorm's concurrency policy on `host` runs them one at a time."""
+    if step == RESTORE_STEP:
+        return host_restore(raw_config, datastore, rollout_id, host, execution_id, user,
+                            leave_drained, caller)
+    if leave_drained is not None:
+        raise ConfigError(f"leave_drained is a parameter of step {RESTORE_STEP} only")
     ctx = context(raw_config, datastore, rollout_id, execution_id, user)
     approval = _approval_of(ctx, host)
     ctx.audit.approved_by = approval
@@ -656,13 +653,10 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
     counts: Dict[str, int] = {}
     for st in states.values():
         counts[st.get("status", PENDING)] = counts.get(st.get("status", PENDING), 0) + 1
-    from fleet_rollout.report import write_report  # here: only the rollout's end renders one
-
-    report_path = write_report(ctx.state, ctx.audit, os.path.join(
-        ctx.state_dir, rollout_id, "report.html"))
+    report_path = _write_report(ctx)
     audit = ctx.audit.summary()
-    damaged = (f" ({audit['unreadable_lines']} unreadable audit line(s) skipped)"
-               if audit["unreadable_lines"] else "")
+    damaged = (f" ({audit['unreadable_entries']} unreadable audit entries skipped)"
+               if audit["unreadable_entries"] else "")
     later = sorted(f"{host} (by {st['restore']['changed_later_by']})"
                    for host, st in states.items()
                    if isinstance(st.get("restore"), dict)
@@ -673,11 +667,32 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
     message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {meta.get('status')}: "
                + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
                + f"; {audit['entries']} audited change(s){damaged}.{kept}"
-               + (f" Report: {report_path}" if report_path else ""))
+               + f" Report: `st2 run fleet_rollout.report rollout_id={rollout_id}`.")
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
             "changed_later": later, "audit": audit, "report": report_path, "message": message,
             "route": ctx.config.chat_route, "channel": ctx.config.chat_channel,
             "announce": announce}
+
+
+def _write_report(ctx: RolloutContext) -> str:
+    """The report rendered from the datastore, written to this action runner's state_dir (a
+    local copy: fleet_rollout.report renders it again on any runner)."""
+    from fleet_rollout.report import write_report  # here: only what shows a report renders one
+
+    directory = private_dir(os.path.join(ctx.config.resolve(ctx.config.state_dir), "reports"))
+    return write_report(ctx.state, ctx.audit, os.path.join(directory,
+                                                           f"{ctx.rollout_id}.html"))
+
+
+def report(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
+    """The rollout's HTML report, rendered from what the datastore holds (wherever this runs):
+    the document itself, and where this action runner keeps its copy."""
+    ctx = context(raw_config, datastore, rollout_id)
+    path = _write_report(ctx)
+    with open(path, encoding="utf-8") as handle:
+        html = handle.read()
+    return {"rollout_id": rollout_id, "html": html, "bytes": len(html.encode("utf-8")),
+            "path": path, "audit": ctx.audit.summary()}
 
 
 def status(raw_config: Any, datastore: Any, rollout_id: str) -> Dict[str, Any]:
@@ -741,7 +756,7 @@ def watchdog(raw_config: Any, datastore: Any, api: Any = None) -> Dict[str, Any]
     if api is None:
         api = ActionApi.from_env()
     execution_id, user = action_identity(raw_config, api)
-    handled = Watchdog(api, as_store(datastore, config), config.state_dir,
+    handled = Watchdog(api, as_store(datastore, config),
                        config.watchdog_grace).check(by=user, execution_id=execution_id)
     for record in handled:
         api.post("executions", {"action": "chatops.post_message", "parameters": {
@@ -762,7 +777,7 @@ def settle_stale(raw_config: Any, datastore: Any, rollout_id: str, stale: str, p
     own = api.own_execution()
     recovery = str(((own.get("context") or {}).get("parent") or {}).get("execution_id") or "")
     state = RolloutState(as_store(datastore, config), check_rollout_id(rollout_id))
-    out = settle(api, state, config.state_dir, stale, parent, recovery, bool(succeeded),
+    out = settle(api, state, stale, parent, recovery, bool(succeeded),
                  by=approvals.trusted(approvals.caller(own), config).name)
     out.update({"route": config.chat_route, "channel": config.chat_channel})
     return out

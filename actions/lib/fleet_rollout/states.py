@@ -27,8 +27,8 @@ PREPARE = "prepare"
 PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:4]
 # the host_change workflow's chain of host_step tasks; the action takes these and every step
 WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS[len(PREPARE_STEPS):]
-ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS
 RESTORE_STEP = "restore"
+ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS + (RESTORE_STEP,)
 TIMELINE_STEPS: Tuple[str, ...] = HOST_STEPS + (RESTORE_STEP,)
 
 # ----------------------------------------------------------------------------- host states

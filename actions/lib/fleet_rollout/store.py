@@ -11,10 +11,17 @@ Keys (all under `fleet_rollout.<rollout id>.`):
   plan                  the whole plan as one document: rollouts planned before the split
                         (still read; never written any more)
 No plan key grows with the fleet: a host step reads the head and its host's bucket.
-  meta                  status, current batch, who started it, timestamps
+  meta.<field>          status, current batch, who started it, timestamps: a key a field
+  end.<status>          an end state recorded (the meta's status is the worst of them)
   halt                  present = stop touching hosts (abort, over budget, canary FAIL)
-  host.<name>           per-host state: step reached, snapshots, result, errors
-  batch.<n>             per-batch state: approval, verdict, timings
+  host.<name>           per-host state: step reached, snapshots, result, errors (written only
+                        by the host's own actions, which StackStorm runs one at a time)
+  batch.<n>.state.<f>   per-batch state: approval, verdict, timings: a key a field
+  batch.<n>.counters.<label>  the batch's drop counters (gate.py)
+  fingerprint.<host>    the probe fingerprint of a verified host
+  stale.<id>.<field>    what the watchdog did about a host action whose runner died
+  audit.<time>-<id>     one audit trail entry a key (audit.py)
+Global keys (under `fleet_rollout._hosts.<host>.`, claims.py): which rollout holds a host.
 Workflow context only carries the rollout id and counts; any action runner can pick up a host
 from here, and a resumed workflow knows where each host is.
 """
@@ -39,6 +46,7 @@ PREFIX = "fleet_rollout"
 END_RANK = states.END_RANK
 _LOCAL_LOCKS: Dict[str, threading.Lock] = {}
 _LOCAL_GUARD = threading.Lock()
+_ABSENT = object()
 
 
 class Store:
@@ -428,28 +436,57 @@ class PlanView(Mapping):
 class RolloutState:
     """Typed access to one rollout's keys.
 
-    Keys several actions update (meta, halt, batch.<n>, fingerprints) are read-modified-written
-    under a lock: a file lock under `lock_dir` (the pack's state_dir: across processes), else a
-    lock of this process."""
+    Nothing here needs a file shared between action runners. Keys with several writers are
+    split so that no writer reads, modifies and writes back what another writes: the meta, a
+    batch's state and a stale record keep each field in a key of its own (`meta.<field>`,
+    `batch.<n>.<field>`, `stale.<execution>.<field>`), fingerprints one key per host, end
+    states one key per status. A field two actions may change at the same moment is changed by
+    an action that a StackStorm concurrency policy serialises (finish: one per rollout; host
+    steps: one per host; the watchdog: one at a time). Within one process the updates also
+    hold a thread lock (tests and tools run several at once)."""
 
-    def __init__(self, store: Store, rollout_id: str, lock_dir: Optional[str] = None) -> None:
+    def __init__(self, store: Store, rollout_id: str) -> None:
         self.store = store
         self.id = check_rollout_id(rollout_id)
-        self.lock_dir = lock_dir
         self._view: Optional[PlanView] = None
 
     @contextlib.contextmanager
     def locked(self, part: str) -> Iterator[None]:
-        if self.lock_dir:
-            from fleet_rollout.locks import rollout_lock
-
-            with rollout_lock(self.lock_dir, self.id, part):
-                yield
-            return
+        """This process's lock of one part of the rollout's state."""
         with _LOCAL_GUARD:
             lock = _LOCAL_LOCKS.setdefault(f"{self.id}:{part}", threading.Lock())
         with lock:
             yield
+
+    def _fields(self, part: str) -> Dict[str, Any]:
+        """The document `part` (meta, batch.<n>, ...) put together from its field keys
+        `part.<field>`."""
+        doc: Dict[str, Any] = {}
+        prefix = key(self.id, part) + "."
+        for name, value in self.store.list(prefix).items():
+            field_name = name[len(prefix):]
+            if field_name and "." not in field_name:
+                doc[field_name] = json.loads(value)
+        return doc
+
+    def _set_fields(self, part: str, values: Dict[str, Any]) -> None:
+        for name, value in values.items():
+            if not isinstance(name, str) or not name or "." in name:
+                raise ValueError(f"{part}: field name {name!r}")
+            self.store.set_json(key(self.id, part, name), value)
+
+    def _update_fields(self, part: str, change: Callable[[Dict[str, Any]], Any]
+                       ) -> Dict[str, Any]:
+        """Let `change` modify the document, write back only the fields it changed."""
+        with self.locked(part):
+            doc = self._fields(part)
+            before = json.loads(json.dumps(doc, sort_keys=True, default=str))
+            change(doc)
+            changed = {k: v for k, v in doc.items() if before.get(k, _ABSENT) != v}
+            self._set_fields(part, changed)
+            for gone in set(before) - set(doc):
+                self.store.delete(key(self.id, part, gone))
+            return doc
 
     def plan(self) -> Dict[str, Any]:
         """The whole plan document (every batch, every host's info): for what shows all of it.
@@ -526,35 +563,46 @@ class RolloutState:
                                                           separators=(",", ":")))
 
     def meta(self) -> Dict[str, Any]:
-        return self.store.get_json(key(self.id, "meta"), {}) or {}
+        meta = self._fields("meta")
+        ends = self.ends()
+        if ends:
+            worst = max(ends, key=lambda status: END_RANK.get(status, 0))
+            meta.update(ends[worst], status=worst)
+        return meta
+
+    def ends(self) -> Dict[str, Dict[str, Any]]:
+        """The end states recorded, status -> the values recorded with it."""
+        prefix = key(self.id, "end") + "."
+        return {name[len(prefix):]: json.loads(value)
+                for name, value in self.store.list(prefix).items()}
 
     def update_meta(self, **values: Any) -> Dict[str, Any]:
         with self.locked("meta"):
-            meta = self.meta()
-            meta.update(values)
-            self.store.set_json(key(self.id, "meta"), meta)
-            return meta
+            self._set_fields("meta", values)
+        return self.meta()
 
     def end(self, status: str, **values: Any) -> Dict[str, Any]:
         """Record an end state; returns the meta and whether this call changed the status (only
-        that caller announces it). A worse end state replaces a better one, never the reverse."""
+        that caller announces it). A worse end state replaces a better one, never the reverse:
+        each end state is a key of its own, and the meta's status is the worst of them. Two
+        calls at the same moment: `fleet_rollout.finish` is serialised per rollout by its
+        concurrency policy."""
         with self.locked("meta"):
-            meta = self.meta()
-            old = meta.get("status")
+            old = self.meta().get("status")
             new = status
             if old in END_RANK and END_RANK[old] >= END_RANK.get(status, 0):
                 new = old
             changed = new != old
-            meta["status"] = new
             if changed:
-                meta.update(values)
-            self.store.set_json(key(self.id, "meta"), meta)
-            return {"meta": meta, "changed": changed}
+                self.store.set_json(key(self.id, "end", new), values)
+            return {"meta": self.meta(), "changed": changed}
 
     def halted(self) -> Optional[Dict[str, Any]]:
         return self.store.get_json(key(self.id, "halt"))
 
     def halt(self, reason: str, by: str = "") -> None:
+        """Set the halt flag unless it is set (two halts at the same moment: the last one's
+        reason stays; either halts the rollout)."""
         with self.locked("halt"):
             if self.halted() is None:
                 self.store.set_json(key(self.id, "halt"), {"reason": reason, "by": by,
@@ -568,23 +616,21 @@ class RolloutState:
 
     def stale(self, execution_id: str) -> Optional[Dict[str, Any]]:
         """What the watchdog did about a host action whose runner died (None: nothing)."""
-        return self.store.get_json(key(self.id, "stale", execution_id))
+        doc = self._fields(f"stale.{execution_id}")
+        return doc or None
 
     def mark_stale(self, execution_id: str, record: Dict[str, Any]) -> bool:
-        """Record a stale host action once (False: recorded already, by another watchdog)."""
+        """Record a stale host action once (False: recorded already, by another watchdog; the
+        watchdog runs one at a time, by its concurrency policy)."""
         with self.locked(f"stale.{execution_id}"):
             if self.stale(execution_id) is not None:
                 return False
-            self.store.set_json(key(self.id, "stale", execution_id), record)
+            self._set_fields(f"stale.{execution_id}", record)
             return True
 
     def update_stale(self, execution_id: str, change: Callable[[Dict[str, Any]], Any]
                      ) -> Dict[str, Any]:
-        with self.locked(f"stale.{execution_id}"):
-            record = self.stale(execution_id) or {}
-            change(record)
-            self.store.set_json(key(self.id, "stale", execution_id), record)
-            return record
+        return self._update_fields(f"stale.{execution_id}", change)
 
     def save_host(self, name: str, state: Dict[str, Any]) -> None:
         self.store.set_json(key(self.id, "host", name), state)
@@ -595,31 +641,32 @@ class RolloutState:
 
     def fingerprints(self) -> List[Dict[str, Any]]:
         """Probe fingerprints of hosts this rollout changed and verified (the references for
-        later batches' verification)."""
-        return self.store.get_json(key(self.id, "fingerprints"), []) or []
+        later batches' verification), oldest first; one key per host."""
+        prefix = key(self.id, "fingerprint") + "."
+        kept = [json.loads(v) for v in self.store.list(prefix).values()]
+        return sorted((r for r in kept if isinstance(r, dict)),
+                      key=lambda r: (float(r.get("at") or 0), str(r.get("host"))))
 
     def add_fingerprint(self, record: Dict[str, Any], per_model: int = 16) -> bool:
-        """Keep the record unless per_model hosts of its CPU model are kept already."""
-        with self.locked("fingerprints"):
-            kept = self.fingerprints()
-            if any(r.get("host") == record.get("host") for r in kept) or sum(
-                    1 for r in kept if r.get("cpu_model") == record.get("cpu_model")) >= \
-                    per_model:
-                return False
-            self.store.set_json(key(self.id, "fingerprints"), kept + [record])
-            return True
+        """Keep the record unless per_model hosts of its CPU model are kept already (hosts
+        verified at the same moment may each be kept: a few more references, never fewer)."""
+        kept = self.fingerprints()
+        if any(r.get("host") == record.get("host") for r in kept) or sum(
+                1 for r in kept if r.get("cpu_model") == record.get("cpu_model")) >= per_model:
+            return False
+        record = dict(record)
+        record.setdefault("at", time.time())
+        self.store.set_json(key(self.id, "fingerprint", str(record.get("host"))), record)
+        return True
 
     def batch(self, index: int) -> Dict[str, Any]:
-        return self.store.get_json(key(self.id, "batch", str(index)), {}) or {}
+        return self._fields(f"batch.{index}.state")
 
     def save_batch(self, index: int, state: Dict[str, Any]) -> None:
-        self.store.set_json(key(self.id, "batch", str(index)), state)
+        with self.locked(f"batch.{index}.state"):
+            self._set_fields(f"batch.{index}.state", state)
 
     def update_batch(self, index: int,
                      change: Callable[[Dict[str, Any]], Any]) -> Dict[str, Any]:
-        """Read batch `index`, let `change` modify it, write it back: under the batch's lock."""
-        with self.locked(f"batch.{index}"):
-            state = self.batch(index)
-            change(state)
-            self.save_batch(index, state)
-            return state
+        """Read batch `index`, let `change` modify it, write back the fields it changed."""
+        return self._update_fields(f"batch.{index}.state", change)

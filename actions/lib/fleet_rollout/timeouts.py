@@ -15,7 +15,6 @@ from fleet_rollout.states import PREPARE, PREPARE_STEPS
 
 ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
 MARGIN = 120.0     # process start, datastore, audit
-STEP_LOCK_WAIT = 60.0  # a forward step waits this long for the host's lock, then fails (-> restore)
 PROBE_BUILD = 300.0  # fleet-probe is compiled on first use on the controller
 
 
@@ -25,7 +24,7 @@ def bmc_budget(redfish_timeout: float) -> float:
 
 
 def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, float]:
-    """Longest time each step can spend working (its own waits), lock wait excluded."""
+    """Longest time each step can spend working (its own waits)."""
     r = profile["redfish"]
     graceful, force, boot = float(r["graceful_timeout"]), float(r["force_timeout"]), \
         float(r["boot_timeout"])
@@ -51,19 +50,12 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
     return work
 
 
-def lock_waits(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, float]:
-    """How long each action waits for the host's lock: a restore outwaits any running step."""
-    work = step_work(profile, redfish_timeout)
-    longest_step = max(v + STEP_LOCK_WAIT + MARGIN for k, v in work.items() if k != "restore")
-    return {k: (longest_step if k == "restore" else STEP_LOCK_WAIT) for k in work}
-
-
 def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, int]:
-    """Seconds per host action (step names, "prepare" and "restore"): work + lock wait +
-    margin."""
+    """Seconds per host action (step names, "prepare" and "restore"): work + margin. A host's
+    actions wait for each other in StackStorm's scheduler (the host_step concurrency policy),
+    before their timeout starts."""
     work = step_work(profile, redfish_timeout)
-    waits = lock_waits(profile, redfish_timeout)
-    return {k: int(work[k] + waits[k] + MARGIN) for k in work}
+    return {k: int(work[k] + MARGIN) for k in work}
 
 
 def observed_reboot(host_states: Iterable[Dict[str, Any]]) -> Optional[float]:

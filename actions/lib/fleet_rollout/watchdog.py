@@ -31,12 +31,11 @@ from typing import Any, Callable, Dict, List, Optional
 from fleet_rollout.audit import Audit
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ApiRefused
-from fleet_rollout.states import PREPARE, PREPARE_STEPS, RESTORE_STEP
+from fleet_rollout.states import PREPARE, PREPARE_STEPS
 from fleet_rollout.store import RolloutState, Store
 
-HOST_STEP = "fleet_rollout.host_step"
-HOST_RESTORE = "fleet_rollout.host_restore"
-WATCHED = (HOST_STEP, HOST_RESTORE)
+HOST_STEP = "fleet_rollout.host_step"  # every step and restore of a host
+WATCHED = (HOST_STEP,)
 RECOVER = "fleet_rollout.recover_host"
 RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.rollback": "rollback"}
 ACTIVE = ("running", "pausing", "paused", "resuming", "canceling")
@@ -59,8 +58,6 @@ def timestamp(text: Any) -> Optional[float]:
 
 def step_name(execution: Dict[str, Any]) -> str:
     params = execution.get("parameters") or {}
-    if (execution.get("action") or {}).get("ref") == HOST_RESTORE:
-        return RESTORE_STEP
     return str(params.get("step") or "")
 
 
@@ -85,11 +82,10 @@ def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dic
 
 
 class Watchdog:
-    def __init__(self, api: Any, store: Store, state_dir: str, grace: float,
+    def __init__(self, api: Any, store: Store, grace: float,
                  clock: Callable[[], float] = time.time) -> None:
         self.api = api
         self.store = store
-        self.state_dir = state_dir
         self.grace = grace
         self.clock = clock
 
@@ -144,7 +140,7 @@ class Watchdog:
             return None
         record.update(self.move_on(execution, why))
         state.update_stale(ex_id, lambda kept: kept.update(record))
-        Audit(self.state_dir, rollout_id).record(
+        Audit(self.store, rollout_id).record(
             host, "execution", ex_id, record["action"], execution=own_id, by=by,
             action="stale_execution")
         record["message"] = message(rollout_id, record)
@@ -186,7 +182,7 @@ class Watchdog:
                 "recovery": str(started["id"])}
 
 
-def settle(api: Any, state: RolloutState, state_dir: str, stale_id: str, parent_id: str,
+def settle(api: Any, state: RolloutState, stale_id: str, parent_id: str,
            recovery_id: str, succeeded: bool, by: str = "") -> Dict[str, Any]:
     """The end of a recovery (fleet_rollout.recover_host): the workflow that waited for the
     stale execution is completed with the outcome of the host's change run again. Only the
@@ -212,8 +208,8 @@ def settle(api: Any, state: RolloutState, state_dir: str, stale_id: str, parent_
         settled = "already completed"
     state.update_stale(stale_id, lambda kept: kept.update({"settled": settled,
                                                            "settled_at": time.time()}))
-    Audit(state_dir, state.id).record(host, "execution", parent_id, settled,
-                                      execution=recovery_id, by=by, action="stale_settled")
+    Audit(state.store, state.id).record(host, "execution", parent_id, settled,
+                                        execution=recovery_id, by=by, action="stale_settled")
     ended = "had already ended" if settled == "already completed" else f"completed {settled}"
     text = (f"Rollout {state.id}: host {host} recovered after its {record.get('step')} "
             f"execution {stale_id} outlived its action runner: "

@@ -22,8 +22,8 @@ def audit_section(audit: Audit) -> str:
         by_setting[setting] = by_setting.get(setting, 0) + 1
     hosts = {str(e.get("host")) for e in entries}
     out = ['<section class="card" id="audit"><h2>Audit trail</h2>'
-           f'<p class="sub">{len(entries)} entries on {len(hosts)} hosts; file '
-           f'<span class="mono">{esc(audit.path)}</span></p>']
+           f'<p class="sub">{len(entries)} entries on {len(hosts)} hosts; datastore keys '
+           f'<span class="mono">{esc(audit.prefix)}*</span></p>']
     if not entries:
         out.append('<p class="muted">No audit entries.</p></section>')
         return "".join(out)
