@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, Optional
 from fleet_runtime import commands, home
 
 # Commands that open a runtime home (and may write to it or start the engine).
-RUNTIME_COMMANDS = ("api", "chat", "engine", "execution", "inquiry", "key", "pack", "run")
+RUNTIME_COMMANDS = ("api", "chat", "engine", "execution", "inquiry", "key", "pack", "run",
+                    "runner")
 PLUGIN_GROUP = "fleet_rollout.commands"
 
 

@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS executions (
     start_ts REAL,
     end_ts REAL,
     due_ts REAL,
-    log TEXT NOT NULL DEFAULT '[]'
+    log TEXT NOT NULL DEFAULT '[]',
+    runner_info TEXT
 );
 CREATE INDEX IF NOT EXISTS ix_ex_parent ON executions(parent_id);
 CREATE INDEX IF NOT EXISTS ix_ex_status ON executions(status);
@@ -141,8 +142,11 @@ EXECUTION_COLUMNS = (
     "end_ts",
     "due_ts",
     "log",
+    "runner_info",
 )
-_JSON_EXECUTION_FIELDS = ("parameters", "context", "result", "log")
+_JSON_EXECUTION_FIELDS = ("parameters", "context", "result", "log", "runner_info")
+# columns added after a home's database was created: added to it when it is opened
+_ADDED_COLUMNS = {"executions": {"runner_info": "TEXT"}}
 
 _counter_lock = threading.Lock()
 _counter = int.from_bytes(os.urandom(3), "big")
@@ -215,6 +219,21 @@ def _wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
         pause = min(0.5, pause * 2)
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Columns of _ADDED_COLUMNS a database made before them lacks (another process may add
+    one at the same moment)."""
+    for table, columns in _ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns.items():
+            if name in have:
+                continue
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):
+                    raise
+
+
 def thread_connection(local: threading.local, path: str) -> sqlite3.Connection:
     """The calling thread's SQLite connection to `path` (WAL, autocommit), opened on first use."""
     conn = getattr(local, "conn", None)
@@ -237,6 +256,7 @@ class Store:
         self._local = threading.local()
         conn = self.conn
         conn.executescript(_SCHEMA)
+        _add_columns(conn)
         with self.transaction() as c:
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
@@ -294,8 +314,9 @@ class Store:
             dumps(record.get(k)) if k in _JSON_EXECUTION_FIELDS else record.get(k)
             for k in EXECUTION_COLUMNS
         ]
-        if record.get("result") is None:
-            values[EXECUTION_COLUMNS.index("result")] = None
+        for key in ("result", "runner_info"):
+            if record.get(key) is None:
+                values[EXECUTION_COLUMNS.index(key)] = None
         placeholders = ",".join("?" for _ in EXECUTION_COLUMNS)
         self.conn.execute(
             f"INSERT INTO executions({','.join(EXECUTION_COLUMNS)}) VALUES({placeholders})",

@@ -7,11 +7,13 @@ Layout (default `~/.fleet-rollout`, or `$FLEET_ROLLOUT_HOME`):
     rbac/                 StackStorm RBAC: roles/*.yaml, assignments/*.yaml (fleet_runtime/rbac.py)
     config.yaml           runtime settings: user, roles, user_roles, system_user, chatops_user,
                           chat_webhook_url, workers, packs, time_factor, python_workers
-                          (warm|cold), warm_preload
+                          (warm|cold), warm_preload, runners
     configs/<pack>.yaml   pack configs (like /opt/stackstorm/configs/<pack>.yaml)
     chat.jsonl            what reached chat (route chatops: post_message, alias replies)
     announcements.jsonl   post_message on other routes (no chat bot listens; chatlog.py)
     crypto.key            key for datastore secrets (created on first use, mode 0600)
+    runners/<k>/          action runner k's own directory (`runners` >= 2): runner.json, its
+                          pack configs' state_dir (state_dir/), lost.jsonl
 
 Everything in it is private: the home and its directories 0700, its files 0600 (also the
 SQLite -wal/-shm files, the chat transcript, and what the pack's actions write there); a home
@@ -43,6 +45,8 @@ ENV_PYTHON_WORKERS = "FLEET_ROLLOUT_PYTHON_WORKERS"
 ENV_ST2_RACES = "FLEET_ROLLOUT_ST2_RACES"
 ENV_ST2_PAUSE_WINDOW = "FLEET_ROLLOUT_ST2_PAUSE_WINDOW"
 ENV_DEAD_RUNNER = "FLEET_ROLLOUT_DEAD_RUNNER"
+ENV_RUNNERS = "FLEET_ROLLOUT_RUNNERS"
+MAX_RUNNERS = 32
 PYTHON_WORKERS = ("warm", "cold")
 
 _SETTINGS_KEYS = {
@@ -61,6 +65,7 @@ _SETTINGS_KEYS = {
     "st2_pause_window": (int, float),
     "api_key_ttl_days": (int, float),
     "dead_runner": str,
+    "runners": int,
 }
 
 
@@ -246,6 +251,28 @@ class RuntimeHome:
         """Where the runtime records the execution whose runner died by the index-th spec of
         dead_runner (each dies once)."""
         return self.path / f"dead-runner-{index}"
+
+    @property
+    def runners(self) -> int:
+        """Action runners (st2actionrunner processes): 1 (default) runs actions as children of
+        the engine process; N >= 2 runs them in N runner processes of their own, each with its
+        own directory (`runner_dir`), like N st2 action runner machines (docs/runtime.md,
+        "Action runners")."""
+        env = os.environ.get(ENV_RUNNERS)
+        value: Any = env if env is not None and env.strip() else self.settings.get("runners", 1)
+        try:
+            count = int(str(value).strip())
+        except ValueError:
+            count = 0
+        if isinstance(value, bool) or not 1 <= count <= MAX_RUNNERS:
+            raise MetadataError(str(self.path / "config.yaml"), "runners",
+                                f"{value!r}: a number of action runners from 1 to {MAX_RUNNERS}"
+                                f" (or ${ENV_RUNNERS})")
+        return count
+
+    def runner_dir(self, index: int) -> Path:
+        """Action runner `index`'s own directory (1-based): what it keeps on its machine."""
+        return self.path / "runners" / str(index)
 
     @property
     def webhook_url(self) -> Optional[str]:

@@ -71,6 +71,9 @@ def public(registry: Registry, record: Dict[str, Any]) -> Dict[str, Any]:
         "task_route": record.get("task_route"),
         "item_id": record.get("item_id"),
         "log": record.get("log") or [],
+        # st2 keeps which action runner ran it in the LiveAction (`runner_info`: hostname,
+        # pid), shown under `liveaction` by the API
+        "liveaction": {"runner_info": record.get("runner_info") or {}},
     }
 
 
@@ -156,6 +159,9 @@ def execution_text(
     lines.append(f"end_timestamp: {ts(record.get('end_ts'))}")
     if record.get("parent_id"):
         lines.append(f"parent: {record['parent_id']}")
+    if record.get("runner_info"):
+        lines.append("runner_info:")
+        lines.append(dump_yaml(record["runner_info"]))
     lines.append("result:" + (" null" if record.get("result") is None else ""))
     if record.get("result") is not None:
         lines.append(dump_yaml(masked_result(registry, record)))

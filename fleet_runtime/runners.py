@@ -8,7 +8,8 @@ Each returns `(status, result)` with st2's result shapes:
 Subprocesses run in their own process group and die with the runtime (PR_SET_PDEATHSIG).
 python-script actions run in a child forked by the pack's warm worker zygote when the runtime
 gives a `fleet_runtime.warm.WarmPool` (same spec, result, exit codes, kill), else in a new
-`python -u -m fleet_runtime.python_wrapper` process.
+`python -u -m fleet_runtime.python_wrapper` process. Given a `host` (an action runner process,
+fleet_runtime.action_runners), that process starts the action's processes instead of this one.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 from urllib.parse import urlparse
 
 from fleet_runtime import chatlog
@@ -76,9 +77,21 @@ Spawner = Callable[[], Tuple[Any, Optional[str]]]
 """Starts an action process: (a Popen-like process, the text to write on its stdin)."""
 
 
+class ProcessHost(Protocol):
+    """Who starts an action's processes when not this process (an action runner)."""
+
+    def spawn(self, argv: Sequence[str], env: Optional[Dict[str, str]], cwd: Optional[str]
+              ) -> Any:
+        """A Popen(text=True)-like process with stdin/stdout/stderr pipes, in its own
+        session."""
+
+
 def _popen_spawner(argv: List[str], stdin_text: Optional[str] = None,
-                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> Spawner:
+                   env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
+                   host: Optional[ProcessHost] = None) -> Spawner:
     def spawn() -> Tuple[Any, Optional[str]]:
+        if host is not None:
+            return host.spawn(argv, env, cwd or None), stdin_text
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -102,8 +115,9 @@ def _run_process(
     env: Optional[Dict[str, str]] = None,
     cwd: Optional[str] = None,
     spawn: Optional[Spawner] = None,
+    host: Optional[ProcessHost] = None,
 ) -> Tuple[int, str, str, bool]:
-    proc, stdin_text = (spawn or _popen_spawner(argv, stdin_text, env, cwd))()
+    proc, stdin_text = (spawn or _popen_spawner(argv, stdin_text, env, cwd, host))()
     handle.attach(proc)
     timed_out = False
     try:
@@ -135,10 +149,12 @@ def run_python(
     handle: ProcessHandle,
     pool: Optional[WarmPool] = None,
     datastore_api: bool = False,
+    host: Optional[ProcessHost] = None,
 ) -> Tuple[str, Dict[str, Any]]:
     """st2's python runner; with `pool`, in a child forked by the pack's warm zygote (when
-    the pool has one for the pack, else cold). `datastore_api`: the action's datastore goes
-    through the local API as the execution's user (RBAC applies), as st2's does."""
+    the pool has one for the pack, else cold, started by `host` when given). `datastore_api`:
+    the action's datastore goes through the local API as the execution's user (RBAC
+    applies), as st2's does."""
     sys_path = [os.path.dirname(entry_point)]
     if pack_path:
         sys_path.append(os.path.join(pack_path, "actions", "lib"))
@@ -164,7 +180,7 @@ def run_python(
     timeout = runner_params.get("timeout") or 600
     argv = [sys.executable, "-u", "-m", "fleet_runtime.python_wrapper"]
     cwd = os.path.dirname(entry_point)
-    cold = _popen_spawner(argv, json.dumps(spec, default=str) + "\n", env, cwd)
+    cold = _popen_spawner(argv, json.dumps(spec, default=str) + "\n", env, cwd, host)
 
     def spawn() -> Tuple[Any, Optional[str]]:
         warm = pool.spawn(pack_path, cwd) if pool is not None and pack_path else None
@@ -242,7 +258,8 @@ def _local_env(runner_params: Dict[str, Any], env_extra: Dict[str, str]) -> Dict
 
 
 def run_local_cmd(
-    cmd: str, runner_params: Dict[str, Any], env_extra: Dict[str, str], handle: ProcessHandle
+    cmd: str, runner_params: Dict[str, Any], env_extra: Dict[str, str], handle: ProcessHandle,
+    host: Optional[ProcessHost] = None,
 ) -> Tuple[str, Dict[str, Any]]:
     if runner_params.get("sudo"):
         return FAILED, {"error": "sudo is not supported by the embedded runtime", "failed": True,
@@ -254,6 +271,7 @@ def run_local_cmd(
         timeout,
         env=_local_env(runner_params, env_extra),
         cwd=runner_params.get("cwd"),
+        host=host,
     )
     return _local_outcome(code, stdout, stderr, timed_out, timeout, handle)
 
@@ -297,6 +315,7 @@ def run_local_script(
     runner_params: Dict[str, Any],
     env_extra: Dict[str, str],
     handle: ProcessHandle,
+    host: Optional[ProcessHost] = None,
 ) -> Tuple[str, Dict[str, Any]]:
     kwarg_op = runner_params.get("kwarg_op") or "--"
     argv = [entry_point, *script_arguments(action_params, definitions, kwarg_op)]
@@ -309,6 +328,7 @@ def run_local_script(
         timeout,
         env=_local_env(runner_params, env_extra),
         cwd=runner_params.get("cwd") or os.path.dirname(entry_point),
+        host=host,
     )
     return _local_outcome(code, stdout, stderr, timed_out, timeout, handle)
 

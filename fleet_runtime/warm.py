@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.zygote import drain
@@ -51,6 +51,11 @@ EXTERNAL_CHECK_INTERVAL = 2.0
 IDLE_TIMEOUT = 600.0
 WORKER_DIED = "python worker process died"
 MAX_MESSAGE = 1 << 18
+
+Launcher = Callable[[socket.socket, Dict[str, str]], Any]
+"""Starts a zygote given its end of the socketpair and its environment: a Popen-like process
+(`pid`, `poll()`, `wait(timeout)`, `kill()`) that runs `python -m fleet_runtime.zygote <its
+parent's pid> <fd>` (an action runner process: fleet_runtime.action_runners)."""
 
 
 class WarmProcess:
@@ -213,9 +218,12 @@ class WarmPool:
     """The zygotes of the packs' python actions (see the module docstring)."""
 
     def __init__(self, packs: Dict[str, List[str]], preload: Optional[List[str]] = None,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, launcher: Optional[Launcher] = None
+                 ) -> None:
         """`packs`: pack directory -> the absolute entry points of its python-script
-        actions (a pack not listed runs cold); `preload`: more module names to import."""
+        actions (a pack not listed runs cold); `preload`: more module names to import;
+        `launcher`: who starts the zygotes (default: this process, as its children)."""
+        self._launcher = launcher
         self._packs = {os.path.abspath(p): _PackState(os.path.abspath(p), list(e))
                        for p, e in packs.items()}
         self._preload = list(preload or [])
@@ -478,11 +486,17 @@ class WarmPool:
         env["PYTHONPATH"] = os.pathsep.join(
             [p for p in [runtime_root, env.get("PYTHONPATH", "")] if p])
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "fleet_runtime.zygote", str(os.getpid()),
-                 str(theirs.fileno())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, cwd="/",
-                pass_fds=[theirs.fileno()], start_new_session=True)
+            if self._launcher is not None:
+                proc = self._launcher(theirs, env)
+            else:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "fleet_runtime.zygote", str(os.getpid()),
+                     str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, cwd="/",
+                    pass_fds=[theirs.fileno()], start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         zygote = _Zygote(state, proc, ours, fingerprint)

@@ -1,7 +1,9 @@
 """The embedded StackStorm engine: executions, the Orquesta workflow engine, runners, triggers.
 
 One engine thread owns every workflow conductor and all workflow state; a thread pool runs
-actions that leave the process (python-script and local runners, chat posts). Durability:
+actions that leave the process (python-script and local runners, chat posts), whose processes
+are the engine's children or, with the `runners` setting at 2 or more, those of N action
+runner processes (fleet_runtime.action_runners). Durability:
 
 1. every status change of an execution (a worker's result, an inquiry going pending, a child
    workflow finishing, a pause/resume/cancel request, an inquiry response) is written to SQLite
@@ -13,8 +15,9 @@ actions that leave the process (python-script and local runners, chat posts). Du
 
 A runtime killed at any moment recovers on its next start (`Runtime.recover`): snapshots are
 reloaded and the events after them replayed; children that were started but never reported
-(status `running`) are marked `abandoned` like st2 marks executions of a dead action runner,
-and orquesta turns that into a failed task (retry / remediation decide what happens next);
+(status `running`) are marked `abandoned` like st2 marks executions of a runner shutting down,
+and orquesta turns that into a failed task (retry / remediation decide what happens next),
+except those lost with an action runner that died, which stay `running` as on st2;
 children created but never started are started; delays and inquiry timeouts are re-armed.
 
 The engine is one class, `Runtime`, assembled from mixins, one module per concern:

@@ -1,16 +1,24 @@
 """Running actions: dispatching an execution to its runner (workflow, inquiry, inline, or a
 worker thread of the pool for runners that leave the process), the worker itself, cancelling
 a single action, and the action policies (concurrency admission, retry).
+
+With the `runners` setting at 2 or more, the worker of a python-script or local shell action
+takes an action runner process (fleet_runtime.action_runners: the fewest running executions),
+stamps the execution's `runner_info` with it as it marks it running (st2actions/worker.py
+`_run_action`), and has that runner start the action's process; a python action sees its pack
+config's `state_dir` as the runner's own. When the runner dies under it, the execution is lost:
+nothing reports it, it stays `running`.
 """
 from __future__ import annotations
 
 import copy
 import os
 import time
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from fleet_runtime import chatlog, runners
 from fleet_runtime import params as params_util
+from fleet_runtime.action_runners import PROCESS_RUNNERS, STATE_DIR, RunnerGone, RunnerProcess
 from fleet_runtime.engine.events import StatusReported, WorkerDone, WorkerStarted
 from fleet_runtime.engine.model import (
     INLINE_RUNNERS,
@@ -82,14 +90,27 @@ class ActionsMixin(EngineState):
         status, result = FAILED, None
         report = True
         dead = ""
+        runner: Optional[RunnerProcess] = None
+        lost = False
         try:
+            if self.action_runners is not None and action.runner_type in PROCESS_RUNNERS:
+                runner = self.action_runners.acquire(info.id)
+                if runner is None:
+                    # like an st2 action queue that no runner consumes: it waits, not started,
+                    # for the next engine start (which starts every runner again)
+                    LOG.warning("no action runner is alive: %s (%s) is not started", info.id,
+                                info.action)
+                    report = False
+                    return
             now = time.time()
             log = info.log + [{"status": RUNNING, "timestamp": now}]
+            runner_info = runner.info() if runner is not None else None
             with self.store.transaction() as conn:
                 cur = conn.execute(
-                    "UPDATE executions SET status=?, start_ts=?, log=? WHERE id=? AND"
-                    f" status IN ({sql_list(NOT_STARTED)})",
-                    (RUNNING, now, _json(log), info.id))
+                    "UPDATE executions SET status=?, start_ts=?, log=?, runner_info=? WHERE id=?"
+                    f" AND status IN ({sql_list(NOT_STARTED)})",
+                    (RUNNING, now, _json(log),
+                     _json(runner_info) if runner_info is not None else None, info.id))
                 started = cur.rowcount == 1
             if not started:
                 # Canceled (or otherwise finished) before it could start: nothing to report.
@@ -99,7 +120,12 @@ class ActionsMixin(EngineState):
                 status, result = CANCELED, info.result
                 return
             self.queue.put(WorkerStarted(info.id, now))
-            status, result = self._run_action(info, action)
+            status, result = self._run_action(info, action, runner)
+            if runner is not None and self.action_runners is not None and \
+                    self.action_runners.died_under(
+                        runner, bool(info.handle and info.handle.worker_died)):
+                lost = True
+                return
             if self._runner_dies(info):
                 # its work is done and its result written, its status never: the execution
                 # stays running, with no runner left to time it out or cancel it
@@ -108,15 +134,32 @@ class ActionsMixin(EngineState):
                 report = False
                 dead = info.id
                 return
+        except RunnerGone:
+            lost = True
         except RuntimeErrorBase as e:
             status, result = FAILED, {"error": str(e)}
         except Exception as e:
             LOG.exception("action %s failed in the runner", info.id)
             status, result = FAILED, {"error": f"{type(e).__name__}: {e}"}
         finally:
+            if runner is not None and self.action_runners is not None:
+                if lost or (report and self.action_runners.died_under(runner, False)):
+                    self._lose(runner, info)
+                    report = False
+                else:
+                    self.action_runners.release(runner, info.id)
             if report:
                 self.queue.put(StatusReported(info.id, status, result))
             self.queue.put(WorkerDone(dead))
+
+    def _lose(self, runner: RunnerProcess, info: ExecInfo) -> None:
+        """The execution's runner died while it ran it: nobody reports it, it stays `running`
+        (and holds its concurrency policy slot: st2 counts running LiveActions) until someone
+        completes it through the API; a cancel finds nobody to act on it."""
+        info.handle = None
+        self.lost.add(info.id)  # the runner's death noted it too (action_runners._on_death)
+        LOG.warning("%s died while it ran %s (%s): the execution stays running",
+                    runner.hostname, info.id, info.action)
 
     def _runner_dies(self, info: ExecInfo) -> bool:
         """A spec of the dead_runner setting names this execution (the first that matches
@@ -147,8 +190,12 @@ class ActionsMixin(EngineState):
                 continue
         return dead
 
-    def _run_action(self, info: ExecInfo, action: Action) -> Tuple[str, Any]:
+    def _run_action(self, info: ExecInfo, action: Action,
+                    runner: Optional[RunnerProcess] = None) -> Tuple[str, Any]:
         config = self.pack_config(action.pack)
+        if runner is not None and STATE_DIR in config:
+            # the runner's machine keeps its own state: no file is shared between runners
+            config = dict(config, state_dir=str(runner.state_dir))
         runner_params, action_params = params_util.render_final_params(
             action, info.parameters, info.context, config)
         handle = info.handle or runners.ProcessHandle()
@@ -163,29 +210,29 @@ class ActionsMixin(EngineState):
         }
         try:
             return self._run_runner(info, action, config, runner_params, action_params,
-                                    env_extra, handle)
+                                    env_extra, handle, runner)
         finally:
             if self.api is not None:
                 self.api.revoke(token)
 
     def _run_runner(self, info: ExecInfo, action: Action, config: Dict[str, Any],
                     runner_params: Dict[str, Any], action_params: Dict[str, Any],
-                    env_extra: Dict[str, str], handle: runners.ProcessHandle
-                    ) -> Tuple[str, Any]:
+                    env_extra: Dict[str, str], handle: runners.ProcessHandle,
+                    runner: Optional[RunnerProcess] = None) -> Tuple[str, Any]:
         if action.runner_type == "python-script":
+            pool = runner.warm_pool if runner is not None else getattr(self, "warm_pool", None)
             return runners.run_python(
                 action.entry_point or "", action.pack, action.pack_path, config, action_params,
                 runner_params, info.context.get("user") or self.user, str(self.home.db_path),
-                str(self.home.key_path), env_extra, handle,
-                pool=getattr(self, "warm_pool", None),
-                datastore_api=self.api is not None and self.api.rbac is not None)
+                str(self.home.key_path), env_extra, handle, pool=pool,
+                datastore_api=self.api is not None and self.api.rbac is not None, host=runner)
         if action.runner_type == "local-shell-cmd":
             cmd = runner_params.get("cmd") or action_params.get("cmd") or ""
-            return runners.run_local_cmd(cmd, runner_params, env_extra, handle)
+            return runners.run_local_cmd(cmd, runner_params, env_extra, handle, host=runner)
         if action.runner_type == "local-shell-script":
             return runners.run_local_script(action.entry_point or "", action_params,
                                             action.merged_parameters(), runner_params,
-                                            env_extra, handle)
+                                            env_extra, handle, host=runner)
         if action.runner_type == "announcement":
             return runners.post_message(self.home.path, self.home.webhook_url,
                                         dict(action_params),
@@ -196,7 +243,8 @@ class ActionsMixin(EngineState):
     def _control_action(self, info: ExecInfo, op: str) -> None:
         if op != "cancel":
             return
-        if info.status in COMPLETED or info.id in self.dead_runner_executions():
+        if info.status in COMPLETED or info.id in self.lost or \
+                info.id in self.dead_runner_executions():
             return  # a dead runner's execution: nobody is left to act on the cancel
         if info.handle is not None and info.status == RUNNING:
             info.handle.cancel()
@@ -236,6 +284,11 @@ class ActionsMixin(EngineState):
         for key in keys:
             self._occupying[key].add(info.id)
         return "run"
+
+    def _occupy_policy_slots(self, info: ExecInfo) -> None:
+        """Count a running execution against its action's concurrency policies."""
+        for policy in self._concurrency_policies(info.action):
+            self._occupying.setdefault(self._policy_key(policy, info), set()).add(info.id)
 
     def _release_policy_slot(self, info: ExecInfo) -> None:
         for key, holders in self._occupying.items():

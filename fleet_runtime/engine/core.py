@@ -13,7 +13,7 @@ import queue
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from fleet_runtime import compat, masking, st2ctx, templating
 from fleet_runtime import params as params_util
@@ -62,6 +62,9 @@ from fleet_runtime.statuses import (
     RESUMING,
 )
 from fleet_runtime.warm import WarmPool
+
+if TYPE_CHECKING:
+    from fleet_runtime.action_runners import ActionRunners
 
 
 class _Timer:
@@ -117,6 +120,8 @@ class Runtime(
         self.queue: queue.Queue[Message] = queue.Queue()
         self.pool: Optional[ThreadPoolExecutor] = None
         self.warm_pool: Optional[WarmPool] = None
+        self.action_runners: Optional[ActionRunners] = None
+        self.lost: Set[str] = set()  # executions lost with their action runner
         self.active: Dict[str, ExecInfo] = {}
         self.workflows: Dict[str, WorkflowRun] = {}
         self._timers: List[_Timer] = []
@@ -153,8 +158,13 @@ class Runtime(
         self._lock_fd = fd
         self.is_engine = True
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="action")
-        self.warm_pool = self._new_warm_pool()
+        from fleet_runtime.action_runners import lost_executions
         from fleet_runtime.api import LocalApi
+
+        self.lost = lost_executions(self.home)
+        self.action_runners = self._new_action_runners()
+        if self.action_runners is None:
+            self.warm_pool = self._new_warm_pool()
 
         self.api = LocalApi(self)
         self.recover()
@@ -171,6 +181,9 @@ class Runtime(
         if self.warm_pool is not None:
             self.warm_pool.close()
             self.warm_pool = None
+        if self.action_runners is not None:
+            self.action_runners.close()
+            self.action_runners = None
         if self.api is not None:
             self.api.close()
             self.api = None
@@ -185,6 +198,11 @@ class Runtime(
     def _new_warm_pool(self) -> Optional[WarmPool]:
         """Warm python workers (fleet_runtime.warm) for the packs with python-script actions,
         unless `python_workers: cold`; a pack with `content_version` runs cold."""
+        packs = self._warm_packs()
+        return WarmPool(packs, self.home.warm_preload) if packs is not None else None
+
+    def _warm_packs(self) -> Optional[Dict[str, List[str]]]:
+        """WarmPool's packs (pack directory -> python entry points), None when cold."""
         if self.home.python_workers != "warm":
             return None
         packs: Dict[str, List[str]] = {}
@@ -195,7 +213,36 @@ class Runtime(
                               if a.runner_type == "python-script" and a.entry_point})
             if entries:
                 packs[pack.path] = entries
-        return WarmPool(packs, self.home.warm_preload)
+        return packs
+
+    def _new_action_runners(self) -> Optional[ActionRunners]:
+        """The action runner processes (`runners` >= 2), each with warm python workers of its
+        own unless `python_workers: cold`; None: actions run as this process's children."""
+        count = self.home.runners
+        if count < 2:
+            return None
+        from fleet_runtime.action_runners import ActionRunners
+
+        return ActionRunners(self.home, count, self._warm_packs(), self.home.warm_preload,
+                             self.lost)
+
+    # ================================================================== action runners
+    def runner_list(self) -> List[Dict[str, Any]]:
+        """The action runners: index, hostname, pid, alive, running (count), executions,
+        directory (fleet_runtime.action_runners.runner_status)."""
+        from fleet_runtime.action_runners import runner_status
+
+        return runner_status(self.home, self.store)
+
+    def kill_runner(self, index: int) -> Dict[str, Any]:
+        """SIGKILL action runner `index` (1-based) and every process it started, as an st2
+        action runner machine dies: its running executions stay running, new ones go to
+        the other runners; it stays dead until the engine starts again."""
+        if self.action_runners is None:
+            from fleet_runtime.action_runners import kill_runner
+
+            return kill_runner(self.home, index)  # the engine runs in another process
+        return self.action_runners.kill(index)
 
     def engine_pid(self) -> Optional[int]:
         try:

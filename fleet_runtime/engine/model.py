@@ -15,6 +15,7 @@ from fleet_runtime.conductor import RuntimeConductor
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
+    from fleet_runtime.action_runners import ActionRunners
     from fleet_runtime.database import Store
     from fleet_runtime.datastore import Datastore
     from fleet_runtime.engine.events import Message
@@ -127,6 +128,8 @@ class EngineState:
     api: Any
     queue: queue.Queue[Message]
     pool: Optional[ThreadPoolExecutor]
+    action_runners: Optional[ActionRunners]  # the `runners` setting at 2 or more
+    lost: Set[str]  # executions that were running on an action runner when it died
     # executions not finished, by id; workflow executions driven by this engine, by id
     active: Dict[str, ExecInfo]
     workflows: Dict[str, WorkflowRun]

@@ -282,9 +282,9 @@ class PersistenceMixin(EngineState):
             for evs in events_by_wf.values() for e in evs if e["kind"] == "action"
         }
         # Children whose current status the parent has not heard of; abandoned actions. The
-        # execution of a runner killed under dead_runner is left as it is: st2 reconciles
-        # nothing after a runner dies.
-        dead = self.dead_runner_executions()
+        # execution of a runner killed (under dead_runner, or an action runner process that
+        # died) is left as it is: st2 reconciles nothing after a runner dies.
+        dead = self.dead_runner_executions() | self.lost
         with self.store.transaction():
             for info in list(self.active.values()):
                 parent = self.workflows.get(info.parent_id or "")
@@ -333,8 +333,12 @@ class PersistenceMixin(EngineState):
             if status in wf_statuses.RUNNING_STATUSES and wf.ex_id in self.workflows:
                 self._advance(wf)
             self._sync_workflow(wf)
-        # Executions to (re)start, delays and inquiry timeouts to re-arm.
+        # Executions to (re)start, delays and inquiry timeouts to re-arm; an execution lost
+        # with its action runner holds its concurrency policy slot, as its running LiveAction
+        # does on st2, until someone completes it.
         for info in list(self.active.values()):
+            if info.id in self.lost and info.status == RUNNING:
+                self._occupy_policy_slots(info)
             if info.status in (REQUESTED, SCHEDULED):
                 self._to_start.append(info.id)
             elif info.status == DELAYED:
