@@ -33,22 +33,40 @@ $(ST2CLI_STAMP): requirements-st2client.txt $(STAMP)
 	./scripts/pip-install.sh $(ST2CLI_VENV)/bin/python -r requirements-st2client.txt
 	touch $@
 
+# The oldest ansible-core requirements.txt allows (requirements-ansible-oldest.txt), in a
+# virtualenv of its own: `make test` runs the host-side tests there too (.venv has the newest).
+ANSIBLE_OLDEST_VENV := .cache/ansible-oldest-venv
+ANSIBLE_OLDEST_STAMP := $(ANSIBLE_OLDEST_VENV)/.installed-stamp
+$(ANSIBLE_OLDEST_STAMP): requirements-ansible-oldest.txt pyproject.toml $(STAMP)
+	./scripts/make-venv.sh $(ANSIBLE_OLDEST_VENV) $(PYTHON)
+	./scripts/pip-install.sh $(ANSIBLE_OLDEST_VENV)/bin/python -r requirements-ansible-oldest.txt -e .
+	touch $@
+
+# The tests that run ansible-playbook (the pack's playbooks and host script against sim hosts,
+# a loopback sshd, a sim lab's host steps): run on the newest and on the oldest ansible-core
+HOSTSIDE_TESTS := $(wildcard tests/pack/test_hostside_*.py) \
+	tests/pack/adversarial/test_adv_hostside_injection.py \
+	tests/pack/adversarial/test_adv_inventory_connection.py \
+	tests/pack/adversarial/test_adv_ssh_hostkeys.py \
+	tests/pack/adversarial/test_adv_hoststeps.py
+
 # errbot + err-stackstorm for the lab's ChatOps (fleet_lab/chatops), also a virtualenv of its own.
 CHATOPS_STAMP := .cache/chatops-venv/.fleet-chatops-stamp
 $(CHATOPS_STAMP): requirements-chatops.txt $(STAMP)
 	$(VPY) -c 'from fleet_lab.chatops import bot; bot.ensure_venv()' && touch $@
 
-# the st2 CLI's and the chat-ops' virtualenvs are independent: built side by side
+# the st2 CLI's, the chat-ops' and the oldest ansible-core's virtualenvs are independent: built
+# side by side
 install: $(STAMP)
-	@$(MAKE) -s -j2 $(ST2CLI_STAMP) $(CHATOPS_STAMP)
+	@$(MAKE) -s -j3 $(ST2CLI_STAMP) $(CHATOPS_STAMP) $(ANSIBLE_OLDEST_STAMP)
 
 probe: install
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe; fi
 
 # The repo's own Python compiled ahead (what changed since the last time): where
 # PYTHONDONTWRITEBYTECODE is set (as on the CI machine) nothing is compiled on import, and each
-# of the thousands of processes a test run or a rollout starts (CLI, engine, lab daemon, Ansible
-# servers) would compile the pack library again
+# of the thousands of processes a test run or a rollout starts (CLI, engine, lab daemon, the
+# pack's callback in every ansible-playbook) would compile the pack library again
 bytecode: install
 	PYTHONDONTWRITEBYTECODE= $(VPY) -m compileall -q -j 0 actions fleet_runtime fleet_lab bench \
 		> /dev/null
@@ -57,8 +75,17 @@ lint: install
 	$(VPY) -m ruff check .
 	$(VENV)/bin/vermin -q --no-tips --violations --target=3.8- actions/ >/dev/null
 
+# every test on the newest ansible-core (.venv), then the host-side tests on the oldest; either
+# failing fails `make test` (the second runs whatever the first gave)
 test: install probe lint bytecode
-	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	rc=0; \
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS) \
+		|| rc=$$?; \
+	echo "host-side tests on ansible-core $$($(ANSIBLE_OLDEST_VENV)/bin/python -c \
+		'import ansible; print(ansible.__version__)')"; \
+	$(ANSIBLE_OLDEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --durations=10 \
+		$(HOSTSIDE_TESTS) || rc=$$?; \
+	exit $$rc
 
 demo: install probe bytecode
 	$(VPY) -m fleet_lab.demo
@@ -102,5 +129,5 @@ bench-warm: install bytecode
 	$(VPY) bench/bench_warm.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(ANSIBLE_OLDEST_VENV) .pytest_cache .ruff_cache
 	@if [ -f probe/Makefile ]; then $(MAKE) -s -C probe clean; fi

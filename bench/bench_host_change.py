@@ -9,7 +9,7 @@ Reported per host:
   ansible runs     ansible-playbook runs that included the host (from the pack's run log,
                    FLEET_ROLLOUT_ANSIBLE_LOG; a pack without it: the host-side executions)
   ansible total    CPU of every process the steps started (ansible-playbook, its workers, the
-                   host-side scripts, the pack's detached run processes)
+                   host-side scripts)
   host side        CPU of the host-side programs (fleet_host.py, fleet-probe): on a real fleet
                    this runs on the servers, in the sim lab it runs locally
   controller       ansible total - host side: what the controller pays for Ansible
@@ -146,7 +146,6 @@ def _hostside_cpu(logdir: str) -> Dict[str, Any]:
 def _ansible_log(path: str) -> Dict[str, Any]:
     runs: Dict[str, int] = {}
     total = 0
-    warm_cpu = 0.0
     playbooks: Dict[str, int] = {}
     if not os.path.exists(path):
         return {}
@@ -154,32 +153,13 @@ def _ansible_log(path: str) -> Dict[str, Any]:
         for line in handle:
             doc = json.loads(line)
             total += 1
-            warm_cpu += float(doc.get("warm_cpu") or 0.0)
             playbooks[doc["playbook"]] = playbooks.get(doc["playbook"], 0) + 1
             for host in doc["hosts"]:
                 runs[host] = runs.get(host, 0) + 1
-    return {"runs": runs, "total": total, "playbooks": playbooks, "warm_cpu": warm_cpu}
+    return {"runs": runs, "total": total, "playbooks": playbooks}
 
 
-def _server_cpu(warm_dir: str) -> float:
-    """CPU-seconds of the warm ansible-playbook servers themselves (their forked runs are in
-    the run log's warm_cpu): read from /proc before they are stopped, then stopped."""
-    from cpu_account import process_cpu_seconds
-
-    from fleet_rollout.hostside import warm_ansible
-
-    total = 0.0
-    for pid in warm_ansible.server_pids(warm_dir):
-        total += process_cpu_seconds(pid)
-        try:
-            os.kill(pid, 15)
-        except OSError:
-            continue
-    return total
-
-
-def measure(hosts: int, lib: str, restore: bool, reboot: float,
-            warm: bool = True) -> Dict[str, Any]:
+def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any]:
     import yaml
 
     from fleet_lab import lab
@@ -198,7 +178,7 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
         with open(lab.paths(state)["pack_config"]) as handle:
             config = yaml.safe_load(handle)
         config.update(state_dir=os.path.join(tmp, "state"), profiles_dir=_profile(tmp, hosts),
-                      ansible_warm=warm, local_hosts_python=wrappers["python"])
+                      local_hosts_python=wrappers["python"])
         from fleet_rollout import service
         from fleet_rollout.store import FileStore
 
@@ -238,15 +218,11 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float,
         wall = time.monotonic() - start
         side = _hostside_cpu(wrappers["logdir"])
         runlog = _ansible_log(env["FLEET_ROLLOUT_ANSIBLE_LOG"])
-        runlog["server_cpu"] = _server_cpu(os.path.join(config["state_dir"], "ansible", "warm"))
     finally:
         lab.down(state, progress=lambda _m: None)
     shutil.rmtree(tmp, ignore_errors=True)
     n = len(reports)
-    # warm runs are children of the warm servers: their CPU is in the run log, the servers'
-    # own from /proc
-    children = sum(r["children"] for r in reports) + float(runlog.get("warm_cpu") or 0.0) + \
-        float(runlog.get("server_cpu") or 0.0)
+    children = sum(r["children"] for r in reports)
     hostside = sum(side["cpu"].values())
     runs = runlog.get("runs") or side["runs"]
     return {
@@ -272,18 +248,14 @@ def main() -> None:
                         help="also restore every host after its change (the way back)")
     parser.add_argument("--lib", default=os.path.join(ROOT, "actions", "lib"))
     parser.add_argument("--reboot-seconds", type=float, default=1.0)
-    parser.add_argument("--cold", action="store_true",
-                        help="every ansible-playbook starts cold (pack config ansible_warm: "
-                             "false), to compare with the warm servers")
     args = parser.parse_args()
     lib = os.path.abspath(args.lib)
-    print(f"pack library: {lib}; restore: {args.restore}; ansible-playbook: "
-          f"{'cold' if args.cold else 'warm'}")
+    print(f"pack library: {lib}; restore: {args.restore}")
     print(f"{'hosts':>5} {'runs/host':>9} {'ansible':>8} {'controller':>10} {'host side':>9} "
           f"{'step py':>8} {'wall':>6}   (CPU-seconds per host)")
     figures: List[Tuple[str, Any, str]] = []
     for hosts in args.hosts:
-        out = measure(hosts, lib, args.restore, args.reboot_seconds, warm=not args.cold)
+        out = measure(hosts, lib, args.restore, args.reboot_seconds)
         print(f"{out['hosts']:>5} {out['runs_per_host']:>9.1f} {out['ansible_total']:>8.2f} "
               f"{out['controller']:>10.2f} {out['hostside']:>9.2f} {out['step_python']:>8.2f} "
               f"{out['wall']:>6.1f}   runs from {out['runs_source']}"
@@ -293,8 +265,7 @@ def main() -> None:
             print(f"      playbook runs: {json.dumps(out['playbooks'], sort_keys=True)}")
         for error in out["errors"][:5]:
             print(f"      ERROR {error}")
-        at = f"{hosts} hosts at once, {'cold' if args.cold else 'warm'} ansible-playbook" + \
-            (", with restore" if args.restore else "")
+        at = f"{hosts} hosts at once" + (", with restore" if args.restore else "")
         figures += [(f"{at}: Ansible runs per host", round(out["runs_per_host"], 1), "runs"),
                     (f"{at}: Ansible CPU per host", round(out["ansible_total"], 2), "CPU-s"),
                     (f"{at}: controller CPU per host", round(out["controller"], 2), "CPU-s"),

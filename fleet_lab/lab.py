@@ -370,16 +370,13 @@ def write_pack_config(manifest: Dict[str, Any], config: LabConfig, state_dir: st
 
 def host_side(state_dir: str, inventory: str) -> Any:
     """The lab's servers as the pack reaches them (fleet_rollout's HostSide): the lab's
-    inventory and its pack config's connection settings; Ansible starts cold (no warm server
-    outlives the caller)."""
+    inventory and its pack config's connection settings."""
     from fleet_rollout import service
     from fleet_rollout.config import load_pack_config
 
     with open(paths(state_dir)["pack_config"]) as handle:
         config = load_pack_config(yaml.safe_load(handle))
-    side = service.host_side(config, inventory)
-    side.warm_dir = None
-    return side
+    return service.host_side(config, inventory)
 
 
 def pack_config_doc(manifest: Dict[str, Any], config: LabConfig, state_dir: str,

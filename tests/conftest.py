@@ -4,14 +4,13 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.process_support import BASE_NICE, LOWER_PRIORITY, command_lines, set_nice
+from tests.process_support import BASE_NICE, LOWER_PRIORITY, set_nice
 from tests.st2api_support import RUNTIME_PACK, ST2API_PACK, St2Api
 
 # Never the user's: a test that names no runtime home or host-vars cache of its own gets this
@@ -20,29 +19,6 @@ _PRIVATE = tempfile.mkdtemp(prefix="fleet-tests-")
 atexit.register(shutil.rmtree, _PRIVATE, True)
 os.environ["FLEET_ROLLOUT_HOME"] = os.path.join(_PRIVATE, "home")
 os.environ["FLEET_ROLLOUT_CACHE_DIR"] = os.path.join(_PRIVATE, "cache")
-# warm ansible-playbook servers (fleet_rollout.hostside.warm_ansible) of the tests leave a minute
-# after their last run, not five; whatever is left at the end is stopped by PID (below)
-os.environ.setdefault("FLEET_ROLLOUT_WARM_IDLE", "60")
-
-
-def _warm_servers_under(roots: list) -> list:
-    """PIDs of warm ansible-playbook servers whose warm dir is under one of `roots`: started by
-    this process's tests (every test's state dir is under its own temp dirs)."""
-    return [pid for pid, argv in command_lines()
-            if len(argv) >= 4 and argv[1].endswith("warm_ansible.py") and argv[2] == "serve"
-            and any(argv[3].startswith(root.rstrip("/") + "/") for root in roots)]
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    roots = [_PRIVATE]
-    factory = getattr(session.config, "_tmp_path_factory", None)
-    if factory is not None:
-        roots.append(str(factory.getbasetemp()))
-    for pid in _warm_servers_under(roots):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from process_support import command_lines, gone
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
 from fleet_rollout.connection import Connection
-from fleet_rollout.hostside import warm_ansible
 from fleet_rollout.hostside.ansible_run import run_playbook
 from fleet_rollout.hostside.playbook_steps import HostSide
 
@@ -52,8 +51,7 @@ def vm_lab_up(state: str, hosts: int) -> Iterator[Tuple[str, str, Any]]:
 
 
 def lab_host_side(state: str, inventory: str) -> HostSide:
-    """The hosts of a lab's inventory as the lab's pack config says to reach them (cold
-    Ansible starts: no warm server outlives the test)."""
+    """The hosts of a lab's inventory as the lab's pack config says to reach them."""
     from fleet_lab import lab
 
     return lab.host_side(state, inventory)
@@ -81,8 +79,8 @@ def pids_with(marker: str) -> List[int]:
 
 def sim_lab(tmp_path: Path) -> Iterator[dict]:
     """Two sim hosts, their inventory (and one with their connection, for ansible-playbook run
-    directly), a warm dir, a hostvars cache and FLEET_ROLLOUT_ANSIBLE_LOG
-    is the caller's to set; every warm server started under the warm dir is killed at the end."""
+    directly) and a hostvars cache (a fixture's generator); FLEET_ROLLOUT_ANSIBLE_LOG is the
+    caller's to set."""
     backend = SimBackend(str(tmp_path / "hosts"))
     for name in HOSTS:
         backend.power_on(boot_config(name, "early", "disabled"))
@@ -93,14 +91,8 @@ def sim_lab(tmp_path: Path) -> Iterator[dict]:
     direct = tmp_path / "direct-inventory.yml"
     direct.write_text(yaml.safe_dump({"all": {"hosts": {
         name: LOCAL.run_vars(host_vars) for name, host_vars in hosts.items()}}}))
-    warm_dir = str(tmp_path / "warm")
-    try:
-        yield {"backend": backend, "inventory": str(inventory), "warm_dir": warm_dir,
-               "direct_inventory": str(direct),
-               "cache": str(tmp_path / "cache"), "tmp": tmp_path}
-    finally:
-        for pid in warm_ansible.server_pids(warm_dir):
-            os.kill(pid, signal.SIGKILL)
+    yield {"backend": backend, "inventory": str(inventory), "direct_inventory": str(direct),
+           "cache": str(tmp_path / "cache"), "tmp": tmp_path}
 
 
 def sleeping_playbook(lab: dict, marker: str) -> str:

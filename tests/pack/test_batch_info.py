@@ -300,34 +300,6 @@ def test_the_post_window_starts_during_the_soak(tmp_path: Path, monkeypatch: Any
     assert out["collected"] == len(hosts) - 2
 
 
-def test_a_gatherer_waits_for_the_hosts_changed_at_a_time(tmp_path: Path):
-    """A host step's Ansible run waits (the gather window) for the identical runs of its
-    batch's other hosts, but only for as many as the profile changes at a time
-    (batches.parallel): a batch bigger than that never has all its hosts pending at once, and
-    every run of it waited the whole window."""
-    from fleet_rollout.hoststeps import gather_peers
-
-    plan, store = stored_plan("peers-1", 60)
-    config = {"credentials": {"lab": {"username": "u", "password": "p"}},
-              "state_dir": str(tmp_path / "state")}
-    ctx = service.context(config, store, "peers-1")
-    parallel = ctx.profile["batches"]["parallel"] = 3  # the plan's batches: 1, 2, 4, 8, ...
-    sizes = [len(b["hosts"]) for b in plan["batches"]]
-    assert min(sizes) < parallel < max(sizes), sizes  # both kinds of batch
-    for batch in plan["batches"]:
-        for host in batch["hosts"][:2]:
-            assert gather_peers(ctx, host) == min(len(batch["hosts"]), parallel)
-    ctx.profile["batches"]["parallel"] = 1000
-    big = max(plan["batches"], key=lambda b: len(b["hosts"]))
-    assert gather_peers(ctx, big["hosts"][0]) == len(big["hosts"])
-    # and its gatherer knows the batch (a run a host makes once per batch closes when all of
-    # it asked: test_hostside_coalesce)
-    from fleet_rollout.hoststeps import HostRun
-
-    run = HostRun(ctx, big["hosts"][1])
-    assert run.ctx.hostside.coalesce.batch == (f"peers-1.b{big['index']}", list(big["hosts"]))
-
-
 def test_the_next_batchs_pre_window_starts_when_this_post_window_ends(tmp_path: Path,
                                                                      monkeypatch: Any):
     """pre_early (from batch i's workflow, while its post window runs) starts batch i+1's pre

@@ -1,8 +1,8 @@
 """One ansible-playbook process (fleet_rollout.hostside.playbook_process) with the pack's
-`fleet_events` callback: real ansible-playbook, cold (no warm server), against `sim` hosts
-(Ansible's local connection with a sysroot). What a run says on failure, its time limit and a
-killed caller reach every process of the run. Each test's processes carry a marker of its own
-and are looked for by it; nothing outside the test's tmp_path is touched."""
+`fleet_events` callback: real ansible-playbook against `sim` hosts (Ansible's local connection
+with a sysroot). What a run says on failure, its time limit and a killed caller reach every
+process of the run. Each test's processes carry a marker of its own and are looked for by it;
+nothing outside the test's tmp_path is touched."""
 from __future__ import annotations
 
 import json
@@ -86,7 +86,7 @@ def test_a_run_ansible_refuses_says_why_for_every_host(lab, tmp_path):
         assert "no.such_collection.module" in results[name].error, results[name].error
 
 
-def test_a_timed_out_cold_run_leaves_no_process_behind(lab):
+def test_a_timed_out_run_leaves_no_process_behind(lab):
     marker = f"600.{os.getpid()}3"
     started = time.monotonic()
     results = run_local(sleeping_playbook(lab, marker), lab["inventory"], ["sim-001"],
@@ -99,8 +99,9 @@ def test_a_timed_out_cold_run_leaves_no_process_behind(lab):
 
 def test_a_killed_caller_takes_its_run_with_it(lab):
     """What the embedded runtime does to an action it cancels: SIGKILL to its process group.
-    The run's ansible-playbook gets SIGTERM as its caller dies and ends its workers (each in a
-    session of its own) and their commands; killed outright, it would leave them running."""
+    The run's first process gets SIGTERM as its caller dies and passes it on to the run's
+    process group; ansible-playbook ends its workers and their commands, in that group or in
+    sessions of their own (ansible-core 2.19); killed outright, it would leave them running."""
     marker = f"600.{os.getpid()}4"
     code = ("import sys; from fleet_rollout.hostside.ansible_run import run_playbook; "
             "from fleet_rollout.connection import Connection; "

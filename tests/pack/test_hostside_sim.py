@@ -1,4 +1,4 @@
-"""The host side (real Ansible through ansible-runner, the real playbooks and host script)
+"""The host side (real ansible-playbook, the real playbooks and host script)
 against `sim` hosts: fake trees reached through Ansible's local connection with a sysroot."""
 from __future__ import annotations
 

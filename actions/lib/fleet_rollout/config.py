@@ -39,17 +39,10 @@ class PackConfig:
     ssh_known_hosts: str = ""
     # a site's own profiles besides the pack's profiles/ (the pack's win on a name clash)
     profiles_dir: str = ""
-    # seconds a host step waits for other hosts' identical Ansible runs to share one with
-    # (fleet_rollout.hostside.coalesce); 0: no waiting (runs already waiting are still shared)
-    ansible_gather_window: float = 1.0
-    # seconds without a new request after which a gather that others joined closes early (0:
-    # it waits the window or the whole batch)
-    ansible_gather_quiet: float = 0.25
-    # hosts one ansible-playbook run works on at once (its --forks); a shared run of a batch
-    # of 200 hosts with 20 forks runs 20 at a time, each as soon as one finishes (strategy free)
+    # hosts one ansible-playbook run works on at once (its --forks; a counter window's start
+    # and read: at least profile.SAMPLE_FORKS); a run's further hosts start as others finish
+    # (strategy free)
     ansible_forks: int = DEFAULT_FORKS
-    # ansible-playbook forked from a server that imported Ansible once (hostside.warm_ansible)
-    ansible_warm: bool = True
     # seconds a host action's execution may stay running after its work ended (or after its
     # timeout) before fleet_rollout.watchdog takes its action runner for dead
     watchdog_grace: float = 300.0
@@ -138,11 +131,7 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             ansible_private_key=data.get("ansible_private_key") or None,
             ssh_known_hosts=_optional_text(data, "ssh_known_hosts"),
             profiles_dir=_optional_text(data, "profiles_dir"),
-            ansible_gather_window=_window(data.get("ansible_gather_window", 1.0)),
-            ansible_gather_quiet=_window(data.get("ansible_gather_quiet", 0.25),
-                                         "ansible_gather_quiet"),
             ansible_forks=_forks(data.get("ansible_forks", DEFAULT_FORKS)),
-            ansible_warm=_flag(data, "ansible_warm", True),
             watchdog_grace=_grace(data.get("watchdog_grace", 300)),
             answer_gap=_answer_gap(data.get("answer_gap", 300)),
             state_api_key=_optional_text(data, "state_api_key"),
@@ -167,22 +156,9 @@ def _grace(value: Any) -> float:
     return float(value)
 
 
-def _window(value: Any, name: str = "ansible_gather_window") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 30:
-        raise ConfigError(f"pack config: {name} must be a number of seconds from 0 to 30")
-    return float(value)
-
-
 def _forks(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 500:
         raise ConfigError("pack config: ansible_forks must be a whole number from 1 to 500")
-    return value
-
-
-def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"pack config: {key} must be true or false")
     return value
 
 

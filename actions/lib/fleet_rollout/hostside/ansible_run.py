@@ -33,13 +33,13 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from fleet_rollout import host_script, hostvars, timeouts
 from fleet_rollout.connection import Connection, refusal_text
 from fleet_rollout.errors import ConfigError
-from fleet_rollout.hostside import playbook_process, warm_ansible
+from fleet_rollout.hostside import playbook_process
 from fleet_rollout.inventory import check_host_name
 from fleet_rollout.paths import PLAYBOOK_DIR
 
@@ -123,7 +123,7 @@ def ssh_args(known_hosts: Optional[str], options: Iterable[str] = ()) -> str:
     args = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
             "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30",
             # a host that stops answering mid-task (frozen, cut off) is dropped within a minute:
-            # in a run shared by a batch (coalesce) it must not hold the others' results
+            # in a run of many hosts (a counter window's) it must not hold the others' results
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
     if known_hosts:
         args += ["-o", f"UserKnownHostsFile={known_hosts}"]
@@ -302,8 +302,7 @@ def run_hosts(inventory: str, names: List[str], results: Dict[str, HostResult],
 
 @dataclass
 class RunSpec:
-    """Everything of an Ansible run but its hosts: two requests with equal specs can share one
-    run (fleet_rollout.hostside.coalesce)."""
+    """Everything of an Ansible run but its hosts (checked by prepare)."""
     playbook: str  # absolute path
     inventory: str
     extravars: Dict[str, Any]
@@ -313,21 +312,7 @@ class RunSpec:
     verbose: bool = False
     known_hosts: Optional[str] = None
     cache_dir: Optional[str] = None
-    warm_dir: Optional[str] = None  # ansible-playbook forked from a warm server (warm_ansible)
     connection: Connection = field(default_factory=Connection)  # the pack config's
-
-    def key(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-    @classmethod
-    def from_dict(cls, doc: Dict[str, Any]) -> RunSpec:
-        """A spec from its asdict() form (a gathered run's spec.json)."""
-        doc = dict(doc)
-        found = doc.get("connection") or {}
-        doc["connection"] = Connection(**dict(found, ssh_options=tuple(
-            found.get("ssh_options") or ())))
-        return cls(**doc)
 
 
 # playbooks whose hosts may drain through a command (fleet_drain_method: command): the command's
@@ -347,7 +332,7 @@ def playbooks_for(playbook: str, entries: Iterable[hostvars.HostEntry]) -> List[
 def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] = None,
             forks: int = 20, private_key: Optional[str] = None, timeout: Optional[int] = None,
             verbose: bool = False, known_hosts: Optional[str] = None,
-            cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
+            cache_dir: Optional[str] = None,
             connection: Optional[Connection] = None) -> RunSpec:
     """The checked spec of a run of playbooks/<playbook>.yml (ConfigError for a missing
     playbook or inventory, a bad known_hosts path, Jinja in the extravars)."""
@@ -363,70 +348,46 @@ def prepare(playbook: str, inventory: str, extravars: Optional[Dict[str, Any]] =
     extra.update(extravars or {})
     check_extravars(extra)
     return RunSpec(path, inventory, extra, forks, private_key, timeout, verbose, known_hosts,
-                   cache_dir, warm_dir, connection or Connection())
+                   cache_dir, connection or Connection())
 
 
 def run_playbook(playbook: str, inventory: str, hosts: Iterable[str],
                  extravars: Optional[Dict[str, Any]] = None, forks: int = 20,
                  private_key: Optional[str] = None, timeout: Optional[int] = None,
                  verbose: bool = False, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
+                 cache_dir: Optional[str] = None,
                  connection: Optional[Connection] = None) -> Dict[str, HostResult]:
     """Run playbooks/<playbook>.yml on `hosts` (names in `inventory`); a result per host.
 
     `known_hosts`: the SSH known_hosts file host keys are checked against (None: the runner's
     ~/.ssh/known_hosts); an unknown or changed key makes the host unreachable.
     `cache_dir`: where resolved host variables are cached (None: hostvars.default_cache_dir).
-    `warm_dir`: ansible-playbook is forked from a warm server there (None: a cold start).
     `connection`: the pack config's connection settings (None: the defaults)."""
     names = check_host_names(hosts)
     if not names:
         return {}
     spec = prepare(playbook, inventory, extravars, forks, private_key, timeout, verbose,
-                   known_hosts, cache_dir, warm_dir, connection)
+                   known_hosts, cache_dir, connection)
     return run_spec(spec, names)
 
 
 def run_spec(spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
-    """One run of `spec` for checked host names (ConfigError when refused)."""
-    outcome = run_requests(spec, {"": names})[""]
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
-
-
-RequestOutcome = Union[Dict[str, HostResult], ConfigError]
-
-
-def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, RequestOutcome]:
-    """One Ansible run for the hosts of several requests (request id -> checked host names,
-    no host in two requests); per request its hosts' results, or the ConfigError that refuses
-    it (a group name, a run that reached hosts outside the requested set). One request's
-    refusal or failing host is not the others'."""
-    outcome: Dict[str, RequestOutcome] = {}
-    per: Dict[str, Dict[str, HostResult]] = {}
-    entries: Dict[str, hostvars.HostEntry] = {}
-    for rid, names in requests.items():
-        results = {h: HostResult(h) for h in names}
-        try:
-            found = run_hosts(spec.inventory, names, results, spec.cache_dir, spec.connection)
-        except ConfigError as err:
-            outcome[rid] = err
-            continue
-        per[rid] = results
-        for entry in found:
-            entries[entry.name] = entry
-    combined = {name: HostResult(name) for name in entries}
+    """One ansible-playbook run of `spec` for checked host names: a result per host (a host
+    left out of the run, or that the run did not reach, gets its error). ConfigError when the
+    run is refused: a name that is a group of the inventory, or a run that reached hosts
+    outside the requested set."""
+    results = {name: HostResult(name) for name in names}
+    entries = run_hosts(spec.inventory, names, results, spec.cache_dir, spec.connection)
     status = "successful"  # nothing to run: every host is already an error
     said = ""  # what ansible-playbook said on stderr, when the run did not succeed
     strangers: List[str] = []
     if entries:
-        run_names = sorted(entries)
+        run_names = sorted(entry.name for entry in entries)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="fleet-ansible-") as data_dir:
             run_inventory = hostvars.write_run_inventory(
-                os.path.join(data_dir, "fleet-run-inventory.yml"), list(entries.values()))
+                os.path.join(data_dir, "fleet-run-inventory.yml"), entries)
             extravars_file = os.path.join(data_dir, "extravars.json")
             with open(extravars_file, "w") as handle:
                 json.dump(spec.extravars, handle)
@@ -434,43 +395,33 @@ def run_requests(spec: RunSpec, requests: Dict[str, List[str]]) -> Dict[str, Req
             env.update(runner_env(spec.known_hosts, spec.connection))
             env.update(playbook_process.callback_env(os.path.join(data_dir, "events.jsonl"),
                                                      spec.verbose))
-            binary = _warm_binary(spec.warm_dir)
-            if binary:  # the same ansible-playbook, forked from a warm server
-                env["FLEET_ROLLOUT_WARM_CPU"] = os.path.join(data_dir, "warm-cpu")
             argv = playbook_process.command(
-                binary or os.path.join(_ansible_bin_dir(), "ansible-playbook"),
-                playbooks_for(spec.playbook, entries.values()), run_inventory, run_names,
+                os.path.join(_ansible_bin_dir(), "ansible-playbook"),
+                playbooks_for(spec.playbook, entries), run_inventory, run_names,
                 extravars_file, min(spec.forks, len(run_names)), spec.private_key)
             ended = playbook_process.run(argv, env, data_dir,
                                          spec.timeout or run_limit(spec, len(run_names)),
                                          spec.verbose)
-            strangers = _collect(ended.events, combined)
+            strangers = _collect(ended.events, {name: results[name] for name in run_names})
             status = ended.status
             said = _said(ended.stderr) if ended.status != "successful" else ""
-            warm_cpu = _warm_cpu(env.get("FLEET_ROLLOUT_WARM_CPU"))
-        _log_run(spec, run_names, status, before, started, warm_cpu)
-    for rid, results in per.items():
-        if strangers:
-            outcome[rid] = ConfigError(
-                f"playbook {os.path.basename(spec.playbook)} ran on host(s) outside the "
-                f"requested set: {', '.join(strangers[:10])} (requested: "
-                f"{', '.join(sorted(results)[:10])}); check inventory {spec.inventory} for "
-                "groups named like hosts")
-            continue
-        for name, entry in list(results.items()):
-            shared = combined.get(name)
-            if shared is not None and entry.error is None:
-                entry = results[name] = replace(shared, tasks=list(shared.tasks))
-            if entry.error is None and not entry.tasks:
-                entry.error = (f"no result: host not in inventory {spec.inventory}" if status ==
-                               "successful" else f"ansible run {status} before reaching this "
-                               f"host{said}")
-            elif entry.error is None and entry.result is None and status != "successful":
-                entry.error = (f"ansible run {status} before this host's result (after task "
-                               f"{entry.tasks[-1]!r}){said}")
-            entry.ok = entry.error is None and entry.result is not None
-        outcome[rid] = results
-    return outcome
+        _log_run(spec, run_names, status, before, started)
+    if strangers:
+        raise ConfigError(
+            f"playbook {os.path.basename(spec.playbook)} ran on host(s) outside the "
+            f"requested set: {', '.join(strangers[:10])} (requested: "
+            f"{', '.join(sorted(results)[:10])}); check inventory {spec.inventory} for "
+            "groups named like hosts")
+    for entry in results.values():
+        if entry.error is None and not entry.tasks:
+            entry.error = (f"no result: host not in inventory {spec.inventory}" if status ==
+                           "successful" else f"ansible run {status} before reaching this "
+                           f"host{said}")
+        elif entry.error is None and entry.result is None and status != "successful":
+            entry.error = (f"ansible run {status} before this host's result (after task "
+                           f"{entry.tasks[-1]!r}){said}")
+        entry.ok = entry.error is None and entry.result is not None
+    return results
 
 
 def run_limit(spec: RunSpec, hosts: int) -> int:
@@ -487,18 +438,6 @@ def run_limit(spec: RunSpec, hosts: int) -> int:
     return int((timeouts.ANSIBLE + wait) * waves)
 
 
-def _warm_binary(warm_dir: Optional[str]) -> str:
-    """The warm client to start instead of ansible-playbook; "" (a cold start) without a warm
-    dir or when the client cannot be written there."""
-    if not warm_dir:
-        return ""
-    try:
-        real = os.path.join(_ansible_bin_dir(), "ansible-playbook")
-        return warm_ansible.client_path(warm_dir, real)
-    except (OSError, ConfigError):
-        return ""
-
-
 def _said(stderr: str) -> str:
     """': <what ansible-playbook said>' for the error of a host a failed run did not reach: its
     first error line ("[ERROR]: ..."; "ERROR! ..." before ansible-core 2.19), else the last line
@@ -509,28 +448,17 @@ def _said(stderr: str) -> str:
     return f": {said[:300]}" if said else ""
 
 
-def _warm_cpu(path: Optional[str]) -> float:
-    """CPU-seconds of the warm server's child that ran the playbook (its client wrote them)."""
-    try:
-        with open(path or "") as handle:
-            return sum(float(line) for line in handle if line.strip())
-    except (OSError, ValueError):
-        return 0.0
-
-
 def _log_run(spec: RunSpec, hosts: List[str], status: str, before: Any,
-             started: float, warm_cpu: float = 0.0) -> None:
+             started: float) -> None:
     """A line per run in $FLEET_ROLLOUT_ANSIBLE_LOG, when set (benchmarks, debugging):
-    playbook, hosts, status, CPU-seconds of the ansible-playbook process tree (a warm run: its
-    client and the forked child), start and end."""
+    playbook, hosts, status, CPU-seconds of the ansible-playbook process tree, start and end."""
     path = os.environ.get("FLEET_ROLLOUT_ANSIBLE_LOG")
     if not path:
         return
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) + warm_cpu
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = json.dumps({"playbook": os.path.basename(spec.playbook), "hosts": hosts,
                        "status": status, "cpu": round(cpu, 3), "pid": os.getpid(),
-                       "warm": bool(spec.warm_dir), "warm_cpu": round(warm_cpu, 3),
                        "started": round(started, 3), "at": round(time.time(), 3)})
     try:
         with open(path, "a") as handle:

@@ -5,15 +5,16 @@ The run's stdout callback is the pack's `fleet_events` plugin (ansible_plugins/c
 JSON line per host result to a file in the run's private directory, read back when the process
 has ended. Nothing goes through a terminal: no pty to poll, no event per line of output to
 decode and store (ansible-runner's way, which cost the controller a quarter of its CPU in a
-rollout). ansible-playbook is the real one, or the warm client (warm_ansible) that forks it
-from a server; either way the same arguments and environment.
+rollout).
 
-Time limit and cancel: ansible-playbook ends its workers (each in a session of its own) and
-their commands when it gets SIGTERM, not when it is killed outright. So the run is a process
-group of its own, which the caller's end reaches as SIGTERM (PR_SET_PDEATHSIG): an action
+Time limit and cancel: the run is a process group of its own, started by a small `sh` that
+the caller's end reaches as SIGTERM (PR_SET_PDEATHSIG) and that passes SIGTERM on to the whole
+group: ansible-playbook, and its workers and their commands where they share its group
+(ansible-core 2.15). Workers in sessions of their own (ansible-core 2.19) are ended by
+ansible-playbook itself when it gets SIGTERM, not when it is killed outright. So an action
 killed with its process group (the embedded runtime's cancel and timeout) takes its whole run
-with it. A run past its time gets SIGTERM on its whole process tree (a warm client passes it
-on to its child's group), SIGKILL 10 s later.
+with it on either. A run past its time gets SIGTERM on its whole process tree, SIGKILL 10 s
+later.
 """
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a run past its time
 POLL = 0.1  # seconds between looks at a run's process tree while it ends
 GONE_WAIT = 5.0  # seconds at most for the killed processes to exit (a loaded machine is slow)
 STDERR_TAIL = 2000  # characters of ansible-playbook's own stderr kept for errors
+# the run's first process: ansible-playbook ("$@") in the background (a trapped signal ends the
+# shell's wait, not a foreground command's); SIGTERM to the shell goes to the run's whole
+# process group, the shell then ignores it and waits for ansible-playbook to end; its exit
+# status is ansible-playbook's
+GROUP_SHELL = ("trap 'trap \"\" TERM; kill -TERM 0' TERM\n"
+               "\"$@\" &\n"
+               "pid=$!\n"
+               "while :; do\n"
+               "  wait \"$pid\"; rc=$?\n"
+               "  kill -0 \"$pid\" 2>/dev/null || exit \"$rc\"\n"
+               "done\n")
 
 
 @dataclass
@@ -87,7 +99,8 @@ def run(argv: List[str], env: Dict[str, str], cwd: str, timeout: float,
     events_path = env[EVENTS_ENV]
     stderr_path = os.path.join(cwd, "ansible-playbook.stderr")
     with open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(["/bin/sh", "-c", GROUP_SHELL, "fleet-ansible-run", *argv],
+                                env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=None if verbose else subprocess.DEVNULL,
                                 stderr=stderr, preexec_fn=_own_group_ended_with_caller)
         try:

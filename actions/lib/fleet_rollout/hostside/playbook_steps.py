@@ -7,13 +7,7 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from fleet_rollout.connection import Connection
-from fleet_rollout.hostside.ansible_run import (
-    HostResult,
-    check_host_names,
-    prepare,
-    run_playbook,
-)
-from fleet_rollout.hostside.coalesce import Coalescer
+from fleet_rollout.hostside.ansible_run import HostResult, run_playbook
 from fleet_rollout.paths import LIBRARY_DIR
 from fleet_rollout.profile import window_forks
 
@@ -27,19 +21,16 @@ class HostSide:
     `known_hosts`: the SSH known_hosts file host keys are verified against (None or "": the
     runner's ~/.ssh/known_hosts); keys are always checked. `cache_dir`: where the inventory's
     resolved host variables are cached (None: fleet_rollout.hostvars.default_cache_dir()); a
-    run reads only its hosts' variables, never the whole inventory. `coalesce`: runs of this
-    process are gathered with identical ones of other processes (fleet_rollout.hostside.
-    coalesce; None: every call is a run of its own). `warm_dir`: ansible-playbook is forked
-    from a warm server there (fleet_rollout.hostside.warm_ansible; None: cold starts).
-    `rollout_id`: the rollout whose kernel snapshot and settings the hosts keep (each rollout
-    its own: a restore puts back only what that rollout changed). `connection`: how Ansible
-    reaches the hosts, from the pack config (fleet_rollout.connection; None: the defaults, which
-    refuse lab hosts run locally)."""
+    run reads only its hosts' variables, never the whole inventory. Each call is one
+    ansible-playbook run on the hosts it names. `rollout_id`: the rollout whose kernel snapshot
+    and settings the hosts keep (each rollout its own: a restore puts back only what that
+    rollout changed). `connection`: how Ansible reaches the hosts, from the pack config
+    (fleet_rollout.connection; None: the defaults, which refuse lab hosts run locally)."""
 
     def __init__(self, inventory: str, private_key: Optional[str] = None, forks: int = 20,
                  timeout: Optional[int] = None, known_hosts: Optional[str] = None,
-                 cache_dir: Optional[str] = None, warm_dir: Optional[str] = None,
-                 rollout_id: str = "", connection: Optional[Connection] = None) -> None:
+                 cache_dir: Optional[str] = None, rollout_id: str = "",
+                 connection: Optional[Connection] = None) -> None:
         self.inventory = inventory
         self.connection = connection or Connection()
         self.rollout_id = rollout_id
@@ -48,25 +39,13 @@ class HostSide:
         self.timeout = timeout
         self.known_hosts = known_hosts or None
         self.cache_dir = cache_dir or None
-        self.warm_dir = warm_dir or None
-        self.coalesce: Optional[Coalescer] = None
 
     def _run(self, playbook: str, hosts: Iterable[str],
              extravars: Optional[Dict[str, Any]] = None,
              forks: Optional[int] = None) -> Dict[str, HostResult]:
-        forks = forks or self.forks
-        if self.coalesce is not None:
-            names = check_host_names(hosts)
-            if not names:
-                return {}
-            spec = prepare(playbook, self.inventory, extravars, forks, self.private_key,
-                           self.timeout, known_hosts=self.known_hosts, cache_dir=self.cache_dir,
-                           warm_dir=self.warm_dir, connection=self.connection)
-            return self.coalesce.run(spec, names)
-        return run_playbook(playbook, self.inventory, hosts, extravars, forks,
+        return run_playbook(playbook, self.inventory, hosts, extravars, forks or self.forks,
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
-                            cache_dir=self.cache_dir, warm_dir=self.warm_dir,
-                            connection=self.connection)
+                            cache_dir=self.cache_dir, connection=self.connection)
 
     def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
                settings: Optional[Dict[str, Any]] = None,
