@@ -243,9 +243,7 @@ class SimLab:
         keys of a rollout that has ended."""
         prefix = f"fleet_rollout.{rollout_id}."
         items = self._key_items(prefix, strict=True)
-        out = {i["name"][len(prefix):]: _decoded(i["value"]) for i in items}
-        out.update(assembled(rollout_id, {i["name"]: i["value"] for i in items}))
-        return out
+        return assembled(rollout_id, {i["name"]: i["value"] for i in items})
 
     def snapshot(self, rollout_id: str) -> Any:
         """The rollout's state as the datastore holds it now (a RolloutState on a copy)."""
@@ -284,16 +282,28 @@ class SimLab:
 
 
 def assembled(rollout_id: str, items: Dict[str, str]) -> Dict[str, Any]:
-    """The rollout's documents kept a key a field (store.RolloutState: meta, batch.<n>) from
-    datastore `items` (name -> value), by the name after `fleet_rollout.<id>.`."""
+    """The rollout's documents kept a key a field (store.RolloutState: meta, batch.<n>,
+    stale.<execution>) from datastore `items` (name -> value), by the name after
+    `fleet_rollout.<id>.`; the field keys themselves are left out."""
     from fleet_rollout.store import MemoryStore, RolloutState
 
     store = MemoryStore()
     store.data = dict(items)
     state = RolloutState(store, rollout_id)
-    prefix = f"fleet_rollout.{rollout_id}.batch."
-    batches = {name[len(prefix):].split(".")[0] for name in items if name.startswith(prefix)}
-    out: Dict[str, Any] = {"meta": state.meta()}
+    prefix = f"fleet_rollout.{rollout_id}."
+    out: Dict[str, Any] = {}
+    for name, value in items.items():
+        part = name[len(prefix):]
+        if part.startswith("meta.") or ".state." in part:
+            continue
+        if part.startswith("stale."):
+            execution = part.split(".")[1]
+            out[f"stale.{execution}"] = state.stale(execution)
+            continue
+        out[part] = _decoded(value)
+    out["meta"] = state.meta()
+    batches = {name[len(prefix + "batch."):].split(".")[0] for name in items
+               if name.startswith(prefix + "batch.")}
     for index in batches:
         if index.isdigit():
             out[f"batch.{index}"] = state.batch(int(index))

@@ -81,8 +81,8 @@ def test_runners_dying_in_every_host_action_leave_no_host_drained(tmp_path):
         for record in stale.values():
             assert record["recovery"] and record["settled"] in ("succeeded", "failed"), record
         # the dead executions stay running (as on st2); nothing else of the rollout does
-        running = {e["id"] for a in ("fleet_rollout.host_step", "fleet_rollout.host_restore",
-                                     "fleet_rollout.host_change", "fleet_rollout.rollout_batch")
+        running = {e["id"] for a in ("fleet_rollout.host_step", "fleet_rollout.host_change",
+                                     "fleet_rollout.rollout_batch")
                    for e in _executions(lab, a, "running")}
         assert running <= set(dead)
 
@@ -108,10 +108,10 @@ def test_runners_dying_in_every_host_action_leave_no_host_drained(tmp_path):
 
 
 def test_a_runner_dying_in_a_rollbacks_restore_is_recovered(tmp_path):
-    """The stale host_restore's workflow is the rollback itself: the recovery runs the
-    rollback again (restored hosts are skipped) and completes the one that waited."""
+    """The stale restore's workflow is the rollback itself: the recovery runs the rollback
+    again (restored hosts are skipped) and completes the one that waited."""
     lab = SimLab(str(tmp_path), 4)
-    lab.env["FLEET_ROLLOUT_DEAD_RUNNER"] = "fleet_rollout.host_restore"
+    lab.env["FLEET_ROLLOUT_DEAD_RUNNER"] = "fleet_rollout.host_step step=restore"
     try:
         lab.set_config(watchdog_grace=15)
         profile = lab.profile("home-snoop", approval={"required": False},

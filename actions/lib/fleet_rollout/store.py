@@ -12,7 +12,6 @@ Keys (all under `fleet_rollout.<rollout id>.`):
                         (still read; never written any more)
 No plan key grows with the fleet: a host step reads the head and its host's bucket.
   meta.<field>          status, current batch, who started it, timestamps: a key a field
-  end.<status>          an end state recorded (the meta's status is the worst of them)
   halt                  present = stop touching hosts (abort, over budget, canary FAIL)
   host.<name>           per-host state: step reached, snapshots, result, errors (written only
                         by the host's own actions, which StackStorm runs one at a time)
@@ -439,8 +438,8 @@ class RolloutState:
     Nothing here needs a file shared between action runners. Keys with several writers are
     split so that no writer reads, modifies and writes back what another writes: the meta, a
     batch's state and a stale record keep each field in a key of its own (`meta.<field>`,
-    `batch.<n>.<field>`, `stale.<execution>.<field>`), fingerprints one key per host, end
-    states one key per status. A field two actions may change at the same moment is changed by
+    `batch.<n>.state.<field>`, `stale.<execution>.<field>`), fingerprints one key per host. A
+    field two actions may change at the same moment is changed by
     an action that a StackStorm concurrency policy serialises (finish: one per rollout; host
     steps: one per host; the watchdog: one at a time). Within one process the updates also
     hold a thread lock (tests and tools run several at once)."""
@@ -563,18 +562,7 @@ class RolloutState:
                                                           separators=(",", ":")))
 
     def meta(self) -> Dict[str, Any]:
-        meta = self._fields("meta")
-        ends = self.ends()
-        if ends:
-            worst = max(ends, key=lambda status: END_RANK.get(status, 0))
-            meta.update(ends[worst], status=worst)
-        return meta
-
-    def ends(self) -> Dict[str, Dict[str, Any]]:
-        """The end states recorded, status -> the values recorded with it."""
-        prefix = key(self.id, "end") + "."
-        return {name[len(prefix):]: json.loads(value)
-                for name, value in self.store.list(prefix).items()}
+        return self._fields("meta")
 
     def update_meta(self, **values: Any) -> Dict[str, Any]:
         with self.locked("meta"):
@@ -583,10 +571,9 @@ class RolloutState:
 
     def end(self, status: str, **values: Any) -> Dict[str, Any]:
         """Record an end state; returns the meta and whether this call changed the status (only
-        that caller announces it). A worse end state replaces a better one, never the reverse:
-        each end state is a key of its own, and the meta's status is the worst of them. Two
-        calls at the same moment: `fleet_rollout.finish` is serialised per rollout by its
-        concurrency policy."""
+        that caller announces it). A worse end state replaces a better one, never the reverse.
+        Its only caller, `fleet_rollout.finish`, runs one at a time per rollout (its
+        concurrency policy), so two ends never read the status at the same moment."""
         with self.locked("meta"):
             old = self.meta().get("status")
             new = status
@@ -594,7 +581,7 @@ class RolloutState:
                 new = old
             changed = new != old
             if changed:
-                self.store.set_json(key(self.id, "end", new), values)
+                self._set_fields("meta", dict(values, status=new))
             return {"meta": self.meta(), "changed": changed}
 
     def halted(self) -> Optional[Dict[str, Any]]:

@@ -163,7 +163,7 @@ def test_workflows_pass_no_identity_and_every_host_action_gets_a_timeout() -> No
         assert "api_user" not in text and "st2).user" not in text, path.name
         tasks = yaml.safe_load(text)["tasks"]
         for name, task in tasks.items():
-            if task.get("action") in ("fleet_rollout.host_step", "fleet_rollout.host_restore"):
+            if task.get("action") == "fleet_rollout.host_step":
                 assert "timeout" in (task.get("input") or {}), f"{path.name}: {name}"
 
 
@@ -211,5 +211,5 @@ def test_chat_cannot_set_runner_parameters() -> None:
         params = meta["parameters"]
         for name in ("env", "debug", "log_level", "content_version"):
             assert params[name]["immutable"] is True, (path.name, name)
-        if meta["name"] not in ("host_step", "host_restore"):
+        if meta["name"] != "host_step":
             assert params["timeout"]["immutable"] is True, path.name
