@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from fleet_runtime import runner_host
+from fleet_runtime import fork_server, runner_host
 from fleet_runtime.paths import REPO_ROOT
 from fleet_runtime.runtime_errors import NotFoundError, RuntimeErrorBase
 from fleet_runtime.statuses import RUNNING
-from fleet_runtime.warm import WarmPool, WarmProcess
+from fleet_runtime.warm import ForkServerChild, WarmPool, WarmProcess
 
 if TYPE_CHECKING:
     from fleet_runtime.database import Store
@@ -69,30 +69,8 @@ def hostname(index: int) -> str:
     return f"runner-{index}"
 
 
-class RunnerChild:
+class RunnerChild(ForkServerChild):
     """A process without pipes started by a runner (a zygote), used like subprocess.Popen."""
-
-    def __init__(self, args: List[str]) -> None:
-        self.args = args
-        self.pid = 0
-        self.returncode: Optional[int] = None
-        self.worker_died = False
-        self._exited = threading.Event()
-
-    def _exit(self, code: int, died: bool = False) -> None:
-        if self.returncode is None:
-            self.returncode = code
-            self.worker_died = died
-        self._exited.set()
-
-    def poll(self) -> Optional[int]:
-        return self.returncode
-
-    def wait(self, timeout: Optional[float] = None) -> int:
-        if not self._exited.wait(timeout):
-            raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        assert self.returncode is not None
-        return self.returncode
 
     def kill(self) -> None:
         if self.pid and self.returncode is None:
@@ -154,7 +132,7 @@ class RunnerProcess:
         assert self._sock is not None
         while True:
             try:
-                data = self._sock.recv(runner_host.MAX_MESSAGE)
+                data = self._sock.recv(fork_server.MAX_MESSAGE)
             except InterruptedError:
                 continue
             except OSError:
@@ -185,7 +163,7 @@ class RunnerProcess:
         self._sock = ours
         ours.settimeout(READY_TIMEOUT)
         try:
-            hello = json.loads(ours.recv(runner_host.MAX_MESSAGE) or b"{}")
+            hello = json.loads(ours.recv(fork_server.MAX_MESSAGE) or b"{}")
         finally:
             ours.settimeout(None)
         if hello.get("op") != "ready":

@@ -30,25 +30,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import select
 import signal
 import socket
 import sys
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Set
 
-from fleet_runtime.zygote import drain, pdeathsig
+from fleet_runtime.fork_server import ForkServer, close_fds, pdeathsig, send, server_socket
 
 MODULE = "fleet_runtime.runner_host"
-MAX_MESSAGE = 1 << 20
 PR_SET_CHILD_SUBREAPER = 36
 CHILD_UMASK = 0o077
 # dispositions a Python process changes and an exec'd program must not inherit
 _RESET_SIGNALS = ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGINT", "SIGCHLD", "SIGTERM", "SIGHUP")
-
-
-def _send(sock: socket.socket, payload: Dict[str, Any]) -> None:
-    sock.send(json.dumps(payload).encode())
 
 
 def _subreaper() -> None:
@@ -60,53 +54,25 @@ def _subreaper() -> None:
         pass
 
 
-class RunnerHost:
-    """The runner's serve loop: spawn requests in, pids and exit codes out."""
+class RunnerHost(ForkServer):
+    """The runner's serve loop: spawn requests in, pids and exit codes out. As a child
+    subreaper it reaps, and reports, every process that becomes its child."""
+
+    MAX_FDS = 8
 
     def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+        super().__init__(sock)
         self.pid = os.getpid()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
 
-    def serve(self) -> int:
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        signal.set_wakeup_fd(self.wake_w)
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        poller.register(self.wake_r, select.POLLIN)
-        _send(self.sock, {"op": "ready", "pid": self.pid})
-        while True:
-            for fd, _ in poller.poll(1000):
-                if fd == self.wake_r:
-                    drain(self.wake_r)
-                elif not self._message():
-                    return 0
-            if not self._reap():
-                return 0
+    def _ready(self) -> None:
+        send(self.sock, {"op": "ready", "pid": self.pid})
 
-    def _message(self) -> bool:
-        try:
-            data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
-        except (ConnectionError, OSError):
-            return False
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return False
-        request = json.loads(data)
+    def _handle(self, request: Dict[str, Any], fds: List[int]) -> Optional[Dict[str, Any]]:
         targets = [int(t) for t in request.get("fds") or []]
         if request.get("op") != "spawn" or len(targets) != len(fds):
-            for fd in fds:
-                os.close(fd)
-            return True
-        reply = self._spawn(request, fds, targets)
-        try:
-            _send(self.sock, reply)
-        except OSError:
-            return False
-        return True
+            close_fds(fds)
+            return None
+        return self._spawn(request, fds, targets)
 
     def _spawn(self, request: Dict[str, Any], fds: List[int], targets: List[int]
                ) -> Dict[str, Any]:
@@ -185,19 +151,6 @@ class RunnerHost:
             except BaseException:
                 pass
         os._exit(127)
-
-    def _reap(self) -> bool:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return True
-            if pid == 0:
-                return True
-            try:
-                _send(self.sock, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
-            except OSError:
-                return False
 
 
 def _open_fds() -> List[int]:
@@ -293,11 +246,9 @@ def is_runner(pid: int, directory: str) -> bool:
 
 
 def main() -> int:
-    pdeathsig()
-    if len(sys.argv) != 5 or os.getppid() != int(sys.argv[1]):
+    sock = server_socket(5)
+    if sock is None:
         return 1
-    sock = socket.socket(fileno=int(sys.argv[2]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _subreaper()
     return RunnerHost(sock).serve()
 

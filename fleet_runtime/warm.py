@@ -38,8 +38,8 @@ import time
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from fleet_runtime.fork_server import drain
 from fleet_runtime.paths import REPO_ROOT
-from fleet_runtime.zygote import drain
 
 LOG = logging.getLogger("fleet_runtime.warm")
 
@@ -58,23 +58,17 @@ Launcher = Callable[[socket.socket, Dict[str, str]], Any]
 parent's pid> <fd>` (an action runner process: fleet_runtime.action_runners)."""
 
 
-class WarmProcess:
-    """A python action process forked by a zygote, used like subprocess.Popen(text=True)."""
+class ForkServerChild:
+    """A process a fork server (fleet_runtime.fork_server) started for this process, used
+    like subprocess.Popen: `pid` is set from the server's reply, `_exit` from its exit code
+    (or when the server died: `worker_died`)."""
 
-    def __init__(self, args: List[str], stdin_fd: int, stdout_fd: int, stderr_fd: int) -> None:
+    def __init__(self, args: List[str]) -> None:
         self.args = args
         self.pid = 0
         self.returncode: Optional[int] = None
         self.worker_died = False
         self._exited = threading.Event()
-        self._stdin: Optional[int] = stdin_fd
-        self._outputs: Dict[int, bytearray] = {stdout_fd: bytearray(), stderr_fd: bytearray()}
-        self._stdout_fd, self._stderr_fd = stdout_fd, stderr_fd
-        self._open = {stdout_fd, stderr_fd}
-        self._input: Optional[memoryview] = None
-        self._input_given = False
-        for fd in (stdin_fd, stdout_fd, stderr_fd):
-            os.set_blocking(fd, False)
 
     def _exit(self, code: int, died: bool = False) -> None:
         if self.returncode is None:
@@ -90,6 +84,21 @@ class WarmProcess:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
         assert self.returncode is not None
         return self.returncode
+
+
+class WarmProcess(ForkServerChild):
+    """A python action process forked by a zygote, used like subprocess.Popen(text=True)."""
+
+    def __init__(self, args: List[str], stdin_fd: int, stdout_fd: int, stderr_fd: int) -> None:
+        super().__init__(args)
+        self._stdin: Optional[int] = stdin_fd
+        self._outputs: Dict[int, bytearray] = {stdout_fd: bytearray(), stderr_fd: bytearray()}
+        self._stdout_fd, self._stderr_fd = stdout_fd, stderr_fd
+        self._open = {stdout_fd, stderr_fd}
+        self._input: Optional[memoryview] = None
+        self._input_given = False
+        for fd in (stdin_fd, stdout_fd, stderr_fd):
+            os.set_blocking(fd, False)
 
     def _close_stdin(self) -> None:
         if self._stdin is not None:

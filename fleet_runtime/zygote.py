@@ -36,8 +36,15 @@ import traceback
 import zlib
 from typing import Any, Dict, List, NoReturn, Optional, Set, Tuple
 
-PR_SET_PDEATHSIG = 1
-MAX_MESSAGE = 1 << 20
+from fleet_runtime.fork_server import (
+    MAX_MESSAGE,
+    ForkServer,
+    close_fds,
+    pdeathsig,
+    send,
+    server_socket,
+)
+
 SCOUT_TIMEOUT = 120.0
 CHILD_UMASK = 0o077
 ALWAYS_PRELOAD = (
@@ -48,35 +55,12 @@ ALWAYS_PRELOAD = (
 )
 
 
-def drain(fd: int) -> None:
-    """Read a non-blocking wake-up pipe empty."""
-    try:
-        while os.read(fd, 512):
-            pass
-    except BlockingIOError:
-        pass
-
-
-def pdeathsig() -> None:
-    """Be SIGKILLed when the thread that started this process ends."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:
-        pass
-
-
 def _tasks() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
 def _fds() -> Set[str]:
     return set(os.listdir("/proc/self/fd"))
-
-
-def _send(sock: socket.socket, payload: Dict[str, Any]) -> None:
-    sock.send(json.dumps(payload).encode())
 
 
 def _top_level_names(action_dirs: List[str]) -> Set[str]:
@@ -196,75 +180,37 @@ def _module_files(pack_path: str) -> List[str]:
     return sorted(files)
 
 
-class Zygote:
+class Zygote(ForkServer):
+    """The serve loop after the preload: fork requests in, pids and exit codes out."""
+
+    MAX_FDS = 3
+
     def __init__(self, sock: socket.socket, base_path: List[str], pack_lib: str) -> None:
-        self.sock = sock
+        super().__init__(sock)
         self.base_path = base_path
         self.pack_lib = pack_lib
         self.children: Set[int] = set()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
 
-    def serve(self) -> int:
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        signal.set_wakeup_fd(self.wake_w)
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        poller.register(self.wake_r, select.POLLIN)
-        while True:
-            for fd, _ in poller.poll(1000):
-                if fd == self.wake_r:
-                    drain(self.wake_r)
-                elif not self._message():
-                    return 0
-            if not self._reap():
-                return 0
-
-    def _message(self) -> bool:
-        try:
-            data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 3)
-        except (ConnectionError, OSError):
-            return False
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return False
-        request = json.loads(data)
+    def _handle(self, request: Dict[str, Any], fds: List[int]) -> Optional[Dict[str, Any]]:
         if request.get("op") != "fork" or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            return True
+            close_fds(fds)
+            return None
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             self._child(fds, ready_r, ready_w)
         os.close(ready_w)
-        for fd in fds:
-            os.close(fd)
+        close_fds(fds)
         os.read(ready_r, 1)  # the child runs in its own session (killpg(pid) reaches it)
         os.close(ready_r)
         self.children.add(pid)
-        try:
-            _send(self.sock, {"id": request.get("id"), "pid": pid})
-        except OSError:
-            return False
-        return True
+        return {"id": request.get("id"), "pid": pid}
 
-    def _reap(self) -> bool:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            self.children.discard(pid)
-            try:
-                _send(self.sock, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
-            except OSError:
-                return False
-        return True
+    def _has_children(self) -> bool:
+        return bool(self.children)
+
+    def _reaped(self, pid: int) -> None:
+        self.children.discard(pid)
 
     def _child(self, fds: List[int], ready_r: int, ready_w: int) -> NoReturn:
         code = 1
@@ -363,11 +309,9 @@ def run_child(base_path: List[str], pack_lib: str) -> int:
 
 
 def main() -> int:
-    pdeathsig()
-    if len(sys.argv) != 3 or os.getppid() != int(sys.argv[1]):
+    sock = server_socket(3)
+    if sock is None:
         return 1
-    sock = socket.socket(fileno=int(sys.argv[2]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.path and sys.path[0] in ("", os.getcwd()):
         sys.path.pop(0)  # `-m` put the zygote's cwd first; each child gets its own
     base_path = list(sys.path)
@@ -378,19 +322,19 @@ def main() -> int:
             return 1
         tainted = preload(sock, cfg)
         if tainted is not None:
-            _send(sock, {"op": "tainted", "module": tainted[0], "reason": tainted[1]})
+            send(sock, {"op": "tainted", "module": tainted[0], "reason": tainted[1]})
             return 0
         files = _module_files(str(cfg.get("pack_path") or pack_lib))
         gc.collect()
         gc.freeze()
         packed = base64.b64encode(zlib.compress(json.dumps(files).encode())).decode()
-        _send(sock, {"op": "ready", "pid": os.getpid(), "modules": len(sys.modules),
-                     "files_z": packed})
+        send(sock, {"op": "ready", "pid": os.getpid(), "modules": len(sys.modules),
+                    "files_z": packed})
     except OSError:
         return 1
     except Exception as e:
         try:
-            _send(sock, {"op": "error", "error": f"{type(e).__name__}: {e}"})
+            send(sock, {"op": "error", "error": f"{type(e).__name__}: {e}"})
         except OSError:
             pass
         return 1
