@@ -177,6 +177,7 @@ class RolloutBench:
     workers: int = 0  # the runtime's action workers; 0: parallel + 16 (every host in flight)
     rate_scale: float = 1.0  # the lab's traffic (sim counters) scale
     keep_db: str = ""  # a path: the run's runtime database is copied there (for a closer look)
+    runners: int = 1  # the runtime's action runner processes, each with its own state_dir
 
 
 def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
@@ -202,7 +203,8 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                state, inventory, progress=lambda _m: None, timeout=3600)
         lab_seconds = time.monotonic() - t_lab
         _set_profiles_dir(env["FLEET_ROLLOUT_HOME"], os.path.dirname(profile))
-        _set_workers(env["FLEET_ROLLOUT_HOME"], bench.workers or bench.parallel + 16)
+        _set_workers(env["FLEET_ROLLOUT_HOME"], bench.workers or bench.parallel + 16,
+                     bench.runners)
         with open(profile, "w") as handle:
             yaml.safe_dump({
                 "name": "bench-home", "bios": {"snoop_mode": "home"},
@@ -251,6 +253,7 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                 host_side.close()
             lab.down(state, progress=lambda _m: None)
     return {"hosts": bench.hosts, "reboot_seconds": bench.reboot, "status": out.get("status"),
+            "runners": bench.runners,
             "parallel": bench.parallel, "batches": len(plan.get("batches") or []),
             "batch_sizes": [len(b["hosts"]) for b in plan.get("batches") or []],
             "lab_up_seconds": round(lab_seconds, 1),
@@ -316,15 +319,17 @@ def _set_profiles_dir(home: str, directory: str) -> None:
         yaml.safe_dump(doc, handle)
 
 
-def _set_workers(home: str, workers: int) -> None:
-    """The runtime's action workers (home config.yaml `workers`, like st2's action runners):
-    enough for every host in flight."""
+def _set_workers(home: str, workers: int, runners: int = 1) -> None:
+    """The runtime's action workers (home config.yaml `workers`): enough for every host in
+    flight; and its action runner processes (`runners`, like st2actionrunners on several
+    machines)."""
     path = os.path.join(home, "config.yaml")
     doc: Dict[str, Any] = {}
     if os.path.exists(path):
         with open(path) as handle:
             doc = yaml.safe_load(handle) or {}
     doc["workers"] = int(workers)
+    doc["runners"] = int(runners)
     with open(path, "w") as handle:
         yaml.safe_dump(doc, handle)
 
@@ -686,6 +691,8 @@ def describe(r: Dict[str, Any]) -> str:
 def rollout_figures(label: str, r: Dict[str, Any]) -> List[Tuple[str, Any, str]]:
     """A rollout measure's figures for bench/RESULTS.md (results.py)."""
     at = f"{label}, {r['hosts']} sim hosts, reboot {r['reboot_seconds']:g} s"
+    if int(r.get("runners") or 1) > 1:
+        at += f", {r['runners']} action runners"
     return [(f"{at}: status", r["status"], ""),
             (f"{at}: duration", r["total_seconds"], "s"),
             (f"{at}: duration / critical path", r["ratio"], ""),
@@ -732,6 +739,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--reboot-seconds", type=float, default=10.0)
+    parser.add_argument("--runners", type=int, default=1,
+                        help="the runtime's action runner processes (own state_dir each)")
     parser.add_argument("--skip-rollout", action="store_true")
     parser.add_argument("--skip-scale", action="store_true",
                         help="only the rollout (not the 20,000-host plan and judge)")
@@ -749,7 +758,8 @@ def main() -> int:
     if not args.skip_rollout:
         out["rollout"] = rollout_scale(RolloutBench(hosts=args.hosts,
                                                     reboot=args.reboot_seconds,
-                                                    keep_db=args.keep_db))
+                                                    keep_db=args.keep_db,
+                                                    runners=args.runners))
     record_results("bench-rollout", out)
     if args.json:
         print(json.dumps(out, indent=1))

@@ -1,14 +1,12 @@
 """A rollback whose first tasks fail transiently still restores every host: its halt and find
 tasks (and its restores) are retried, on a sim lab through the embedded runtime.
 
-The transient fault: the pack's lock directory under state_dir is a plain file for a while (as
-a full or read-only file system would make it), so every action that takes a rollout lock fails
-until it is put back."""
+The transient fault: the pack config holds a value the pack refuses for a while (an operator's
+edit with a mistake, loaded by a restart of the services, corrected and loaded by another), so
+every pack action fails with a config error until it is put right."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 
 from rollout_support import SimLab, error_text, output
@@ -36,12 +34,14 @@ def test_a_rollback_whose_first_tasks_fail_still_restores_every_host(tmp_path):
         for host in lab.host_names():
             assert lab.bmc(host)["logical"] == HOME, host
 
-        locks = os.path.join(lab.config["state_dir"], "locks")
-        shutil.rmtree(locks)
-        with open(locks, "w") as handle:
-            handle.write("not a directory\n")
+        lab.set_config(watchdog_grace=1)  # the pack refuses it: its actions fail
+        lab.stop_engine()  # the runtime, as st2, reads a pack config when it starts
+        lab.start_engine()
         # the rollout completed: its rollback is an operator's explicit choice (force)
-        proc = lab.start("fleet_rollout.rollback", rollout_id=rollout_id, force="true")
+        started = lab.cli("run", "fleet_rollout.rollback", f"rollout_id={rollout_id}",
+                          "force=true", "-a", "--json")
+        assert started.returncode == 0, started.stderr[-2000:]
+        rollback_id = json.loads(started.stdout)["id"]
         try:
             deadline = time.time() + 120
             failed = []
@@ -54,11 +54,14 @@ def test_a_rollback_whose_first_tasks_fail_still_restores_every_host(tmp_path):
                     _, children = _tasks(lab, ex_id)
                     failed = [c for c in children if c["action"]["ref"] == "fleet_rollout.abort"
                               and c["status"] == "failed"]
-            assert failed, "the halt task did not fail while the lock directory was gone"
+            assert failed, "the halt task did not fail while the pack config was refused"
+            assert "watchdog_grace" in error_text(failed[0]), error_text(failed[0])
         finally:
-            os.remove(locks)  # the fault goes away; the retry finds the directory again
-        out, _ = proc.communicate(timeout=600)
-        doc = json.loads(out)
+            lab.set_config(watchdog_grace=300)  # the fault goes away; the retry goes on
+            lab.stop_engine()
+            lab.start_engine()
+        doc = lab.wait_status(rollback_id, ("succeeded", "failed", "canceled", "timeout"),
+                              timeout=600)
         assert doc["status"] == "succeeded", error_text(doc)
         assert output(doc)["restored"] == sorted(lab.host_names())
         _, children = _tasks(lab, doc["id"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Tuple
 
 import pytest
@@ -85,10 +86,14 @@ def test_two_rollouts_racing_for_the_same_hosts_one_holds_each(tmp_path):
         first = _plan(lab, profile, "race-a", "all")
         second = _plan(lab, profile, "race-b", "all")
         assert first == second
+        for host in first:  # slow BMCs: the prepares overlap, and both runners take some
+            lab.fault(host, latency_ms=300)
         # both rollouts' prepare of every host at the same moment, on two runners
-        started = {(rollout_id, host): _start(lab, "fleet_rollout.host_step",
-                                              rollout_id=rollout_id, host=host, step="prepare")
-                   for host in first for rollout_id in ("race-a", "race-b")}
+        pairs = [(rollout_id, host) for host in first for rollout_id in ("race-a", "race-b")]
+        with ThreadPoolExecutor(len(pairs)) as pool:
+            ids = pool.map(lambda p: _start(lab, "fleet_rollout.host_step", rollout_id=p[0],
+                                            host=p[1], step="prepare"), pairs)
+            started = dict(zip(pairs, ids))
         docs = {k: lab.wait_status(v, DONE, timeout=600) for k, v in started.items()}
         assert {_runner(d) for d in docs.values()} == {"runner-1", "runner-2"}
         for host in first:

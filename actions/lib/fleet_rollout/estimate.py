@@ -78,8 +78,8 @@ class Assumptions:
     ansible_run: one playbook run on one host (SSH connect, a few tasks).
     action_start: StackStorm schedules an action and its runner starts.
     controller_cpu_per_host: CPU-seconds the controller spends on one host change (Ansible, the
-        actions, the engine, the batch's counter collections; bench-rollout measures 1.8-2.2 on
-        sim hosts with warm ansible-playbook, whose host side runs on the controller too).
+        actions, the engine, the batch's counter collections; `make bench-rollout` measures it
+        on sim hosts, whose host side runs on the controller too: bench/RESULTS.md).
     controller_cores: cores of the action runners (0: this machine's)."""
 
     approval_response: float = 600.0
