@@ -151,13 +151,18 @@ def test_a_step_and_a_restore_of_one_host_started_together_run_one_after_the_oth
 
 def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_second_reset(
         tmp_path):
-    lab = _lab(tmp_path, 4, reboot_seconds=40)
+    lab = _lab(tmp_path, 4, reboot_seconds=60)
     try:
         lab.set_config(watchdog_grace=5)
-        profile = _fast_profile(lab, 2)
+        profile = lab.profile("home-snoop", approval={"required": False},
+                              redfish={"boot_timeout": 180},
+                              batches={"canary_size": 2, "max_batch": 2, "growth": 1,
+                                       "parallel": 2, "control_ratio": 2,
+                                       "max_unavailable_per_rack": 2,
+                                       "max_unavailable_per_site": 2})
         hosts = _plan(lab, profile, "killed", "all")
         host = hosts[0]
-        timeouts = {"prepare": 600, "reboot": 600, "wait": 60, "verify": 600, "undrain": 600,
+        timeouts = {"prepare": 600, "reboot": 600, "wait": 120, "verify": 600, "undrain": 600,
                     "restore": 900}
         change = _start(lab, "fleet_rollout.host_change", rollout_id="killed", host=host,
                         timeouts=timeouts)
@@ -166,14 +171,13 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
         victim: Dict[str, Any] = {}
         deadline = time.time() + 300
         while time.time() < deadline and not victim:
-            state = lab.kv("killed", f"host.{host}") or {}
-            if state.get("reset_marker"):
-                listed = lab.cli("execution", "list", "--all", "--action",
-                                 "fleet_rollout.host_step", "--status", "running", "--json")
-                running = json.loads(listed.stdout) if listed.stdout.strip() else []
-                victim = next((d for d in running
-                               if (d.get("parameters") or {}).get("step") == "wait"), {})
-            time.sleep(0.3)
+            listed = lab.cli("execution", "list", "--all", "--action",
+                             "fleet_rollout.host_step", "--status", "running", "--json")
+            running = json.loads(listed.stdout) if listed.stdout.strip() else []
+            victim = next((d for d in running
+                           if (d.get("parameters") or {}).get("step") == "wait"), {})
+            time.sleep(0.2)
+        assert (lab.kv("killed", f"host.{host}") or {}).get("reset_marker")
         assert victim, "the wait step was never seen running after the reset"
         killed = _runner(_get(lab, str(victim["id"])))
         out = lab.cli("runner", "kill", killed.split("-")[1], "--json")

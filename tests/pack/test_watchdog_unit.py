@@ -118,6 +118,23 @@ def test_a_stale_step_st2_can_complete_is_completed_with_its_outcome_once(dog, t
     assert entry["action"] == "stale_execution" and entry["old"] == "s1"
 
 
+def test_a_step_kept_delayed_long_is_timed_from_when_it_began_to_run(dog):
+    """st2's start_timestamp is when the execution was requested: one that its host's policy
+    kept delayed for longer than its timeout has run for far less, and is not stale."""
+    dog_, api = dog
+    ex = api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1",
+                 step="wait", timeout=100, started=NOW - 900)
+    ex["log"] = [{"status": "requested", "timestamp": _ts(NOW - 900)},
+                 {"status": "delayed", "timestamp": _ts(NOW - 899)},
+                 {"status": "scheduled", "timestamp": _ts(NOW - 30)},
+                 {"status": "running", "timestamp": _ts(NOW - 29)}]
+    assert watchdog.running_since(ex) == pytest.approx(NOW - 29, abs=0.01)
+    assert dog_.check() == [] and api.puts == []
+    ex["log"][-1]["timestamp"] = _ts(NOW - 200)  # running past its timeout and the grace
+    [done] = dog_.check()
+    assert api.puts == [("s1", "timeout")] and done["status"] == "timeout"
+
+
 def test_a_step_past_its_timeout_is_timed_out_for_the_workflows_retry(dog):
     dog_, api = dog
     api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1", step="wait",

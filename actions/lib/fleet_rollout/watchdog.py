@@ -56,6 +56,19 @@ def timestamp(text: Any) -> Optional[float]:
     return moment.timestamp()
 
 
+def running_since(execution: Dict[str, Any]) -> Optional[float]:
+    """When the execution began to run: its last `running` entry in st2's status log
+    (services/executions.py pushes one per status change). Its start_timestamp is when it was
+    requested: an execution a concurrency policy kept `delayed` for a long time has been running
+    for far less."""
+    for entry in reversed(execution.get("log") or []):
+        if isinstance(entry, dict) and entry.get("status") == "running":
+            moment = timestamp(entry.get("timestamp"))
+            if moment is not None:
+                return moment
+    return timestamp(execution.get("start_timestamp"))
+
+
 def step_name(execution: Dict[str, Any]) -> str:
     params = execution.get("parameters") or {}
     return str(params.get("step") or "")
@@ -106,7 +119,7 @@ class Watchdog:
         if ended is not None and now - ended["at"] > self.grace:
             return {"why": f"its work ended {int(now - ended['at'])} s ago and its execution "
                            "never did", "ended": ended}
-        started = timestamp(execution.get("start_timestamp"))
+        started = running_since(execution)
         try:
             timeout = float(params.get("timeout") or DEFAULT_TIMEOUT)
         except (TypeError, ValueError):
