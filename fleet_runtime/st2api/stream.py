@@ -47,6 +47,8 @@ class StreamHub:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._known: Dict[str, str] = {}
+        self._max_rowid = int(self.rt.store.conn.execute(
+            "SELECT COALESCE(MAX(rowid), 0) FROM executions").fetchone()[0])
         self._since = time.time()
         self._offsets: Dict[Path, int] = {}
         home = Path(self.rt.home.path)
@@ -122,17 +124,38 @@ class StreamHub:
     def _loop(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
             try:
-                self._poll_executions()
-                self._poll_announcements()
+                self.poll()
             except Exception:  # keep streaming whatever one poll hit
                 LOG.exception("stream poll failed")
 
+    def poll(self) -> None:
+        """Emit what changed since the last poll (the hub thread calls this every 0.25 s)."""
+        self._poll_executions()
+        self._poll_announcements()
+
     def _changed_rows(self) -> List[Any]:
+        """Every execution that may have changed since the last poll: those not yet seen
+        completed (an execution's status never changes once completed) and those created
+        recently or after the newest row seen. Nothing here depends on when a write is
+        committed, so an engine that commits late under load loses no event."""
         conn = self.rt.store.conn
-        return conn.execute(
-            "SELECT id, status FROM executions WHERE end_ts IS NULL OR end_ts >= ?"
-            " OR created_ts >= ? ORDER BY created_ts, rowid",
-            (self._since - 5.0, self._since - 5.0)).fetchall()
+        done = ",".join("?" * len(COMPLETED))
+        rows = conn.execute(
+            f"SELECT rowid, id, status FROM executions WHERE status NOT IN ({done})"
+            " OR created_ts >= ? OR rowid > ? ORDER BY created_ts, rowid",
+            (*COMPLETED, self._since - 5.0, self._max_rowid)).fetchall()
+        open_ids = [i for i, status in self._known.items() if status not in COMPLETED]
+        seen = {row["id"] for row in rows}
+        missing = [i for i in open_ids if i not in seen]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows.extend(conn.execute(
+                f"SELECT rowid, id, status FROM executions WHERE id IN ({marks})",
+                chunk).fetchall())
+        for row in rows:
+            self._max_rowid = max(self._max_rowid, row["rowid"])
+        return rows
 
     def _snapshot(self) -> None:
         for row in self._changed_rows():
@@ -140,7 +163,8 @@ class StreamHub:
 
     def _poll_executions(self) -> None:
         now = time.time()
-        for row in self._changed_rows():
+        rows = self._changed_rows()
+        for row in rows:
             before = self._known.get(row["id"])
             if before == row["status"]:
                 continue
@@ -162,9 +186,10 @@ class StreamHub:
                 self.emit(f"st2.execution__{kind}", body)
                 self.emit(f"st2.liveaction__{kind}", body["liveaction"])
         self._since = now
-        if len(self._known) > 10000:
-            keep = {r["id"] for r in self._changed_rows()}
-            self._known = {k: v for k, v in self._known.items() if k in keep}
+        if len(self._known) > 10000:  # completed and out of the window: no event can come
+            polled = {row["id"] for row in rows}
+            self._known = {k: v for k, v in self._known.items()
+                           if v not in COMPLETED or k in polled}
 
     def _poll_announcements(self) -> None:
         for path, offset in list(self._offsets.items()):

@@ -99,3 +99,46 @@ def test_post_result_announces_the_alias_result_on_its_route(st2_api: St2Api) ->
         assert not [e for e, _ in listener.events if e == "st2.announcement__chatops"]
     finally:
         listener.close()
+
+
+def test_an_execution_committed_late_still_reaches_the_stream(tmp_path: Any) -> None:
+    """An engine under load can commit an execution's end well after the time it records as
+    its end: the hub must still emit the update (the hub is polled here by hand, on a real
+    database, so the late commit is exact)."""
+    from types import SimpleNamespace
+
+    from fleet_runtime.database import Store
+    from fleet_runtime.packs import Registry
+    from fleet_runtime.st2api.stream import StreamHub
+
+    store = Store(str(tmp_path / "runtime.db"))
+    rt = SimpleNamespace(store=store, home=SimpleNamespace(path=str(tmp_path)),
+                         registry=Registry([]), masker=None)
+    now = time.time()
+    with store.transaction():
+        store.insert_execution({"id": "ex1", "action": "core.noop", "runner": "local-shell-cmd",
+                                "status": "running", "root_id": "ex1", "parameters": {},
+                                "context": {}, "created_ts": now - 60, "start_ts": now - 60,
+                                "log": []})
+    hub = StreamHub(SimpleNamespace(rt=rt))
+    client = hub.subscribe()
+    hub.poll()
+    time.sleep(0.1)
+    hub.poll()
+    with store.transaction():  # ended 30 s before this commit
+        store.update_execution("ex1", status="succeeded", end_ts=now - 30, result={})
+    hub.poll()
+    events = []
+    while not client.empty():
+        events.append(client.get_nowait())
+    assert ("st2.execution__update", "succeeded") in [(n, b.get("status")) for n, b in events]
+    store.insert_execution({"id": "ex2", "action": "core.noop", "runner": "local-shell-cmd",
+                            "status": "succeeded", "root_id": "ex2", "parameters": {},
+                            "context": {}, "created_ts": now - 60, "end_ts": now - 60,
+                            "log": []})
+    hub.poll()
+    names = []
+    while not client.empty():
+        names.append(client.get_nowait())
+    assert [(n, b["id"]) for n, b in names if n.startswith("st2.execution")] == [
+        ("st2.execution__create", "ex2"), ("st2.execution__update", "ex2")]

@@ -185,11 +185,13 @@ def test_caller_cannot_bring_its_own_format(api: St2Api) -> None:
     assert "is not available on the alias" in response.json()["faultstring"]
 
 
-def collect_stream(api: St2Api, events: List[str], stop: threading.Event) -> None:
+def collect_stream(api: St2Api, events: List[str], stop: threading.Event,
+                   connected: threading.Event) -> None:
     url = api.base + "/stream/v1/stream"
     with requests.get(url, headers={"X-Auth-Token": api.token("sre-alice")}, stream=True,
                       timeout=30) as response:
-        for line in response.iter_lines(decode_unicode=True):
+        connected.set()
+        for line in response.iter_lines(chunk_size=1, decode_unicode=True):
             if line:
                 events.append(line)
             if stop.is_set():
@@ -198,10 +200,11 @@ def collect_stream(api: St2Api, events: List[str], stop: threading.Event) -> Non
 
 def test_secrets_are_masked_in_every_api_response_and_the_stream(api: St2Api) -> None:
     events: List[str] = []
-    stop = threading.Event()
-    reader = threading.Thread(target=collect_stream, args=(api, events, stop), daemon=True)
+    stop, connected = threading.Event(), threading.Event()
+    reader = threading.Thread(target=collect_stream, args=(api, events, stop, connected),
+                              daemon=True)
     reader.start()
-    time.sleep(1.0)
+    assert connected.wait(60), "the stream did not open"
     record = finished(api, chat(api, "leak it"))
     ex_id = record["id"]
     assert record["result"]["result"]["password"] == MASK
@@ -213,7 +216,7 @@ def test_secrets_are_masked_in_every_api_response_and_the_stream(api: St2Api) ->
         assert response.status_code == 200, (path, response.text)
         bodies.append(response.text)
     assert f"stdout has {MASK}" in bodies[3] and f"stderr has {MASK}" in bodies[3]
-    deadline = time.time() + 15
+    deadline = time.time() + 60
     while time.time() < deadline and not any(ex_id in e and "succeeded" in e for e in events):
         time.sleep(0.2)
     stop.set()
