@@ -6,8 +6,6 @@ success, 1 on a failure it can explain (the JSON then has "error"). `--sysroot D
 on a lab `sim` host (a fake tree) exactly as on a real root.
 
   health                       boot id, uptime, maintenance flag, established connections
-                               (--then KERNEL-ACTION, --then-drain: those right after it, in
-                               this process; their outcomes in the result, never a failed read)
   drain   --port P ...         set the maintenance flag, wait until connections drain
   undrain                      clear the maintenance flag
   kernel-snapshot --settings J record the current values of what J would change (changes
@@ -151,33 +149,7 @@ def cmd_health(args):
         "established": established(args.sysroot, args.port),
         "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
     }
-    kernel_ok = True
-    if args.then and (not result["maintenance"] or args.then_in_maintenance):
-        result["kernel_action"], result["changed"] = then_kernel(args)
-        kernel_ok = result["kernel_action"]["rc"] == 0
-    if args.then_drain and not result["maintenance"] and kernel_ok:
-        result["drain"], drained = then_run("drain", args)
-        result["changed"] = result.get("changed", False) or drained
     return result
-
-
-def then_kernel(args):
-    """`health --then kernel-snapshot|kernel-restore|kernel-check`: that kernel action right
-    after the health read, in the same process (one Ansible task instead of two). Its outcome
-    is reported as a run of its own would be ({"rc", "stdout", "stderr"}), never as a failed
-    health read: the caller decides. Returns (outcome, whether it changed anything)."""
-    return then_run(args.then, args)
-
-
-def then_run(name, args):
-    """A command run after the health read in its process: its outcome as a run of its own
-    would report it ({"rc", "stdout", "stderr"}) and whether it changed anything."""
-    try:
-        rc, doc = run_command(name, args)
-    except Exception as err:  # a bug in the command must not hide the health read
-        return {"rc": 1, "stdout": "", "stderr": "%s: %s" % (type(err).__name__, err)}, False
-    changed = rc == 0 and bool(doc.get("changed"))
-    return {"rc": rc, "stdout": json.dumps(doc), "stderr": ""}, changed
 
 
 # the collector's counter windows (counters/collector.py: SAMPLES_DIR, WINDOW_ID)
@@ -1168,25 +1140,17 @@ COMMANDS = {
 
 
 # the options (argparse's own import costs every run about 10 ms of CPU): name -> (type,
-# default); a type of None is a flag
+# default)
 OPTIONS = {
     "--sysroot": (str, "/"), "--port": (int, 8080), "--threshold": (int, 0),
     "--timeout": (float, 300.0), "--poll": (float, 1.0), "--settings": (str, "{}"),
     # the kernel commands: the rollout whose snapshot and settings files they use; restore:
     # the snapshot the pack recorded, used when the host's is gone
     "--rollout": (str, ""), "--snapshot": (str, ""),
-    # health only: this kernel action right after the health read
-    "--then": (str, None),
-    # health --then: also on a host in maintenance
-    "--then-in-maintenance": (None, False),
-    # health only: drain (--threshold, --timeout) after the health read and the kernel action,
-    # on a host not in maintenance whose kernel action (if any) succeeded
-    "--then-drain": (None, False),
     # drain: first wait until the counter window ID sampled on this host has taken its last
     # sample (--after-window-wait seconds at most)
     "--after-window": (str, ""), "--after-window-wait": (float, 30.0),
 }
-THEN_ACTIONS = ("kernel-snapshot", "kernel-restore", "kernel-check")
 
 
 class Usage(Exception):
@@ -1201,7 +1165,7 @@ class Args:
 
 
 def parse_args(argv):
-    """COMMAND [--option VALUE | --option=VALUE | --flag] ...: an Args, or Usage."""
+    """COMMAND [--option VALUE | --option=VALUE] ...: an Args, or Usage."""
     if not argv or argv[0] not in COMMANDS:
         raise Usage("argument command: invalid choice: %r (choose from %s)" % (
             argv[0] if argv else "", ", ".join(repr(c) for c in sorted(COMMANDS))))
@@ -1213,26 +1177,16 @@ def parse_args(argv):
         if name not in OPTIONS:
             raise Usage("unrecognized arguments: %s" % word)
         kind = OPTIONS[name][0]
-        if kind is None:
-            if given:
-                raise Usage("argument %s: ignored explicit argument %r" % (name, value))
-            value = True
-        else:
-            if not given:
-                if not rest:
-                    raise Usage("argument %s: expected one argument" % name)
-                value = rest.pop(0)
-            try:
-                value = kind(value)
-            except ValueError:
-                raise Usage("argument %s: invalid %s value: %r" % (
-                    name, kind.__name__, value)) from None
+        if not given:
+            if not rest:
+                raise Usage("argument %s: expected one argument" % name)
+            value = rest.pop(0)
+        try:
+            value = kind(value)
+        except ValueError:
+            raise Usage("argument %s: invalid %s value: %r" % (
+                name, kind.__name__, value)) from None
         setattr(args, name[2:].replace("-", "_"), value)
-    if args.then is not None and args.then not in THEN_ACTIONS:
-        raise Usage("argument --then: invalid choice: %r (choose from %s)" % (
-            args.then, ", ".join(repr(a) for a in THEN_ACTIONS)))
-    if (args.then or args.then_drain) and args.command != "health":
-        raise Usage("--then and --then-drain go with health only")
     return args
 
 

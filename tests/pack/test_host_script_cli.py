@@ -33,21 +33,18 @@ def sysroot(tmp_path):
 
 def test_the_options_the_playbooks_pass_are_parsed_with_their_types():
     host = load_host_script("fleet_host_cli")
-    args = host.parse_args(["health", "--sysroot", "/srv/x", "--port", "9090", "--then",
-                            "kernel-snapshot", "--settings", '{"a": 1}', "--then-in-maintenance",
-                            "--then-drain", "--threshold=3", "--timeout", "12.5",
+    args = host.parse_args(["drain", "--sysroot", "/srv/x", "--port", "9090",
+                            "--settings", '{"a": 1}', "--threshold=3", "--timeout", "12.5",
                             "--after-window", "r1.b2.pre", "--after-window-wait", "7"])
-    assert (args.command, args.sysroot, args.port, args.then, args.settings) == \
-        ("health", "/srv/x", 9090, "kernel-snapshot", '{"a": 1}')
-    assert args.then_in_maintenance is True and args.then_drain is True
+    assert (args.command, args.sysroot, args.port, args.settings) == \
+        ("drain", "/srv/x", 9090, '{"a": 1}')
     assert (args.threshold, args.timeout, args.after_window, args.after_window_wait) == \
         (3, 12.5, "r1.b2.pre", 7.0)
     assert isinstance(args.timeout, float) and isinstance(args.port, int)
     plain = host.parse_args(["undrain"])  # every option has its default
     assert (plain.sysroot, plain.port, plain.threshold, plain.timeout, plain.poll) == \
         ("/", 8080, 0, 300.0, 1.0)
-    assert (plain.then, plain.then_drain, plain.after_window, plain.after_window_wait) == \
-        (None, False, "", 30.0)
+    assert (plain.after_window, plain.after_window_wait, plain.rollout) == ("", 30.0, "")
 
 
 @pytest.mark.parametrize("argv, reason", [
@@ -55,10 +52,9 @@ def test_the_options_the_playbooks_pass_are_parsed_with_their_types():
     (["kernel-restore --sysroot /"], "invalid choice: 'kernel-restore --sysroot /'"),
     (["health", "--port", "x"], "argument --port: invalid int value: 'x'"),
     (["drain", "--timeout"], "argument --timeout: expected one argument"),
-    (["health", "--then", "kernel-apply"], "argument --then: invalid choice: 'kernel-apply'"),
-    (["drain", "--then-drain"], "--then and --then-drain go with health only"),
+    (["health", "--then", "kernel-snapshot"], "unrecognized arguments: --then"),
     (["undrain", "--sysroot", "/", "extra"], "unrecognized arguments: extra"),
-    (["undrain", "--then-drain=yes"], "ignored explicit argument 'yes'"),
+    (["undrain", "--threshold=many"], "argument --threshold: invalid int value: 'many'"),
     (["undrain", "--sys", "/"], "unrecognized arguments: --sys"),  # no abbreviations
 ])
 def test_a_command_line_it_does_not_take_is_refused_before_anything_runs(sysroot, argv,

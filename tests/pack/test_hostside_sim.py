@@ -94,12 +94,10 @@ def test_a_drain_waits_for_the_hosts_own_sampler_of_the_pre_window(lab):
             assert results[name].result["window_wait_s"] < 2.0, results[name].result
     assert ended >= first_at + 2.0
     side.undrain(HOSTS)
-    # in the prepare's health read, and bounded: a sampler still due later is not waited for
-    # beyond the given seconds
+    # bounded: a sampler still due later is not waited for beyond the given seconds
     side.start_window(HOSTS[:1], "d-2.b0.pre", 30.0, 1, first_at=time.time() + 60.0)
-    results = side.health(HOSTS[:1], drain=(30.0, 0), after_window=("d-2.b0.pre", 1.0))
-    drained = json.loads(results[HOSTS[0]].result["drain"]["stdout"])
-    assert drained["drained"] is True and 1.0 <= drained["window_wait_s"] < 5.0, drained
+    drained = side.drain(HOSTS[:1], 30.0, 0, after_window=("d-2.b0.pre", 1.0))[HOSTS[0]]
+    assert drained.ok and 1.0 <= drained.result["window_wait_s"] < 5.0, drained.result
     side.undrain(HOSTS[:1])
 
 
@@ -338,117 +336,23 @@ def test_the_command_playbook_runs_only_when_a_host_of_the_run_drains_by_command
     assert playbooks_for(health, [command]) == [health]
 
 
-def test_health_then_kernel_snapshot_in_one_task(lab):
-    """health with a kernel action: one task per host; the snapshot's outcome rides along and
-    a host in maintenance is skipped unless asked."""
-    from fleet_rollout.hostside.playbook_steps import kernel_outcome
-
-    backend, side = lab
-    results = side.health(["sim-001", "sim-002"], kernel_action="snapshot", settings=SETTINGS)
-    for name in ("sim-001", "sim-002"):
-        entry = results[name]
-        assert entry.ok and entry.tasks == ["Read host state"], entry
-        snap = kernel_outcome(entry)
-        assert snap is not None and snap["first_snapshot"] is True
-        assert snap["snapshot"]["sysctl"]["net.core.rmem_max"] == "212992"
-    side.drain(["sim-003"])
-    skipped = side.health(["sim-003"], kernel_action="snapshot", settings=SETTINGS)["sim-003"]
-    assert skipped.ok and kernel_outcome(skipped) is None
-    assert "kernel_action" not in skipped.result
-    taken = side.health(["sim-003"], kernel_action="snapshot", settings=SETTINGS,
-                        in_maintenance=True)["sim-003"]
-    assert kernel_outcome(taken) is not None
-    bad = side.health(["sim-001"], kernel_action="restore",
-                      settings={"sysctl": {"net.core.no_such_knob": 1}})["sim-001"]
-    assert bad.ok and bad.result["kernel_action"]["rc"] in (0, 1)
-
-
-def test_health_then_kernel_snapshot_then_drain_in_one_task(lab):
-    """The prepare's health run: health, kernel snapshot, drain in one task per host; a host in
-    maintenance is not drained (nor snapshotted), a drain that times out is its outcome (the
-    flag stays), never a failed health read."""
-    from fleet_rollout.hostside.playbook_steps import drain_outcome, kernel_outcome
-
+def test_health_reads_and_changes_nothing(lab):
+    """The health playbook does one thing: one task per host that reads; no flag is set, no
+    kernel snapshot is taken, on a host in maintenance or not; an unknown host is an error of
+    its own."""
     backend, side = lab
     side.drain(["sim-003"])  # someone else's maintenance
-    tcp = os.path.join(backend.sysroot("sim-002"), "proc/net/tcp")
-    with open(tcp, "a") as handle:  # one ESTABLISHED connection on :8080 (0x1F90)
-        handle.write("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
-                     "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
-    results = side.health(HOSTS, kernel_action="snapshot", settings=SETTINGS, drain=(1, 0))
-    flag = "etc/fleet/maintenance"
-    one = results["sim-001"]
-    assert one.ok and one.tasks == ["Read host state"] and one.result["maintenance"] is False
-    assert kernel_outcome(one)["first_snapshot"] is True
-    drained = drain_outcome(one)
-    assert drained["ok"] is True and drained["changed"] is True and one.changed
-    assert os.path.exists(os.path.join(backend.sysroot("sim-001"), flag))
-    busy = results["sim-002"]
-    assert busy.ok and kernel_outcome(busy) is not None  # the read and the snapshot stand
-    failed = drain_outcome(busy)
-    assert failed["ok"] is False and "still 1 established connections" in failed["error"]
-    assert os.path.exists(os.path.join(backend.sysroot("sim-002"), flag))
-    held = results["sim-003"]
-    assert held.ok and held.result["maintenance"] is True
-    assert drain_outcome(held) is None and kernel_outcome(held) is None
-    # without drain=..., nothing is drained (the precheck of a single step)
-    side.undrain(["sim-001"])
-    plain = side.health(["sim-001"])["sim-001"]
-    assert drain_outcome(plain) is None
-    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), flag))
-
-
-def test_health_does_not_drain_a_host_that_drains_through_a_command(tmp_path):
-    """fleet_drain_method: command is the drain playbook's (a load balancer call on the
-    controller): the health run leaves it to the drain step."""
-    from fleet_rollout.hostside.playbook_steps import drain_outcome
-
-    backend = SimBackend(str(tmp_path / "hosts"))
-    backend.power_on(boot_config("sim-001", "early", "disabled"))
-    hosts = {"sim-001": {"fleet_sysroot": backend.sysroot("sim-001"),
-                         "fleet_drain_method": "command"}}
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    side = LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"),
-                       connection=Connection(allow_local=True, drain_command=("true",),
-                                             undrain_command=("true",)))
-    entry = side.health(["sim-001"], drain=(5, 0))["sim-001"]
-    assert entry.ok and drain_outcome(entry) is None
-    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))
-
-
-def test_health_then_the_probe_in_one_run(lab, monkeypatch):
-    """The wait's ask (health_probe.yml): the health read, then the real probe on each host
-    that answered, its document in the result's "probe" (taken on the host's current boot); an
-    unreachable host runs no probe; a probe that fails leaves the health read a success without
-    "probe" (the verify step probes on its own then)."""
-    from fleet_rollout.hostside.playbook_steps import kernel_outcome
-    from fleet_rollout.probe import parse_output
-
-    backend, side = lab
-    results = side.health(["sim-001", "sim-002", "ghost"], probe_budget_ms=300)
-    for name in ("sim-001", "sim-002"):
+    before = {name: sorted(os.listdir(backend.sysroot(name))) for name in HOSTS}
+    results = side.health(HOSTS + ["ghost"])
+    for name in HOSTS:
         entry = results[name]
-        assert entry.ok and entry.tasks == ["Read host state", "Run the probe"], entry
-        parsed = parse_output(json.dumps(entry.result["probe"]), name)
-        assert parsed["topology"]["sockets"] >= 1
-        assert entry.result["probe"]["boot_id"] == entry.result["boot_id"]
+        assert entry.ok and entry.tasks == ["Read host state"] and not entry.changed, entry
+        assert entry.result["maintenance"] is (name == "sim-003")
+        assert sorted(os.listdir(backend.sysroot(name))) == before[name]
+        assert not os.path.exists(os.path.join(backend.sysroot(name),
+                                               "var/lib/fleet-rollout"))
+    assert not os.path.exists(os.path.join(backend.sysroot("sim-001"), "etc/fleet/maintenance"))
     assert not results["ghost"].ok and results["ghost"].result is None
-    with pytest.raises(ValueError, match="no drain and no kernel action but the check"):
-        side.health(["sim-001"], kernel_action="snapshot", probe_budget_ms=300)
-    # the kernel check in the same run (the wait's first answer after a reboot)
-    settings = {"sysctl": {"net.core.rmem_max": "1"}}
-    checked = side.health(["sim-001"], probe_budget_ms=300, kernel_action="check",
-                          settings=settings, in_maintenance=True)["sim-001"]
-    assert checked.tasks == ["Read host state", "Run the probe"] and "probe" in checked.result
-    doc = kernel_outcome(checked)
-    assert doc is not None and doc["in_effect"] is False
-    assert doc["missing"][0].startswith("sysctl net.core.rmem_max: ")
-
-    monkeypatch.setattr("fleet_rollout.probe.build.ensure_probe", lambda: "/bin/false")
-    failed = side.health(["sim-001"], probe_budget_ms=300)["sim-001"]
-    assert failed.ok and failed.error is None and "probe" not in failed.result
-    assert failed.result["boot_id"] == results["sim-001"].result["boot_id"]
 
 
 def test_a_later_rollouts_restore_leaves_the_earlier_rollouts_settings(lab, tmp_path):

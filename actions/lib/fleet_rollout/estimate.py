@@ -12,13 +12,14 @@ after batch, nothing overlapping:
           controller cores (Ansible, the actions and the engine for every host; with many hosts
           in flight the action runners, not the reboots, set the pace)
   per-host time = the host_change steps in order, each = action start + its expected work:
-    prepare   BMC session (check and BIOS snapshot) + Ansible run (health, kernel snapshot and
-              drain in one) + drain time (min(assumed drain, drain.timeout))
-    stage     BMC session (+ Ansible run when the profile changes kernel settings)
+    prepare   BMC session (check, BIOS snapshot and staging) + Ansible runs: health, drain
+              (+ kernel snapshot and kernel settings when the profile changes them) + drain
+              time (min(assumed drain, drain.timeout))
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
               (min(assumed reboot, redfish.boot_timeout))
-    verify    BMC session + Ansible run + probe.budget_ms (+ an Ansible run for irq_affinity
+    verify    BMC session + Ansible run (probe) + probe.budget_ms (+ an Ansible run for the
+              kernel check when the profile changes kernel settings, and one for irq_affinity
               numa-local)
     undrain   Ansible run
   approval wait = min(assumed human response, approval.ttl_minutes) for a batch that needs an
@@ -105,15 +106,16 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     """Expected seconds of each host_change step for one host (action start included)."""
     kernel = profile.get("kernel") or {}
     bmc, run = assume.bmc_session, assume.ansible_run
-    kernel_run = run if kernel else 0.0
+    kernel_runs = 2 * run if kernel else 0.0  # the snapshot, the settings
+    check = run if kernel.get("cmdline") or kernel.get("sysctl") else 0.0
     reapply = run if kernel.get("irq_affinity") == "numa-local" else 0.0
     drain = min(assume.drain, float(profile["drain"]["timeout"]))
     reboot = min(assume.reboot, float(profile["redfish"]["boot_timeout"]))
     work = {
-        PREPARE: bmc + run + drain + kernel_run,  # one session: precheck, snapshot, stage
+        PREPARE: bmc + 2 * run + drain + kernel_runs,  # one BMC session; health, drain runs
         "reboot": bmc,
         "wait": bmc + reboot,
-        "verify": bmc + run + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
+        "verify": bmc + run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,
     }
     return {step: round(assume.action_start + work[step], 1) for step in WORKFLOW_STEPS}

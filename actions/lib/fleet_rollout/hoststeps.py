@@ -32,7 +32,7 @@ from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside import osgate
-from fleet_rollout.hostside.playbook_steps import HostSide, drain_outcome, kernel_outcome
+from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import batch_of
 from fleet_rollout.profile import step_seconds
@@ -74,15 +74,6 @@ from fleet_rollout.store import RolloutState, Store
 
 steps = StepRegistry()  # each HostRun step_* says which step it is
 
-# the host state's key for a probe the wait step took with the OS's first answer, until the
-# verify step uses it
-EARLY_PROBE = "early_probe"
-# and the BIOS values the wait step read back once POST had finished, until the verify step uses
-# them (instead of a Redfish session of its own) on the boot the wait saw come up
-EARLY_BIOS = "early_bios"
-# and the kernel check (what the booted kernel has in effect) run with the OS's first answer
-EARLY_KERNEL = "early_kernel"
-PROBE_ASKS = 2  # a wait's first answered asks of the OS that run the probe too
 # seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
 PRE_WINDOW_SLACK = 5.0
 # seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
@@ -201,10 +192,8 @@ class HostRun:
 
     def _run_prepare(self) -> Dict[str, Any]:
         """precheck, snapshot, drain and stage in one action: one BMC session for the precheck,
-        the BIOS snapshot and the staging (_bmc), the precheck's health run drains (and takes
-        the kernel snapshot), so the snapshot and drain steps only record what it did; each is
-        recorded as its own step, and a step done before (a retry, a resume) is skipped, one not
-        done by the precheck runs on its own."""
+        the BIOS snapshot and the staging (_bmc); each is recorded as its own step, and a step
+        done before (a retry, a resume) is skipped."""
         self._prepare = {}
         try:
             done = [self._run_step(step) for step in PREPARE_STEPS]
@@ -316,43 +305,16 @@ class HostRun:
             raise RedfishError(f"foreign pending BIOS changes {foreign or ''} jobs "
                                f"{check['active_jobs'] or ''}; refusing (profile "
                                "redfish.clear_foreign cancels them)", self.name)
-        # the kernel snapshot (read-only, first one kept on the host) in the same Ansible run
-        # as the health check, taken only when the check passes (not in maintenance); a snapshot
-        # that fails here is taken again, and its failure reported, by the snapshot step
+        health = self._ansible(self.ctx.hostside.health([self.name]), "health check")
         # the flag is ours when this rollout drained the host or asked for it (a kill since)
         drained_by_us = bool(state["steps"].get("drain") or state.get("drain_asked"))
-        kernel = self.ctx.profile.get("kernel") or {}
-        snapshot = {}
-        if kernel and not state.get("kernel_snapshot"):
-            snapshot = {"kernel_action": "snapshot", "settings": kernel,
-                        "in_maintenance": drained_by_us}
-        # in a prepare, the drain after them in the same run (on a host not in maintenance whose
-        # kernel snapshot, if any, was taken): asked for (saved) before it is sent
-        drain = None
-        if prepare is not None and not state["steps"].get("drain"):
-            drain = (self.ctx.profile["drain"]["timeout"], self.ctx.profile["drain"]["threshold"])
-            self._ask_drain(state)
-        entry = self.ctx.hostside.health([self.name], drain=drain, **snapshot,
-                                         after_window=self._pre_window() if drain else None)
-        drained = drain_outcome(entry[self.name]) if drain else None
-        if drain and drained is None and entry[self.name].ok and not drained_by_us:
-            # the host answered and did not drain (in maintenance, a failed kernel snapshot, a
-            # drain through a command): not drained here (without an answer it may have been)
-            state.pop("drain_asked", None)
-        health = self._ansible(entry, "health check")
         if health["maintenance"] and not drained_by_us:
             raise HostError("host is already in maintenance (drained by someone else)",
                             self.name)
         state.setdefault("boot_id_before", health["boot_id"])
-        taken = kernel_outcome(entry[self.name]) if snapshot else None
-        if taken is not None:
-            state["kernel_snapshot"] = taken.get("snapshot") or {}
-        if prepare is not None:
-            if snap is not None:
-                snap.pop("requests", None)
-                prepare["bios"] = snap
-            if drained is not None:
-                prepare["drain"] = drained
+        if prepare is not None and snap is not None:
+            snap.pop("requests", None)
+            prepare["bios"] = snap
         return {"vendor": check["vendor"], "compliant": check["compliant"],
                 "targets": check["targets"], "boot_id": health["boot_id"]}
 
@@ -373,7 +335,7 @@ class HostRun:
             self.save(state)
             out.update(logical=snap["logical"], attributes=snap["attributes"])
         kernel = self.ctx.profile.get("kernel") or {}
-        if kernel and not state.get("kernel_snapshot"):  # the precheck usually took it
+        if kernel and not state.get("kernel_snapshot"):
             taken = self._ansible(self.ctx.hostside.kernel([self.name], "snapshot", kernel),
                                   "kernel snapshot")
             state["kernel_snapshot"] = taken.get("snapshot") or {}
@@ -404,15 +366,9 @@ class HostRun:
     @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         drain = self.ctx.profile["drain"]
-        result = (self._prepare or {}).get("drain")  # the precheck's health run drained
-        if result is None:
-            self._ask_drain(state)
-            result = self._ansible(self.ctx.hostside.drain(
-                [self.name], drain["timeout"], drain["threshold"], self._pre_window()), "drain")
-        elif result.get("ok") is not True:
-            raise HostError(f"drain failed: {result.get('error')}", self.name)
-        else:
-            result = dict(result, **{"with": "precheck"})  # its time is in the precheck's
+        self._ask_drain(state)
+        result = self._ansible(self.ctx.hostside.drain(
+            [self.name], drain["timeout"], drain["threshold"], self._pre_window()), "drain")
         # an attempt killed after the host set its flag left it drained unrecorded: this run
         # finds the flag set (not changed) and records the change once
         asked = state.get("drain_asked")
@@ -521,25 +477,16 @@ class HostRun:
                                 lambda session: discover(session, ep.vendor))
 
     def _wait_os(self, boot_id_before: Optional[str], timeout: float,
-                 look: Optional[osgate.Look] = None,
-                 probe_ms: Optional[int] = None,
-                 kernel_check: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 look: Optional[osgate.Look] = None) -> Dict[str, Any]:
         """Until the host answers the health check (with another boot id than
         `boot_id_before`, when given). Each try is an Ansible run: the BMC is looked at first
         (`look`, else a session of its own) and the host is asked only when the BMC does not
         show it down (in POST, powered off), at least every STALE_ASK seconds in any case;
         tries that find no OS are spaced out (Pacer). Without a reboot (no boot_id_before) the
-        host is asked at once. `probe_ms`: the first PROBE_ASKS answered asks run the
-        topology probe (that budget) in the same run (the result's "probe"); asks the host
-        did not answer ran none and do not count. `kernel_check`: the profile's kernel
-        settings, checked in every ask's run (the result's "kernel_checked": the check's
-        document, when it ran)."""
+        host is asked at once."""
         if look is None:
             with self._bmc_look() as own:
-                return self._wait_os(boot_id_before, timeout, own, probe_ms, kernel_check)
-        check: Dict[str, Any] = {}
-        if kernel_check:
-            check = {"kernel_action": "check", "settings": kernel_check, "in_maintenance": True}
+                return self._wait_os(boot_id_before, timeout, own)
         poll = max(1.0, self.ctx.profile["redfish"]["poll"])
         start = time.monotonic()
         deadline = start + timeout
@@ -547,7 +494,6 @@ class HostRun:
         next_ask = start  # no earlier try to space from
         last_ask = start  # a host down from the start is asked after STALE_ASK
         first = boot_id_before is None  # no reboot: ask the host before looking at the BMC
-        probes = PROBE_ASKS if probe_ms is not None else 0  # asks that may run the probe
         was = None
         last = "no answer"
         while True:
@@ -561,19 +507,10 @@ class HostRun:
             stale = now - last_ask >= self.STALE_ASK  # in case the BMC's data is stale
             if (bmc != osgate.DOWN and now >= next_ask) or late or stale:
                 last_ask = now
-                # the probe in the first answered asks only (a host that answers from its
-                # old boot ran it for nothing; one that does not answer does not run it)
-                entry = (self.ctx.hostside.health([self.name], probe_budget_ms=probe_ms,
-                                                  **check)
-                         if probes > 0 else self.ctx.hostside.health([self.name], **check)
-                         )[self.name]
-                if entry.ok:  # a host that did not answer ran no probe: the next ask may
-                    probes -= 1
+                entry = self.ctx.hostside.health([self.name])[self.name]
                 if entry.ok and (boot_id_before is None
                                  or entry.result["boot_id"] != boot_id_before):
-                    checked = kernel_outcome(entry) if check else None
-                    return dict(entry.result, kernel_checked=checked) if checked else \
-                        entry.result
+                    return entry.result
                 last = entry.error or f"boot_id still {boot_id_before} (not rebooted yet)"
                 if late:
                     raise HostError(f"OS not back within {timeout:.0f}s: {last}", self.name)
@@ -613,80 +550,31 @@ class HostRun:
                 # next batches' looks are paced by, timeouts.observed_reboot)
                 out["post_after_reset"] = round(since_reset + (applied.post_seconds or 0.0), 1)
                 health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
-                                       osgate.look_with(session, ctx), self._early_probe_ms(),
-                                       self._kernel_settings())
+                                       osgate.look_with(session, ctx))
         else:
-            health = self._wait_os(None, timeouts.boot, kernel_check=self._kernel_settings())
+            health = self._wait_os(None, timeouts.boot)
         out["boot_id"] = health["boot_id"]
-        if isinstance(health.get("kernel_checked"), dict):  # the verify step's kernel check
-            state[EARLY_KERNEL] = {"doc": health["kernel_checked"],
-                                   "boot_id": health["boot_id"]}
-        probe = health.get("probe")
-        if isinstance(probe, dict):  # the verify step's probe, taken with the OS's answer
-            state[EARLY_PROBE] = probe
-            out["probe"] = "taken with the OS's first answer"
-            if "bios" in out:  # wait_bios_applied raised unless every target is in effect
-                state[EARLY_BIOS] = {"values": out["bios"]["values"],
-                                     "boot_id": health["boot_id"]}
         return out
 
     def _reapplies_irq(self) -> bool:
         """The verify step re-applies the kernel's IRQ affinity before its probe."""
         return (self.ctx.profile.get("kernel") or {}).get("irq_affinity") == "numa-local"
 
-    def _early_probe_ms(self) -> Optional[int]:
-        """The probe's budget when the wait may take the verify step's probe; None when the
-        verify step re-applies kernel settings first (IRQ affinity), the probe after them."""
-        return None if self._reapplies_irq() else int(self.ctx.profile["probe"]["budget_ms"])
-
-    def _early_probe(self, state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """The probe the wait step took, when it ran on the boot the wait saw come up (its own
-        boot id says so) and no kernel setting is re-applied before the probe; else None (the
-        verify step probes itself). Used once either way: a verify run again probes again."""
-        early = state.pop(EARLY_PROBE, None)
-        wait = (state["steps"].get("wait") or {}).get("detail") or {}
-        if isinstance(early, dict) and early.get("boot_id") and \
-                early.get("boot_id") == wait.get("boot_id") and not self._reapplies_irq():
-            return early
-        return None
-
-    def _early_bios(self, state: Dict[str, Any], same_boot: bool) -> Optional[Dict[str, Any]]:
-        """The verify step's BIOS read-back as the wait step took it (POST finished, every
-        staged target in effect) when the verify uses the wait's probe of that boot
-        (`same_boot`) and those values hold each attribute the precheck resolved the profile
-        to; else None (the verify step reads the BIOS itself). Used once either way."""
-        early = state.pop(EARLY_BIOS, None)
-        wait = (state["steps"].get("wait") or {}).get("detail") or {}
-        wanted = ((state["steps"].get("precheck") or {}).get("detail") or {}).get("targets")
-        if not same_boot or not isinstance(early, dict) or not wanted or \
-                early.get("boot_id") != wait.get("boot_id"):
-            return None
-        values = early.get("values") or {}
-        if any(values.get(attr) != value for attr, value in wanted.items()):
-            return None
-        return dict(wanted)
-
     @steps.step("verify")
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
         from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
 
-        early = self._early_probe(state)
-        bios = self._early_bios(state, early is not None)
-        bios_with = "wait" if bios is not None else "verify"
-        if bios is None:
-            check = check_desired(self.endpoint(), self.targets())
-            if not check["compliant"]:
-                raise RedfishError(f"BIOS read-back does not match the profile: wants "
-                                   f"{check['targets']}", self.name)
-            bios = check["targets"]
-        kernel = self._check_kernel_booted(state)
+        check = check_desired(self.endpoint(), self.targets())
+        if not check["compliant"]:
+            raise RedfishError(f"BIOS read-back does not match the profile: wants "
+                               f"{check['targets']}", self.name)
+        bios = check["targets"]
+        kernel = self._check_kernel_booted()
         if self._reapplies_irq():
             self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
-        doc = early
-        if doc is None:
-            doc = self._ansible(self.ctx.hostside.probe([self.name],
-                                                        self.ctx.profile["probe"]["budget_ms"]),
-                                "probe")
+        doc = self._ansible(self.ctx.hostside.probe([self.name],
+                                                    self.ctx.profile["probe"]["budget_ms"]),
+                            "probe")
         parsed = parse_output(json.dumps(doc), self.name)
         logical = dict(state["bios_snapshot"]["logical"])
         logical.update(self.targets())
@@ -708,9 +596,7 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        out = {"bios": bios, "probe": result.to_dict(),
-               "probe_with": "wait" if early is not None else "verify",
-               "bios_with": bios_with}
+        out = {"bios": bios, "probe": result.to_dict()}
         if kernel is not None:
             out["kernel"] = kernel
         return out
@@ -721,32 +607,22 @@ class HostRun:
         settings = {k: kernel[k] for k in ("cmdline", "sysctl") if kernel.get(k)}
         return settings or None
 
-    def _check_kernel_booted(self, state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    def _check_kernel_booted(self) -> Optional[Dict[str, Any]]:
         """The kernel the host booted has the profile's command-line words and sysctl values
         (a boot configuration written but not booted, or changed behind the pack's back,
-        fails the host: it is then restored). The check the wait step ran with the OS's first
-        answer is used when it ran on the boot the wait saw come up; else it runs here. Used
-        once either way: a verify run again checks again. Returns what was checked, and where
-        (None: the profile has no kernel settings)."""
+        fails the host: it is then restored). A verify run again checks again. Returns what
+        was checked (None: the profile has no kernel settings)."""
         settings = self._kernel_settings()
-        early = state.pop(EARLY_KERNEL, None)
         if not settings:
             return None
-        wait = (state["steps"].get("wait") or {}).get("detail") or {}
-        checked_with = "wait"
-        if isinstance(early, dict) and early.get("boot_id") and \
-                early.get("boot_id") == wait.get("boot_id"):
-            checked = early["doc"]
-        else:
-            checked_with = "verify"
-            checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
-                                    "kernel check")
+        checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
+                                "kernel check")
         if not checked.get("in_effect", False):
             raise HostError("kernel settings not in effect after the reboot: " +
                             "; ".join(checked.get("missing") or ["the check said nothing"]),
                             self.name)
         cmdline = settings.get("cmdline") or {}
-        return {"in_effect": True, "checked_with": checked_with,
+        return {"in_effect": True,
                 "cmdline": sorted(cmdline.get("add") or []) +
                 sorted("-" + w for w in cmdline.get("remove") or []),
                 "sysctl": sorted(settings.get("sysctl") or {})}
@@ -814,12 +690,7 @@ class HostRun:
         report: Dict[str, Any] = {"host": self.name}
         put_kernel = bool(state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
             "kernel_snapshot"))
-        # the first look at the host and the kernel restore in one Ansible run (the boot id is
-        # read before the kernel is touched); a kernel restore that did not run or failed there
-        # is run on its own below, as before
-        restore = {"kernel_action": "restore", "in_maintenance": True,
-                   "snapshot": state.get("kernel_snapshot") or {}} if put_kernel else {}
-        before = self.ctx.hostside.health([self.name], **restore)[self.name]
+        before = self.ctx.hostside.health([self.name])[self.name]
         boot_before = state.get("restore_boot_id_before")
         if boot_before is None and before.ok:
             boot_before = before.result["boot_id"]
@@ -827,8 +698,7 @@ class HostRun:
             self.save(state)
         kernel: Dict[str, Any] = {"changed": [], "reboot_required": False}
         if put_kernel:
-            done = kernel_outcome(before)
-            kernel = done if done is not None else self._ansible(
+            kernel = self._ansible(
                 self.ctx.hostside.kernel([self.name], "restore",
                                          snapshot=state.get("kernel_snapshot") or {}),
                 "kernel restore")

@@ -20,9 +20,7 @@ from typing import Any, Callable, Dict, Tuple, TypeVar
 HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "stage", "reboot", "wait",
                                "verify", "undrain")
 # the first four in one action (the host_change workflow's first task): one BMC session for the
-# precheck, the BIOS snapshot and the staging, the precheck's Ansible run takes the kernel
-# snapshot and drains; each is still recorded as its own step, and one that did not happen
-# there runs on its own
+# precheck, the BIOS snapshot and the staging; each is recorded as its own step
 PREPARE = "prepare"
 PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:4]
 # the host_change workflow's chain of host_step tasks; the action takes these and every step

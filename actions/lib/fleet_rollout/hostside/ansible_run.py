@@ -199,7 +199,7 @@ def _task_role(name: str) -> Tuple[str, str]:
     """A task name `fleet_result: Drain with the maintenance flag` -> ("fleet_result", "Drain
     with the maintenance flag"): the role says what the task's output is, the rest is what a
     person reads (in errors: failed_task). Other names: ("", name)."""
-    for role in ("fleet_result", "fleet_command", "fleet_probe"):
+    for role in ("fleet_result", "fleet_command"):
         if name == role:
             return role, role
         if name.startswith(role + ": "):
@@ -217,8 +217,6 @@ def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
             _take_result(entry, res, task)
         elif role == "fleet_command":  # drain/undrain through the configured command
             entry.result = {"method": "command", "rc": res.get("rc")}
-        elif role == "fleet_probe":  # health_probe.yml: the probe after the health read
-            _take_probe(entry, res)
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or _error_text(res)
@@ -243,15 +241,6 @@ def _take_result(entry: HostResult, res: Dict[str, Any], task: str) -> None:
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or (f"task {task!r} printed no JSON document: "
                                       f"{stdout.strip()[:200]!r}")
-
-
-def _take_probe(entry: HostResult, res: Dict[str, Any]) -> None:
-    """A probe run after the host's result (health_probe.yml): its JSON document becomes the
-    result's "probe". Anything else is left out, never an error: the caller runs the probe on
-    its own then, where a failure is reported."""
-    doc = _stdout_doc(res)
-    if doc is not None and isinstance(entry.result, dict):
-        entry.result["probe"] = doc
 
 
 def _stdout_doc(res: Dict[str, Any]) -> Optional[Dict[str, Any]]:

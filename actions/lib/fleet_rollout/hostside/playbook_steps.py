@@ -2,7 +2,6 @@
 results (HostResult: ok, changed, failed task and message, the step's JSON result)."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -47,46 +46,9 @@ class HostSide:
                             self.private_key, self.timeout, known_hosts=self.known_hosts,
                             cache_dir=self.cache_dir, connection=self.connection)
 
-    def health(self, hosts: Iterable[str], kernel_action: Optional[str] = None,
-               settings: Optional[Dict[str, Any]] = None,
-               in_maintenance: bool = False,
-               drain: Optional[Tuple[float, int]] = None,
-               probe_budget_ms: Optional[int] = None,
-               after_window: Optional[Tuple[str, float]] = None,
-               snapshot: Optional[Dict[str, Any]] = None) -> Dict[str, HostResult]:
-        """Boot id, uptime, maintenance flag, connections. `kernel_action` (snapshot, restore
-        or check): that kernel action too, in the same run, right after the health read (for a
-        host in maintenance only with `in_maintenance`); its outcome is in the result's
-        "kernel_action" ({"rc", "stdout", "stderr"}, see kernel_outcome), never a failed host.
-        `drain` (timeout, threshold): then the drain, on a host not in maintenance whose kernel
-        action (if any) succeeded, through the maintenance flag (a host whose inventory drains
-        through a command is not drained here); its outcome in "drain" (drain_outcome); with
-        `after_window` as drain() has it.
-        `probe_budget_ms`: then the topology probe on every host whose health read succeeded, in
-        the same run (health_probe.yml; not with a kernel action or a drain): its document in
-        the result's "probe", left out when the probe failed (the caller runs probe() then);
-        with the kernel check only (the wait step's first answers after a reboot)."""
-        if probe_budget_ms is not None and (drain is not None or
-                                            kernel_action not in (None, "check")):
-            raise ValueError("a health read with the probe takes no drain and no kernel "
-                             "action but the check")
-        extra: Dict[str, Any] = {}
-        if kernel_action is not None:
-            if kernel_action not in ("snapshot", "restore", "check"):
-                raise ValueError(f"kernel action with health {kernel_action!r}: snapshot, "
-                                 "restore, check")
-            extra.update({"fleet_kernel_action": kernel_action,
-                          "fleet_kernel_settings": settings or {},
-                          "fleet_kernel_in_maintenance": bool(in_maintenance),
-                          "fleet_rollout_id": self.rollout_id,
-                          "fleet_kernel_snapshot": snapshot or {}})
-        if drain is not None:
-            extra.update({"fleet_then_drain": True, "fleet_drain_timeout": float(drain[0]),
-                          "fleet_drain_threshold": int(drain[1])}, **_after(after_window))
-        if probe_budget_ms is not None:
-            return self._run("health_probe", hosts,
-                             dict(self._probe_vars(probe_budget_ms), **extra))
-        return self._run("health", hosts, extra or None)
+    def health(self, hosts: Iterable[str]) -> Dict[str, HostResult]:
+        """Boot id, uptime, maintenance flag, connections (reads only)."""
+        return self._run("health", hosts)
 
     def drain(self, hosts: Iterable[str], timeout: float = 300, threshold: int = 0,
               after_window: Optional[Tuple[str, float]] = None) -> Dict[str, HostResult]:
@@ -186,51 +148,3 @@ def _drained(results: Dict[str, HostResult], drained: bool) -> Dict[str, HostRes
         if isinstance(entry.result, dict) and entry.result.get("method") == "command":
             entry.result["drained"] = drained
     return results
-
-
-def kernel_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
-    """The result of a kernel action run with health (HostSide.health(kernel_action=...)), or
-    None when it did not run or failed (the caller runs it again on its own, which reports the
-    failure as a kernel run does)."""
-    return _then_outcome(entry, "kernel_action")
-
-
-def drain_outcome(entry: HostResult) -> Optional[Dict[str, Any]]:
-    """The drain run with health (HostSide.health(drain=...)): its document as the drain
-    playbook's task prints it ({"ok": true, "changed", ...} or {"ok": false, "error"}), or None
-    when it did not run (the host is in maintenance, its kernel action failed, it drains through
-    a command): the caller drains on its own then."""
-    outcome = _then_part(entry, "drain")
-    if outcome is None:
-        return None
-    doc = _then_doc(outcome)
-    if doc is not None and isinstance(doc.get("ok"), bool) and \
-            (doc["ok"] is True) == (outcome.get("rc") == 0):
-        return doc
-    return {"ok": False, "error": str(outcome.get("stderr") or "no result").strip()[:500]}
-
-
-def _then_outcome(entry: HostResult, key: str) -> Optional[Dict[str, Any]]:
-    outcome = _then_part(entry, key)
-    if outcome is None or outcome.get("rc") != 0:
-        return None
-    doc = _then_doc(outcome)
-    return doc if doc is not None and doc.get("ok") is True else None
-
-
-def _then_part(entry: HostResult, key: str) -> Optional[Dict[str, Any]]:
-    """What a command run after health (`--then ...`) left in the health result: {rc, stdout,
-    stderr}, or None when it did not run."""
-    if not entry.ok or not isinstance(entry.result, dict):
-        return None
-    outcome = entry.result.get(key)
-    return outcome if isinstance(outcome, dict) else None
-
-
-def _then_doc(outcome: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The JSON document such a command printed, or None."""
-    try:
-        doc = json.loads(str(outcome.get("stdout") or ""))
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
