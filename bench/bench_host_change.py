@@ -1,8 +1,10 @@
 """CPU per changed host of the Ansible part of a whole host change, N sim hosts in parallel.
 
-Every host runs the host steps (precheck .. undrain, optionally the restore after them) in its
-own worker process, all hosts at once like a batch (the steps of different hosts are different
-processes, as on StackStorm: what is shared between them is shared through the pack's own files).
+The hosts are one wave, changed as the wave_change workflow does: each host's prepare in its own
+worker process, all hosts at once; the wave's drain (one wave step, one ansible-playbook run over
+every host) in a worker of its own; each host's change (stage, reboot, wait, verify) in its own
+worker; the wave's undrain; optionally each host's restore after them. Workers are separate
+processes, as actions are on StackStorm: what they share is shared through the pack's datastore.
 A sim lab (BMC simulators, sim hosts reached by real Ansible over a local connection).
 
 Reported per host:
@@ -18,7 +20,7 @@ Reported per host:
 
     .venv/bin/python bench/bench_host_change.py [--hosts 1 10 50] [--restore]
         [--lib DIR]    measure another copy of the pack (DIR = its actions/lib), e.g. a checkout
-                       of the code before a change
+                       of the code before a change (one with wave steps)
 """
 from __future__ import annotations
 
@@ -38,16 +40,6 @@ from typing import Any, Dict, List, Tuple
 
 from fleet_runtime.paths import REPO_ROOT as ROOT
 
-# the host_change workflow's tasks; a copy of the pack from before "prepare" (--lib) runs its steps
-OLD_STEPS = ["precheck", "snapshot", "drain", "stage", "reboot", "wait", "verify", "undrain"]
-
-
-def _workflow_steps() -> List[str]:
-    try:
-        from fleet_rollout.states import WORKFLOW_STEPS
-    except ImportError:
-        return OLD_STEPS
-    return list(WORKFLOW_STEPS)
 TIMES = re.compile(r"(\d+)m([\d.]+)s")
 
 WRAPPER = """#!/bin/sh
@@ -75,19 +67,26 @@ def worker(spec: Dict[str, Any]) -> None:
     walls: Dict[str, float] = {}
     error = None
     try:
-        for step in _workflow_steps():
+        for step in spec.get("steps") or []:
             start = time.monotonic()
             service.host_step(spec["config"], store, spec["rollout"], spec["host"], step,
                               "ex-bench", "alice")
             walls[step] = round(time.monotonic() - start, 2)
-        if spec["restore"]:
+        if spec.get("wave"):
+            start = time.monotonic()
+            out = service.wave_step(spec["config"], store, spec["rollout"], spec["hosts"],
+                                    spec["wave"], "ex-bench", "alice")
+            walls[spec["wave"]] = round(time.monotonic() - start, 2)
+            if out["failed"]:
+                error = f"{spec['wave']} failed on {', '.join(out['failed'])}"
+        if spec.get("restore"):
             start = time.monotonic()
             service.host_restore(spec["config"], store, spec["rollout"], spec["host"],
                                  "ex-bench", "alice", leave_drained=False)
             walls["restore"] = round(time.monotonic() - start, 2)
     except Exception as err:  # reported, the bench goes on
         error = f"{type(err).__name__}: {err}"
-    print(json.dumps({"host": spec["host"], "self": _cpu(resource.getrusage(
+    print(json.dumps({"host": spec.get("host") or spec["wave"], "self": _cpu(resource.getrusage(
         resource.RUSAGE_SELF)), "children": _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)),
         "walls": walls, "error": error}))
 
@@ -195,33 +194,41 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any
         reports: List[Dict[str, Any]] = []
         lock = threading.Lock()
 
-        def run(host: str) -> None:
-            spec = {"config": config, "store": store_dir, "rollout": "bench",
-                    "host": host, "restore": restore, "probe": wrappers["probe"]}
+        def run(spec: Dict[str, Any]) -> None:
+            spec = dict(spec, config=config, store=store_dir, rollout="bench",
+                        probe=wrappers["probe"])
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
                                    json.dumps(spec)], capture_output=True, text=True,
                                   env=dict(env, PYTHONPATH=lib), cwd=ROOT, check=False)
             try:
                 report = json.loads(proc.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):
-                report = {"host": host, "self": 0.0, "children": 0.0, "walls": {},
+                report = {"host": spec.get("host"), "self": 0.0, "children": 0.0, "walls": {},
                           "error": f"worker exit {proc.returncode}: {proc.stderr[-800:]}"}
             with lock:
                 reports.append(report)
 
+        def each_host(**spec: Any) -> None:
+            threads = [threading.Thread(target=run, args=(dict(spec, host=h),)) for h in names]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
         start = time.monotonic()
-        threads = [threading.Thread(target=run, args=(h,)) for h in names]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        each_host(steps=["prepare"])
+        run({"wave": "drain", "hosts": names})
+        each_host(steps=["stage", "reboot", "wait", "verify"])
+        run({"wave": "undrain", "hosts": names})
+        if restore:
+            each_host(restore=True)
         wall = time.monotonic() - start
         side = _hostside_cpu(wrappers["logdir"])
         runlog = _ansible_log(env["FLEET_ROLLOUT_ANSIBLE_LOG"])
     finally:
         lab.down(state, progress=lambda _m: None)
     shutil.rmtree(tmp, ignore_errors=True)
-    n = len(reports)
+    n = len(names)
     children = sum(r["children"] for r in reports)
     hostside = sum(side["cpu"].values())
     runs = runlog.get("runs") or side["runs"]
@@ -234,7 +241,7 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any
         "ansible_total": children / max(1, n), "hostside": hostside / max(1, n),
         "controller": (children - hostside) / max(1, n),
         "step_python": sum(r["self"] for r in reports) / max(1, n),
-        "walls": reports[0]["walls"] if reports else {},
+        "walls": {k: v for r in reports for k, v in r["walls"].items()},
     }
 
 

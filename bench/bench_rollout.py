@@ -490,40 +490,38 @@ def _median(values: List[float]) -> float:
 
 
 def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
-                       probe_seconds: float = 0.0) -> Any:
+                       probe_seconds: float = 0.0, kernel_check: bool = False) -> Any:
     """The estimate's Assumptions as this run measured them (medians over the hosts' recorded
-    steps): an Ansible run = the undrain step (one playbook run alone), a BMC session = the
-    verify step beyond a run and the probe's budget (`probe_seconds`; the bench's profile
-    re-applies no kernel settings), the drain = the prepare (precheck, snapshot, drain and stage:
-    one session, one run) beyond a session and a run, the reboot = the reboot and wait steps
-    beyond their two BMC sessions (the reboot step waits for the shutdown), an action's start =
-    the gap before each workflow task after the first (the steps inside the prepare follow each
-    other in one action), and the controller's CPU per host. No approval wait (the bench
-    approves nothing)."""
+    steps): an Ansible run = the undrain step (the wave's one playbook run), a BMC session =
+    the verify step beyond its runs (the probe; the kernel check with `kernel_check`) and the
+    probe's budget (`probe_seconds`; the bench's profile re-applies no kernel settings), the
+    drain = the drain step beyond its run, the reboot = the reboot and wait steps beyond their
+    two BMC sessions (the reboot step waits for the shutdown), an action's start = the gap
+    before each step after the first (the two steps of a prepare follow each other in one
+    action), and the controller's CPU per host. No approval wait (the bench approves
+    nothing)."""
     from fleet_rollout.estimate import Assumptions
-    from fleet_rollout.states import PREPARE_STEPS, WORKFLOW_STEPS
+    from fleet_rollout.states import HOST_STEPS, PREPARE_STEPS
 
     spans: Dict[str, List[float]] = {}
     gaps: List[float] = []
     reboots: List[float] = []
-    prepares: List[float] = []
     for record in hosts.values():
         steps = sorted(((name, s) for name, s in (record.get("steps") or {}).items()
                         if "started" in s and "at" in s), key=lambda item: item[1]["started"])
         for name, step in steps:
             spans.setdefault(name, []).append(step["at"] - step["started"])
         gaps += [max(0.0, b["started"] - a["at"]) for (_n, a), (m, b) in zip(steps, steps[1:])
-                 if m in WORKFLOW_STEPS]
+                 if m in HOST_STEPS and m not in PREPARE_STEPS[1:]]
         took = dict((name, step["at"] - step["started"]) for name, step in steps)
         if "reboot" in took and "wait" in took:
             reboots.append(took["reboot"] + took["wait"])
-        if all(name in took for name in PREPARE_STEPS):
-            prepares.append(sum(took[name] for name in PREPARE_STEPS))
     run = _median(spans.get("undrain", []))
-    bmc = max(0.0, _median(spans.get("verify", [])) - run - probe_seconds)
+    runs_in_verify = 2 if kernel_check else 1
+    bmc = max(0.0, _median(spans.get("verify", [])) - runs_in_verify * run - probe_seconds)
     return Assumptions(approval_response=0.0, bmc_session=round(bmc, 2),
                        ansible_run=round(run, 2),
-                       drain=round(max(0.0, _median(prepares) - bmc - run), 2),
+                       drain=round(max(0.0, _median(spans.get("drain", [])) - run), 2),
                        reboot=round(max(0.0, _median(reboots) - 2 * bmc), 2),
                        action_start=round(_median(gaps), 2),
                        controller_cpu_per_host=round(cpu_per_host, 2))
@@ -551,7 +549,9 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     per_host = float(stated["per_host"]) or 1.0
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
-    fitted = fitted_assumptions(hosts, cpu_per_host, bench.probe_budget_ms / 1000.0)
+    kernel = plan["profile"].get("kernel") or {}
+    fitted = fitted_assumptions(hosts, cpu_per_host, bench.probe_budget_ms / 1000.0,
+                                bool(kernel.get("cmdline") or kernel.get("sysctl")))
     fitted_estimate = estimate_plan(plan, fitted)
     fit = fitted_estimate["totals"]["expected"]
     # what the counter windows took beyond their length (pre: its windows; post: the soak and

@@ -162,9 +162,9 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
                                        "max_unavailable_per_site": 2})
         hosts = _plan(lab, profile, "killed", "all")
         host = hosts[0]
-        timeouts = {"prepare": 600, "reboot": 600, "wait": 120, "verify": 600, "undrain": 600,
-                    "restore": 900}
-        change = _start(lab, "fleet_rollout.host_change", rollout_id="killed", host=host,
+        timeouts = {"prepare": 600, "drain": 600, "stage": 600, "reboot": 600, "wait": 120,
+                    "verify": 600, "undrain": 600, "restore": 900}
+        change = _start(lab, "fleet_rollout.wave_change", rollout_id="killed", hosts=[host],
                         timeouts=timeouts)
         # the host is rebooting (the reset sent, its marker saved before the POST) and the
         # wait step waits for it: the runner running that step dies

@@ -93,12 +93,12 @@ def test_a_running_step_is_stale_only_past_the_grace_after_its_work_or_its_timeo
     assert "past its timeout of 900 s" in dog_.judge(late)["why"]
 
 
-def test_a_prepare_ends_with_its_stage_or_its_first_failure(dog):
+def test_a_prepare_ends_with_its_snapshot_or_its_first_failure(dog):
     dog_, api = dog
     ex = api.add("p1", watchdog.HOST_STEP, rollout_id="r1", host="h1", step="prepare")
     _step_done(dog_, "h1", "precheck", "p1", True, NOW - 100)
     assert watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex) is None
-    _step_done(dog_, "h1", "drain", "p1", False, NOW - 90)
+    _step_done(dog_, "h1", "snapshot", "p1", False, NOW - 90)
     ended = watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex)
     assert ended == {"ok": False, "at": NOW - 90, "error": "BMC said no"}
 
@@ -146,7 +146,7 @@ def test_a_step_past_its_timeout_is_timed_out_for_the_workflows_retry(dog):
 def test_when_st2_refuses_the_host_is_recovered_and_only_that_recovery_settles(dog, tmp_path):
     dog_, api = dog
     api.add("hc1", "fleet_rollout.host_change", timeouts={"reboot": 900}, rollout_id="r1",
-            host="h1")
+            host="h1", part="change")
     api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1", step="reboot")
     api.completed_liveactions.add("s1")  # the runner wrote its LiveAction, then died
     _step_done(dog_, "h1", "reboot", "s1", True, NOW - 120)
@@ -156,8 +156,8 @@ def test_when_st2_refuses_the_host_is_recovered_and_only_that_recovery_settles(d
     assert body["action"] == watchdog.RECOVER
     assert body["parameters"] == {"rollout_id": "r1", "host": "h1", "stale": "s1",
                                   "parent": "hc1", "rerun": "host_change",
-                                  "timeouts": {"reboot": 900}, "hosts": None,
-                                  "cause": "operator", "batch": -1}
+                                  "timeouts": {"reboot": 900}, "part": "change",
+                                  "hosts": None, "cause": "operator", "batch": -1}
     state = RolloutState(dog_.store, "r1")
     with pytest.raises(ConfigError, match="no recovery other"):
         watchdog.settle(api, state, "s1", "hc1", "other", True)
@@ -176,3 +176,29 @@ def test_a_stale_execution_nothing_waits_for_is_left(dog):
     _step_done(dog_, "h1", "restore", "s1", True, NOW - 120)
     [done] = dog_.check()
     assert done["action"] == "left" and api.posts == []
+
+
+def test_a_wave_step_is_stale_only_past_its_timeout_and_is_timed_out_for_the_retry(dog):
+    """A wave step names its hosts, not a host: judged by its time alone (its hosts' outcomes
+    are recorded one by one); past its timeout and the grace it is completed as timed out, so
+    the wave's retry runs it again."""
+    dog_, api = dog
+    api.add("w1", watchdog.WAVE_STEP, parent="wc1", rollout_id="r1", hosts=["h1", "h2"],
+            step="drain", timeout=1000, started=NOW - 900)
+    _step_done(dog_, "h1", "drain", "w1", True, NOW - 800)  # one host's outcome: not the end
+    assert dog_.check() == []
+    api.executions["w1"]["start_timestamp"] = _ts(NOW - 1200)
+    [done] = dog_.check(execution_id="wd1")
+    assert api.puts == [("w1", "timeout")] and done["status"] == "timeout"
+    assert done["host"] == "h1, h2"
+
+
+def test_a_stale_wave_step_st2_refuses_to_complete_is_left_and_reported(dog):
+    dog_, api = dog
+    api.add("wc1", "fleet_rollout.wave_change", rollout_id="r1", hosts=["h1", "h2"])
+    api.add("w1", watchdog.WAVE_STEP, parent="wc1", rollout_id="r1", hosts=["h1", "h2"],
+            step="undrain", timeout=100, started=NOW - 300)
+    api.completed_liveactions.add("w1")
+    [done] = dog_.check()
+    assert done["action"] == "left" and api.posts == []
+    assert "h1, h2" in done["message"]

@@ -11,10 +11,11 @@ after batch, nothing overlapping:
           never less than what the controller can do: hosts x controller CPU per host /
           controller cores (Ansible, the actions and the engine for every host; with many hosts
           in flight the action runners, not the reboots, set the pace)
-  per-host time = the host_change steps in order, each = action start + its expected work:
-    prepare   BMC session (check, BIOS snapshot and staging) + Ansible runs: health, drain
-              (+ kernel snapshot and kernel settings when the profile changes them) + drain
-              time (min(assumed drain, drain.timeout))
+  per-host time = the steps of a wave in order, each = action start + its expected work:
+    prepare   BMC session (check and BIOS snapshot) + Ansible run (health; + one for the
+              kernel snapshot when the profile changes kernel settings)
+    drain     the wave's Ansible run + drain time (min(assumed drain, drain.timeout))
+    stage     BMC session (+ Ansible run when the profile changes kernel settings)
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
               (min(assumed reboot, redfish.boot_timeout))
@@ -62,7 +63,7 @@ from fleet_rollout.profile import (
     window_forks,
     window_steps,
 )
-from fleet_rollout.states import PREPARE, WORKFLOW_STEPS
+from fleet_rollout.states import PREPARE, WAVE_CHAIN
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
@@ -106,19 +107,21 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     """Expected seconds of each host_change step for one host (action start included)."""
     kernel = profile.get("kernel") or {}
     bmc, run = assume.bmc_session, assume.ansible_run
-    kernel_runs = 2 * run if kernel else 0.0  # the snapshot, the settings
+    kernel_run = run if kernel else 0.0  # the snapshot; the settings
     check = run if kernel.get("cmdline") or kernel.get("sysctl") else 0.0
     reapply = run if kernel.get("irq_affinity") == "numa-local" else 0.0
     drain = min(assume.drain, float(profile["drain"]["timeout"]))
     reboot = min(assume.reboot, float(profile["redfish"]["boot_timeout"]))
     work = {
-        PREPARE: bmc + 2 * run + drain + kernel_runs,  # one BMC session; health, drain runs
+        PREPARE: bmc + run + kernel_run,  # one BMC session: check and BIOS snapshot
+        "drain": run + drain,  # the wave's run
+        "stage": bmc + kernel_run,
         "reboot": bmc,
         "wait": bmc + reboot,
         "verify": bmc + run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
-        "undrain": run,
+        "undrain": run,  # the wave's run
     }
-    return {step: round(assume.action_start + work[step], 1) for step in WORKFLOW_STEPS}
+    return {step: round(assume.action_start + work[step], 1) for step in WAVE_CHAIN}
 
 
 def waves(hosts: int, parallel: int) -> int:

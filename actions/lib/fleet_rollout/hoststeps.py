@@ -1,9 +1,9 @@
 """The change of one host, step by step, and its restore.
 
     precheck -> snapshot -> drain -> stage (BIOS + kernel) -> reboot -> wait -> verify -> undrain
-    (the first four as one action, "prepare": one BMC session for the precheck, the BIOS
-    snapshot and the staging, the precheck's Ansible run takes the kernel snapshot and drains;
-    each is recorded as its own step)
+    (the first two as one action, "prepare": one BMC session for the BIOS check and snapshot;
+    each is recorded as its own step; the drain and the undrain of a wave's hosts are one
+    action and one Ansible run over them: fleet_rollout.wavesteps)
     on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
     policy, leave the host drained and marked.
 
@@ -11,7 +11,8 @@ Every step is idempotent: its outcome is recorded in the datastore before it ret
 or a resumed workflow finds finished steps done (a with-items retry re-runs every item). Steps
 and restores run one at a time per host, across rollouts and action runners: each is one
 `fleet_rollout.host_step` execution, and StackStorm's concurrency policy on its `host` runs one
-per host at a time (policies/host_step_one_at_a_time.yaml). A step refuses unless the host's
+per host at a time (policies/host_step_one_at_a_time.yaml); a restore also waits for any wave
+step naming the host (service.wait_for_waves). A step refuses unless the host's
 batch has a recorded approval, the rollout is not halted and no restore has begun; a host
 belongs to one rollout at a time (claims). The first snapshots (BIOS and kernel) are taken
 before the drain and never overwritten; a drain is marked as asked for before it is sent (a
@@ -32,6 +33,7 @@ from fleet_rollout.audit import Audit
 from fleet_rollout.config import PackConfig
 from fleet_rollout.errors import FleetRolloutError, HostError, RedfishError
 from fleet_rollout.hostside import osgate
+from fleet_rollout.hostside.ansible_run import HostResult
 from fleet_rollout.hostside.playbook_steps import HostSide
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import batch_of
@@ -66,6 +68,7 @@ from fleet_rollout.states import (
     RESTORED,
     RESTORING,
     RUNNING,
+    WAVE_STEPS,
     StepRegistry,
     batch_label,
     window_id,
@@ -141,14 +144,17 @@ class HostRun:
         self.ctx = ctx
         self.name = name
         self.host = ctx.host(name)
-        # what the precheck of a "prepare" did for the snapshot and drain steps after it, in
-        # this action: {"bios": snapshot, "drain": the drain's document}
+        # what the precheck of a "prepare" did for the snapshot step after it, in this action:
+        # {"bios": snapshot}
         self._prepare: Optional[Dict[str, Any]] = None
         # a prepare's BMC session, its discovery and when it was last used (_bmc)
         self._held: Optional[Tuple[RedfishSession, Any, float]] = None
         # when this action began its work on the host: a drain asked for before it
         # (drain_asked, a time) was asked by an earlier attempt
         self._began = time.time()
+        # in a wave step (WaveRun): the results of the wave's one host-side run, this host's
+        # among them; None: the step runs its own
+        self.wave: Optional[Dict[str, HostResult]] = None
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -191,9 +197,9 @@ class HostRun:
         return self._run_step(step)
 
     def _run_prepare(self) -> Dict[str, Any]:
-        """precheck, snapshot, drain and stage in one action: one BMC session for the precheck,
-        the BIOS snapshot and the staging (_bmc); each is recorded as its own step, and a step
-        done before (a retry, a resume) is skipped."""
+        """precheck and snapshot in one action: one BMC session for the BIOS check and snapshot
+        (_bmc); each is recorded as its own step, and a step done before (a retry, a resume) is
+        skipped."""
         self._prepare = {}
         try:
             done = [self._run_step(step) for step in PREPARE_STEPS]
@@ -208,10 +214,9 @@ class HostRun:
     def _bmc(self) -> Iterator[Tuple[RedfishSession, Any]]:
         """A logged-in BMC session and its discovery. In a prepare its steps share one, opened
         at the first use and logged out when the prepare ends; a later step reuses what an
-        earlier one read only as the client does (at most RECENT_MAX_AGE seconds old and not
-        after a write: the stage's PATCH carries the settings' ETag, so a change made since is
-        refused and read again), and logs in again after BMC_REUSE_IDLE seconds unused or after
-        an error. Outside a prepare, a session of its own."""
+        earlier one read only as the client does (at most RECENT_MAX_AGE seconds old), and logs
+        in again after BMC_REUSE_IDLE seconds unused or after an error. Outside a prepare, a
+        session of its own."""
         if self._prepare is None:
             ep = self.endpoint()
             with RedfishSession(ep) as session:
@@ -260,12 +265,24 @@ class HostRun:
         claims.claim(self.ctx.store, self.name, self.ctx.rollout_id)
 
     def _run_step(self, step: str) -> Dict[str, Any]:
+        began = self.begin(step)
+        if "skipped" in began:
+            return began
+        return self.finish(step, began["state"])
+
+    def begin(self, step: str) -> Dict[str, Any]:
+        """The step's start: {"skipped": True, ...} when it is done already, else the host's
+        state, marked running ({"state": ...}); refused (raises) unless the step may run."""
         state = self.load()
         done = state["steps"].get(step)
         if done and done.get("ok"):
             return {"host": self.name, "step": step, "skipped": True, "detail": done["detail"]}
         self._refuse_unless_allowed(step, state)
         state["status"] = RUNNING
+        return {"state": state}
+
+    def finish(self, step: str, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The step's work on a begun state, its outcome recorded either way."""
         started = time.time()
         try:
             detail = steps.function(step)(self, state)
@@ -283,6 +300,25 @@ class HostRun:
         if step == HOST_STEPS[-1]:
             claims.release(self.ctx.store, self.name, self.ctx.rollout_id)
         return {"host": self.name, "step": step, "skipped": False, "detail": detail}
+
+    def side(self, call: Callable[[List[str]], Dict[str, HostResult]]
+             ) -> Dict[str, HostResult]:
+        """This host's result of a host-side step's run: the wave's (WaveRun ran it over every
+        host of the wave), else `call` for this host alone."""
+        if self.wave is not None:
+            return self.wave
+        return call([self.name])
+
+    def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, HostResult]]:
+        """The host-side run of a wave step, for any hosts of this host's batch."""
+        if step == "drain":
+            drain = self.ctx.profile["drain"]
+            window = self._pre_window()
+            return lambda hosts: self.ctx.hostside.drain(hosts, drain["timeout"],
+                                                         drain["threshold"], window)
+        if step == "undrain":
+            return self.ctx.hostside.undrain
+        raise ValueError(f"{step} is not a wave step ({', '.join(WAVE_STEPS)})")
 
     # ------------------------------------------------------------------ steps
     def _ansible(self, results: Dict[str, Any], what: str) -> Dict[str, Any]:
@@ -365,10 +401,8 @@ class HostRun:
 
     @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        drain = self.ctx.profile["drain"]
         self._ask_drain(state)
-        result = self._ansible(self.ctx.hostside.drain(
-            [self.name], drain["timeout"], drain["threshold"], self._pre_window()), "drain")
+        result = self._ansible(self.side(self.wave_call("drain")), "drain")
         # an attempt killed after the host set its flag left it drained unrecorded: this run
         # finds the flag set (not changed) and records the change once
         asked = state.get("drain_asked")
@@ -629,23 +663,32 @@ class HostRun:
 
     @steps.step("undrain")
     def step_undrain(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        result = self._ansible(self.ctx.hostside.undrain([self.name]), "undrain")
+        result = self._ansible(self.side(self.wave_call("undrain")), "undrain")
         if result.get("changed"):
             self.ctx.audit.record(self.name, "service", "drained", "in service",
                                   self.ctx.execution_id, self.ctx.user)
         return result
 
     # ------------------------------------------------------------------ restore
-    def restore(self, leave_drained: Optional[bool] = None) -> Dict[str, Any]:
+    def restore(self, leave_drained: Optional[bool] = None,
+                wait: Optional[Callable[[], Dict[str, Any]]] = None,
+                unfinished_only: bool = False) -> Dict[str, Any]:
         """Put BIOS and kernel back to the snapshots, reboot if needed, and (by policy) undrain.
 
         Runs even when the rollout is halted: it is the way back, not a change. Never at once
         with a step of the host (fleet_rollout.host_step step=restore: one at a time per host);
-        a re-run after a kill resumes, and sends no second reset (restore_reset_marker)."""
+        a re-run after a kill resumes, and sends no second reset (restore_reset_marker).
+        `wait`: called once the host is marked restoring, before anything is put back (the wave
+        steps naming the host: wavesteps.wait_for_waves). `unfinished_only`: a host whose change
+        is done, or never began, is left as it is."""
         self._began = time.time()
         state = self.load()
         if state["status"] in RESTORE_DONE_STATES:
             return {"host": self.name, "status": state["status"], "skipped": True}
+        if unfinished_only and (state["status"] == DONE or (
+                state["status"] == PENDING and not state["steps"])):
+            return {"host": self.name, "status": state["status"], "skipped": True,
+                    "note": "not in its change: left as it is"}
         owner = claims.owner(self.ctx.store, self.name)
         if owner and owner != self.ctx.rollout_id:
             # another rollout holds the host: this one changed nothing there (claims are taken
@@ -671,7 +714,10 @@ class HostRun:
         state["status"] = RESTORING
         self.save(state)
         try:
+            waited = wait() if wait is not None else None
             report = self._put_back(state, leave)
+            if waited and waited.get("executions"):
+                report["waited_for"] = waited
         except Exception as err:  # every outcome is recorded
             message = _outcome_message(err)
             state["status"] = RESTORE_FAILED

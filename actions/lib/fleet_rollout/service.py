@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, connection, gate, questions, timeouts
+from fleet_rollout import approvals, connection, gate, questions, timeouts, wavesteps
 from fleet_rollout.audit import ROLLOUT
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
@@ -251,6 +251,7 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
             "message": message, "route": ctx.config.chat_route,
             "channel": ctx.config.chat_channel, "users": users, "roles": roles,
             "ttl": approval["ttl_minutes"], "parallel": ctx.profile["batches"]["parallel"],
+            "waves": waves_of(hosts, ctx.profile["batches"]["parallel"]),
             # orquesta's task delay must be an integer (st2 fails the workflow on 10.0)
             "window": whole_seconds(canary["window_seconds"]),
             # the window in `steps` steps, each collected (gate.py); `step`: their length (the
@@ -265,7 +266,16 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
             # no approval will hold the next batch (its pre_start would start it again)
             "early_pre": early_pre(ctx.profile, batch + 1, len(plan["batches"])),
             "controls": len(controls_for_batch(plan, batch)),
-            "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout)}
+            "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout,
+                                                 ctx.config.ansible_forks)}
+
+
+def waves_of(hosts: List[str], parallel: int) -> List[Dict[str, List[str]]]:
+    """The batch's hosts in waves of at most `parallel`, in the batch's order: each
+    {"hosts": [...]} (orquesta's with-items spreads an item that is a list over its
+    variables)."""
+    size = max(1, int(parallel))
+    return [{"hosts": hosts[i:i + size]} for i in range(0, len(hosts), size)]
 
 
 def whole_seconds(seconds: Any) -> int:
@@ -482,14 +492,17 @@ def action_identity(raw_config: Any, api: Any = None) -> Tuple[str, str]:
 
 def host_step(raw_config: Any, datastore: Any, rollout_id: str, host: str, step: str,
               execution_id: str = "", user: str = "", leave_drained: Optional[bool] = None,
-              caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
-    """One step of a host's change, or (step "restore") its restore: the one action that
-    touches a host, so StackStorm's concurrency policy on `host` runs them one at a time."""
+              caller: Optional[approvals.Identity] = None, api: Any = None,
+              unfinished_only: bool = False) -> Dict[str, Any]:
+    """One step of a host's change, or (step "restore") its restore: StackStorm's concurrency
+    policy on `host` runs them one at a time per host; a restore also waits for the wave
+    steps naming its host (`api`: the action's StackStorm API; None: none to wait for)."""
     if step == RESTORE_STEP:
         return host_restore(raw_config, datastore, rollout_id, host, execution_id, user,
-                            leave_drained, caller)
-    if leave_drained is not None:
-        raise ConfigError(f"leave_drained is a parameter of step {RESTORE_STEP} only")
+                            leave_drained, caller, api, unfinished_only)
+    if leave_drained is not None or unfinished_only:
+        raise ConfigError(f"leave_drained and unfinished_only are parameters of step "
+                          f"{RESTORE_STEP} only")
     ctx = context(raw_config, datastore, rollout_id, execution_id, user)
     approval = _approval_of(ctx, host)
     ctx.audit.approved_by = approval
@@ -506,7 +519,8 @@ def _approval_of(ctx: RolloutContext, host: str) -> Optional[str]:
 def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
                  execution_id: str = "", user: str = "",
                  leave_drained: Optional[bool] = None,
-                 caller: Optional[approvals.Identity] = None) -> Dict[str, Any]:
+                 caller: Optional[approvals.Identity] = None, api: Any = None,
+                 unfinished_only: bool = False) -> Dict[str, Any]:
     """Put a host back. Who may: the rollout's own workflows (they run as whoever started it),
     anyone once the rollout is halted or the host has failed (a restore is then the way back,
     as the rollback and the watchdog's recovery run it), else an operator."""
@@ -518,7 +532,25 @@ def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
                 who.name != ctx.state.meta().get("started_by"):
             approvals.require_operator(who, ctx.config,
                                        f"restoring {host} of rollout {rollout_id}")
-    return HostRun(ctx, host).restore(leave_drained)
+    waited = (lambda: wavesteps.wait_for_waves(api, host)) if api is not None else None
+    return HostRun(ctx, host).restore(leave_drained, waited, unfinished_only)
+
+
+def wave_step(raw_config: Any, datastore: Any, rollout_id: str, hosts: List[str], step: str,
+              execution_id: str = "", user: str = "") -> Dict[str, Any]:
+    """One host-side step (drain, undrain) of a wave's hosts: one Ansible run over those ready
+    for it, each host's outcome recorded on its own (wavesteps.py). The hosts are of one batch
+    of the rollout (checked before anything runs)."""
+    ctx = context(raw_config, datastore, rollout_id, execution_id, user)
+    names = list(dict.fromkeys(hosts))
+    if not names:
+        raise ConfigError(f"rollout {rollout_id}: a wave step names no host")
+    batches = {batch_of(ctx.plan, name) for name in names}
+    if len(batches) != 1 or None in batches:
+        raise ConfigError(f"rollout {rollout_id}: a wave's hosts are of one batch of the "
+                          f"rollout; {', '.join(names[:20])} are not")
+    ctx.audit.approved_by = _approval_of(ctx, names[0])
+    return wavesteps.WaveRun(ctx, names).run(step)
 
 
 def collect_counters(raw_config: Any, datastore: Any, rollout_id: str, batch: int,

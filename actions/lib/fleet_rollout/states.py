@@ -1,7 +1,7 @@
 """The names of what a host, a rollout and a verdict go through, in one place.
 
-* Host steps, in the order a host is changed (the host_step action's enum and the host_change
-  workflow's task chain name the same steps in the same order, the first four as one
+* Host steps, in the order a host is changed (the host_step and wave_step actions' enums and
+  the workflows' task chains name the same steps in the same order, the first two as one
   "prepare": tests check it), and a registry with a decorator: each step's function says which
   step it is (``@steps.step("drain")``).
 * Host states: pending -> running -> done, or failed; a failed (or rolled back) host goes
@@ -19,12 +19,23 @@ from typing import Any, Callable, Dict, Tuple, TypeVar
 # ----------------------------------------------------------------------------- host steps
 HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "stage", "reboot", "wait",
                                "verify", "undrain")
-# the first four in one action (the host_change workflow's first task): one BMC session for the
-# precheck, the BIOS snapshot and the staging; each is recorded as its own step
+# a wave is the hosts of a batch changed together (at most the profile's batches.parallel):
+# the host-side steps every host of a wave needs at the same point are one action and one
+# ansible-playbook run over the wave's hosts (the wave_step action), each host's outcome
+# recorded on its own; the others are one action per host (host_step), Redfish work per host
+WAVE_STEPS: Tuple[str, ...] = ("drain", "undrain")
+# precheck and snapshot in one host action (the host_change workflow's first part): one BMC
+# session for the BIOS check and snapshot; each is recorded as its own step
 PREPARE = "prepare"
-PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:4]
+PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:2]
+# the host_change workflow's second part, after the wave's drain: the host_step tasks before the
+# wave's undrain
+CHANGE_STEPS: Tuple[str, ...] = ("stage", "reboot", "wait", "verify")
 # the host_change workflow's chain of host_step tasks; the action takes these and every step
-WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS[len(PREPARE_STEPS):]
+WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + CHANGE_STEPS
+# what a wave runs, in order: each host's prepare, the wave's drain, each host's change, the
+# wave's undrain
+WAVE_CHAIN: Tuple[str, ...] = (PREPARE, WAVE_STEPS[0]) + CHANGE_STEPS + (WAVE_STEPS[1],)
 RESTORE_STEP = "restore"
 ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS + (RESTORE_STEP,)
 TIMELINE_STEPS: Tuple[str, ...] = HOST_STEPS + (RESTORE_STEP,)

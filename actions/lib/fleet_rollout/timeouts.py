@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional
 
-from fleet_rollout.states import PREPARE, PREPARE_STEPS
+from fleet_rollout.states import PREPARE, PREPARE_STEPS, WAVE_STEPS
 
 ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
 MARGIN = 120.0     # process start, datastore, audit
@@ -33,28 +33,36 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
     probe = float(profile["probe"]["budget_ms"]) / 1000.0 * 4 + PROBE_BUILD
     work = {
         "precheck": bmc + ANSIBLE,
-        "snapshot": bmc + ANSIBLE,
+        "snapshot": bmc + ANSIBLE,  # the kernel snapshot
         "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
-        "stage": 2 * bmc + ANSIBLE,
+        "stage": 2 * bmc + ANSIBLE,  # the kernel settings
         "reboot": reset + ANSIBLE,
-        # settings applied (boot), then the OS (boot); the OS's first answer may run the probe
-        "wait": 2 * boot + bmc + ANSIBLE + probe,
-        "verify": bmc + 2 * ANSIBLE + probe,
+        # settings applied (boot), then the OS (boot)
+        "wait": 2 * boot + bmc + ANSIBLE,
+        # the BIOS read back, the kernel check, IRQ affinity re-applied, the probe
+        "verify": bmc + 3 * ANSIBLE + probe,
         "undrain": ANSIBLE,
         # health, kernel restore, BIOS restore with its reset and apply wait, a reset for the
         # kernel, the OS back, the read-back, undrain
         "restore": 2 * ANSIBLE + (reset + boot + bmc) + reset + boot + bmc + ANSIBLE,
     }
-    # precheck, snapshot and drain in one action: each may still run on its own in it
+    # precheck and snapshot in one action
     work[PREPARE] = sum(work[step] for step in PREPARE_STEPS)
     return work
 
 
-def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[str, int]:
+def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0,
+                    forks: int = 0) -> Dict[str, int]:
     """Seconds per host action (step names, "prepare" and "restore"): work + margin. A host's
     actions wait for each other in StackStorm's scheduler (the host_step concurrency policy),
-    before their timeout starts."""
+    before their timeout starts. A wave step's one run over the wave's hosts (at most
+    batches.parallel) works on `forks` of them at once (ansible_forks; 0: all): its work is
+    counted once per round of forks."""
     work = step_work(profile, redfish_timeout)
+    parallel = max(1, int(profile["batches"]["parallel"]))
+    rounds = -(-parallel // forks) if forks > 0 else 1
+    for step in WAVE_STEPS:
+        work[step] *= rounds
     return {k: int(work[k] + MARGIN) for k in work}
 
 

@@ -7,16 +7,18 @@ the one enforcing the timeout, and nothing reconciles them after a restart. The 
 rollback) workflow that ran it waits, with the host drained.
 
 `fleet_rollout.watchdog` (an interval-timer rule runs it every minute) reads the running host
-actions through the st2 API. One is stale when its work ended (the step recorded its outcome,
-with its execution id, in the host's state) more than `watchdog_grace` seconds ago, or when it
-has run longer than its timeout plus that grace. For each, once (a record per execution in the
+actions (host steps and wave steps) through the st2 API. One is stale when its work ended (the
+step recorded its outcome, with its execution id, in the host's state) more than
+`watchdog_grace` seconds ago, or when it has run longer than its timeout plus that grace (a wave
+step: only then). For each, once (a record per execution in the
 rollout's state, set under a lock):
 
 - its own execution is completed through the API with the outcome the step recorded (or as
   timed out: the workflow's retry runs the step again, idempotently). st2 accepts that while its
   LiveAction is still active, and the workflow goes on from the step's own outcome;
 - st2 refuses it (400) when the runner wrote the LiveAction before it died: then
-  `fleet_rollout.recover_host` runs the host's change (or the rollback) again, every step
+  `fleet_rollout.recover_host` runs the host's change (or the rollback) again (not for a wave
+  step: it is left running and reported, and a person cancels its workflow), every step
   idempotent (a finished step is skipped, a reset is never sent twice, a halted rollout's host
   is restored), and completes the waiting workflow with that outcome.
 
@@ -35,7 +37,8 @@ from fleet_rollout.states import PREPARE, PREPARE_STEPS
 from fleet_rollout.store import RolloutState, Store
 
 HOST_STEP = "fleet_rollout.host_step"  # every step and restore of a host
-WATCHED = (HOST_STEP,)
+WAVE_STEP = "fleet_rollout.wave_step"  # the drain and the undrain of a wave's hosts
+WATCHED = (HOST_STEP, WAVE_STEP)
 RECOVER = "fleet_rollout.recover_host"
 RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.rollback": "rollback"}
 ACTIVE = ("running", "pausing", "paused", "resuming", "canceling")
@@ -67,6 +70,17 @@ def running_since(execution: Dict[str, Any]) -> Optional[float]:
             if moment is not None:
                 return moment
     return timestamp(execution.get("start_timestamp"))
+
+
+def target(params: Dict[str, Any]) -> str:
+    """The host a host action names, or the hosts of a wave step ("" when neither)."""
+    host = params.get("host")
+    if isinstance(host, str):
+        return host
+    hosts = params.get("hosts")
+    if isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts):
+        return ", ".join(hosts)
+    return ""
 
 
 def step_name(execution: Dict[str, Any]) -> str:
@@ -109,13 +123,16 @@ class Watchdog:
         return found
 
     def judge(self, execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """Why this running host action is stale (None: it is not, or not ours to judge)."""
+        """Why this running host action is stale (None: it is not, or not ours to judge). A
+        wave step is judged by its time only (its hosts' outcomes are recorded one by one)."""
         params = execution.get("parameters") or {}
-        rollout_id, host = params.get("rollout_id"), params.get("host")
-        if not isinstance(rollout_id, str) or not isinstance(host, str):
+        rollout_id = params.get("rollout_id")
+        if not isinstance(rollout_id, str) or not target(params):
             return None
         now = self.clock()
-        ended = work_ended(RolloutState(self.store, rollout_id).host(host), execution)
+        host = params.get("host")
+        ended = work_ended(RolloutState(self.store, rollout_id).host(host), execution) \
+            if isinstance(host, str) else None
         if ended is not None and now - ended["at"] > self.grace:
             return {"why": f"its work ended {int(now - ended['at'])} s ago and its execution "
                            "never did", "ended": ended}
@@ -144,7 +161,7 @@ class Watchdog:
     def handle(self, execution: Dict[str, Any], why: Dict[str, Any], by: str,
                own_id: str) -> Optional[Dict[str, Any]]:
         params = execution["parameters"]
-        rollout_id, host, ex_id = params["rollout_id"], params["host"], str(execution["id"])
+        rollout_id, host, ex_id = params["rollout_id"], target(params), str(execution["id"])
         state = RolloutState(self.store, rollout_id)
         record = {"execution": ex_id, "host": host, "step": step_name(execution),
                   "parent": str(execution.get("parent") or ""), "why": why["why"],
@@ -181,7 +198,8 @@ class Watchdog:
         parent_id = str(execution.get("parent") or "")
         parent = self.api.execution(parent_id) if parent_id else {}
         rerun = RERUN_OF.get(str((parent.get("action") or {}).get("ref")))
-        if rerun is None or parent.get("status") not in ACTIVE:
+        if rerun is None or parent.get("status") not in ACTIVE or \
+                not isinstance(execution["parameters"].get("host"), str):
             return {"action": "left", "status": "running",
                     "note": "its execution cannot be completed and no workflow waits for it"}
         given = parent.get("parameters") or {}
@@ -189,6 +207,7 @@ class Watchdog:
         started = self.api.post("executions", {"action": RECOVER, "parameters": {
             "rollout_id": params["rollout_id"], "host": params["host"], "stale": ex_id,
             "parent": parent_id, "rerun": rerun, "timeouts": given.get("timeouts") or {},
+            "part": str(given.get("part") or "prepare"),
             "hosts": given.get("hosts"), "cause": str(given.get("cause") or "operator"),
             "batch": int(given.get("batch", -1) if given.get("batch") is not None else -1)}})
         return {"action": f"recovering in {started['id']}", "status": "running",

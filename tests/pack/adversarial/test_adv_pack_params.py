@@ -15,7 +15,8 @@ import pytest
 import yaml
 from jsonschema import Draft4Validator
 
-from fleet_rollout import names
+from fleet_rollout import names, states
+from fleet_rollout.config import DEFAULT_FORKS
 from fleet_rollout.plan import new_rollout_id
 from fleet_runtime.aliases import ParseError, extract_parameters
 
@@ -192,12 +193,16 @@ def test_host_action_timeout_defaults_outlast_every_shipped_profile() -> None:
     from fleet_rollout.profile import validate_profile
 
     step = _load(ROOT / "actions" / "host_step.yaml")["parameters"]["timeout"]["default"]
+    wave = _load(ROOT / "actions" / "wave_step.yaml")["parameters"]["timeout"]["default"]
     flow = (ROOT / "actions" / "workflows" / "host_change.yaml").read_text()
+    waves = (ROOT / "actions" / "workflows" / "wave_change.yaml").read_text()
     for path in (ROOT / "profiles").glob("*.yaml"):
         derived = timeouts.action_timeouts(validate_profile(_yaml.safe_load(path.read_text()),
-                                                            str(path)))
+                                                            str(path)), forks=DEFAULT_FORKS)
         assert step >= max(derived.values()), path.name
+        assert wave >= max(derived[s] for s in states.WAVE_STEPS), path.name
     assert f'get("restore", {step})' in flow and f'get("wait", {step})' in flow
+    assert f'get("drain", {wave})' in waves and f'get("undrain", {wave})' in waves
 
 
 def test_chat_cannot_set_runner_parameters() -> None:
@@ -211,5 +216,5 @@ def test_chat_cannot_set_runner_parameters() -> None:
         params = meta["parameters"]
         for name in ("env", "debug", "log_level", "content_version"):
             assert params[name]["immutable"] is True, (path.name, name)
-        if meta["name"] != "host_step":
+        if meta["name"] not in ("host_step", "wave_step"):  # the workflows pass a timeout
             assert params["timeout"]["immutable"] is True, path.name

@@ -1,0 +1,147 @@
+"""Wave steps (fleet_rollout.wavesteps) with the real host side: one ansible-playbook run over a
+wave's sim hosts drains (or undrains) them all, each host's outcome recorded on its own; a host
+that fails there fails alone and its restore puts back only it. Runs on the newest and the
+oldest ansible-core the requirements allow (make test)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pytest
+import yaml
+from hostside_support import LabHostSide
+
+from fleet_lab.hosts import boot_config
+from fleet_lab.simhost import SimBackend
+from fleet_rollout.config import load_pack_config
+from fleet_rollout.errors import ConfigError
+from fleet_rollout.hoststeps import HostRun, RolloutContext
+from fleet_rollout.inventory import FleetHost
+from fleet_rollout.plan import build_plan
+from fleet_rollout.profile import load_profile
+from fleet_rollout.states import DONE, FAILED, RESTORED, RUNNING
+from fleet_rollout.store import MemoryStore, RolloutState
+from fleet_rollout.wavesteps import WaveRun
+
+HOSTS = ["sim-001", "sim-002", "sim-003"]
+ROLLOUT = "wave-1"
+FLAG = "etc/fleet/maintenance"
+# one ESTABLISHED connection on the service port :8080 (0x1F90): a drain with threshold 0 and a
+# 1 s timeout fails on that host
+BUSY = ("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
+        "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
+
+
+class CountingHostSide(LabHostSide):
+    """The real host side, counting its ansible-playbook runs and the hosts of each."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.runs: List[Tuple[str, List[str]]] = []
+
+    def _run(self, playbook: str, hosts: Any, extravars: Any = None,
+             forks: Any = None) -> Dict[str, Any]:
+        names = list(hosts)
+        self.runs.append((playbook, names))
+        return super()._run(playbook, names, extravars, forks)
+
+
+@pytest.fixture()
+def wave(tmp_path: Any) -> Iterator[Tuple[SimBackend, CountingHostSide, RolloutContext]]:
+    backend = SimBackend(str(tmp_path / "hosts"))
+    for name in HOSTS:
+        backend.power_on(boot_config(name, "early", "disabled"))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}}}))
+    side = CountingHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"),
+                            rollout_id=ROLLOUT)
+    hosts = [FleetHost(name=name, bmc_address="https://127.0.0.1:9", bmc_vendor="generic",
+                       hardware_model="m1", rack=f"r{i}") for i, name in enumerate(HOSTS)]
+    profile = load_profile("lab-home-snoop")
+    profile.data["kernel"] = {}  # the drain and the undrain are what is looked at here
+    profile.data["drain"]["timeout"] = 1
+    plan = build_plan(profile, str(inventory), "all", hosts, hosts,
+                      {h.name: {"compliant": False} for h in hosts}, rollout_id=ROLLOUT)
+    assert plan["batches"][0]["hosts"] == HOSTS  # one wave of one batch
+    store = MemoryStore()
+    RolloutState(store, ROLLOUT).save_plan(plan)
+    config = load_pack_config({"credentials": {"default": {"username": "u", "password": "p"}},
+                               "state_dir": str(tmp_path / "state"),
+                               "bmc_networks": ["127.0.0.0/8"]})
+    ctx = RolloutContext(store, ROLLOUT, config, side, "ex-wave", "alice")
+    ctx.state.update_batch(0, lambda b: b.update(approval={"approved": True, "by": "alice"}))
+    for name in HOSTS:  # precheck and snapshot done, as each host's prepare leaves it
+        run = HostRun(ctx, name)
+        state = run.load()
+        state["status"] = RUNNING
+        for step in ("precheck", "snapshot"):
+            state["steps"][step] = {"ok": True, "at": 1.0, "started": 1.0, "seconds": 0.0,
+                                    "detail": {}, "execution": "ex-prep"}
+        run.save(state)
+    yield backend, side, ctx
+
+
+def _flag(backend: SimBackend, name: str) -> bool:
+    return os.path.exists(os.path.join(backend.sysroot(name), FLAG))
+
+
+def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -> None:
+    backend, side, ctx = wave
+    with open(os.path.join(backend.sysroot("sim-002"), "proc/net/tcp"), "a") as handle:
+        handle.write(BUSY)
+    out = WaveRun(ctx, HOSTS).run("drain")
+    assert side.runs == [("drain", HOSTS)]  # one ansible-playbook run over the wave
+    assert out["done"] == ["sim-001", "sim-003"] and out["failed"] == ["sim-002"]
+    assert "still 1 established connections" in out["hosts"]["sim-002"]["error"]
+    for name in HOSTS:
+        state = ctx.state.host(name)
+        ok = name != "sim-002"
+        assert state["steps"]["drain"]["ok"] is ok and state["drain_asked"]
+        assert state["steps"]["drain"]["execution"] == "ex-wave"
+        assert state["status"] == (RUNNING if ok else FAILED)
+        assert _flag(backend, name)  # a failed drain leaves the flag: the host stays marked
+    drains = [e["host"] for e in ctx.audit.entries() if e["setting"] == "service"]
+    assert sorted(drains) == ["sim-001", "sim-003"]
+
+    # the workflow restores the failed host only: its flag comes off, the others stay drained
+    report = HostRun(ctx, "sim-002").restore(leave_drained=False)
+    assert report["status"] == RESTORED and not _flag(backend, "sim-002")
+    assert _flag(backend, "sim-001") and _flag(backend, "sim-003")
+
+    # run again (the workflow's retry): done hosts skipped, the restored one not ready, no run
+    again = WaveRun(ctx, HOSTS).run("drain")
+    assert again["skipped"] == ["sim-001", "sim-003"] and again["not_ready"] == ["sim-002"]
+    assert len(side.runs) == 3  # the restore's health read and undrain, no wave run
+
+    # the undrain: one run over the hosts ready for it, the restored host left out
+    for name in ("sim-001", "sim-003"):
+        run = HostRun(ctx, name)
+        state = run.load()
+        for step in ("stage", "reboot", "wait", "verify"):
+            state["steps"][step] = {"ok": True, "at": 2.0, "started": 2.0, "seconds": 0.0,
+                                    "detail": {}, "execution": "ex-change"}
+        run.save(state)
+    undrained = WaveRun(ctx, HOSTS).run("undrain")
+    assert side.runs[-1] == ("undrain", ["sim-001", "sim-003"])
+    assert undrained["done"] == ["sim-001", "sim-003"] and undrained["not_ready"] == ["sim-002"]
+    for name in ("sim-001", "sim-003"):
+        assert ctx.state.host(name)["status"] == DONE and not _flag(backend, name)
+    assert ctx.state.host("sim-002")["status"] == RESTORED
+
+
+def test_a_wave_step_takes_only_wave_steps_and_known_hosts(wave: Any) -> None:
+    backend, side, ctx = wave
+    with pytest.raises(ConfigError, match="stage is not a wave step"):
+        WaveRun(ctx, HOSTS).run("stage")
+    with pytest.raises(Exception, match="not part of rollout wave-1"):
+        WaveRun(ctx, HOSTS + ["sim-999"])
+    assert side.runs == [] and not any(_flag(backend, name) for name in HOSTS)
+
+
+def test_a_halted_rollouts_wave_touches_no_host(wave: Any) -> None:
+    backend, side, ctx = wave
+    ctx.state.halt("canary regression in batch 1")
+    out = WaveRun(ctx, HOSTS).run("drain")
+    assert out["failed"] == HOSTS and all("halted" in out["hosts"][h]["error"] for h in HOSTS)
+    assert side.runs == [] and not any(_flag(backend, name) for name in HOSTS)
