@@ -110,8 +110,8 @@ def test_two_rollouts_racing_for_the_same_hosts_one_holds_each(tmp_path):
                                           host=host, step="restore"), DONE, timeout=600)
             assert undo["status"] == "succeeded", error_text(undo)
             assert undo["result"]["result"].get("held_by") == won[0]
-            # the winner's work is still there: staged, not reset
-            assert lab.kv(won[0], f"host.{host}")["steps"]["stage"]["ok"]
+            # the winner's work is still there: checked and snapshotted, not reset
+            assert lab.kv(won[0], f"host.{host}")["steps"]["snapshot"]["ok"]
             assert lab.bmc(host)["resets"] == []
         # the runners' state dirs are their own: neither holds the other's caches
         dirs = [os.path.join(lab.home, "runners", str(k), "state_dir") for k in (1, 2)]
@@ -126,9 +126,10 @@ def test_a_step_and_a_restore_of_one_host_started_together_run_one_after_the_oth
         profile = _fast_profile(lab, 2)
         hosts = _plan(lab, profile, "meet", "all")
         host = hosts[0]
-        prepared = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="meet",
-                                          host=host, step="prepare"), DONE, timeout=600)
-        assert prepared["status"] == "succeeded", error_text(prepared)
+        for step in ("prepare", "drain", "stage"):
+            done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="meet",
+                                          host=host, step=step), DONE, timeout=600)
+            assert done["status"] == "succeeded", (step, error_text(done))
         reboot = _start(lab, "fleet_rollout.host_step", rollout_id="meet", host=host,
                         step="reboot")
         restore = _start(lab, "fleet_rollout.host_step", rollout_id="meet", host=host,
@@ -164,7 +165,7 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
         host = hosts[0]
         timeouts = {"prepare": 600, "drain": 600, "stage": 600, "reboot": 600, "wait": 120,
                     "verify": 600, "undrain": 600, "restore": 900}
-        change = _start(lab, "fleet_rollout.wave_change", rollout_id="killed", hosts=[host],
+        change = _start(lab, "fleet_rollout.wave_change", rollout_id="killed", hosts=host,
                         timeouts=timeouts)
         # the host is rebooting (the reset sent, its marker saved before the POST) and the
         # wait step waits for it: the runner running that step dies
@@ -204,5 +205,58 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
         assert ("service", "change") in kinds and ("execution", "stale_execution") in kinds
         assert sum(1 for s, a in kinds if s.startswith("bios.") and a == "change") >= 1
         assert lab.kv("killed", f"host.{host}")["status"] == "done"
+    finally:
+        lab.down()
+
+
+def test_a_restore_waits_for_the_wave_step_that_names_its_host(tmp_path):
+    """A wave's drain (one action over the wave's hosts, outside the host policy) and a restore
+    of one of its hosts started while it runs: the restore waits until the wave step has ended
+    (its result says which execution it waited for), then puts the host back; the wave's other
+    host is drained and left to its wave."""
+    lab = _lab(tmp_path, 4)
+    try:
+        profile = lab.profile("home-snoop", approval={"required": False},
+                              drain={"timeout": 20},
+                              batches={"canary_size": 2, "max_batch": 2, "growth": 1,
+                                       "parallel": 2, "control_ratio": 2,
+                                       "max_unavailable_per_rack": 2,
+                                       "max_unavailable_per_site": 2})
+        hosts = _plan(lab, profile, "wave", "all")
+        for host in hosts:
+            done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="wave",
+                                          host=host, step="prepare"), DONE, timeout=600)
+            assert done["status"] == "succeeded", error_text(done)
+        # a connection on the service port that never closes: that host's drain waits out its
+        # 20 s and fails
+        busy = hosts[0]
+        with open(os.path.join(lab.sysroot(busy), "proc/net/tcp"), "a") as handle:
+            handle.write("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
+                         "00000000     0        0 1 1 0000000000000000 20 4 30 10 -1\n")
+        wave = _start(lab, "fleet_rollout.wave_step", rollout_id="wave",
+                      hosts=",".join(hosts), step="drain")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (lab.kv("wave", f"host.{busy}") or {}).get(
+                "drain_asked"):
+            time.sleep(0.2)
+        restore = _start(lab, "fleet_rollout.host_step", rollout_id="wave", host=busy,
+                         step="restore")
+        wave_doc = lab.wait_status(wave, DONE, timeout=600)
+        restore_doc = lab.wait_status(restore, DONE, timeout=600)
+        assert wave_doc["status"] == "succeeded", error_text(wave_doc)
+        out = wave_doc["result"]["result"]
+        assert out["failed"] == [busy] and out["done"] == [hosts[1]], out
+        assert restore_doc["status"] == "succeeded", error_text(restore_doc)
+        report = restore_doc["result"]["result"]
+        assert "waited_for" in report, (report, _span(wave_doc), _span(restore_doc))
+        assert report["waited_for"]["executions"] == [wave], report
+        assert report["waited_for"]["seconds"] > 5, report
+        wave_end = _span(wave_doc)[1]
+        state = lab.kv("wave", f"host.{busy}")
+        assert state["status"] == "restored", state
+        assert state["steps"]["restore"]["at"] >= wave_end
+        assert not os.path.exists(os.path.join(lab.sysroot(busy), "etc/fleet/maintenance"))
+        assert os.path.exists(os.path.join(lab.sysroot(hosts[1]), "etc/fleet/maintenance"))
+        assert lab.kv("wave", f"host.{hosts[1]}")["steps"]["drain"]["ok"] is True
     finally:
         lab.down()

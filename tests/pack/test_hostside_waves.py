@@ -33,16 +33,20 @@ BUSY = ("   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 "
 
 
 class CountingHostSide(LabHostSide):
-    """The real host side, counting its ansible-playbook runs and the hosts of each."""
+    """The real host side, counting its ansible-playbook runs and the hosts of each; `seen`
+    (a callable) is called as each run starts."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.runs: List[Tuple[str, List[str]]] = []
+        self.seen: Any = None
 
     def _run(self, playbook: str, hosts: Any, extravars: Any = None,
              forks: Any = None) -> Dict[str, Any]:
         names = list(hosts)
         self.runs.append((playbook, names))
+        if self.seen is not None:
+            self.seen(playbook, names)
         return super()._run(playbook, names, extravars, forks)
 
 
@@ -90,8 +94,14 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
     backend, side, ctx = wave
     with open(os.path.join(backend.sysroot("sim-002"), "proc/net/tcp"), "a") as handle:
         handle.write(BUSY)
+    asked: Dict[str, Any] = {}
+    side.seen = lambda _playbook, names: asked.update(
+        {name: ctx.state.host(name).get("drain_asked") for name in names})
     out = WaveRun(ctx, HOSTS).run("drain")
     assert side.runs == [("drain", HOSTS)]  # one ansible-playbook run over the wave
+    # every host's drain was saved as asked for before the run was sent (a kill mid-run
+    # leaves the flag known as this rollout's)
+    assert set(asked) == set(HOSTS) and all(asked.values()), asked
     assert out["done"] == ["sim-001", "sim-003"] and out["failed"] == ["sim-002"]
     assert "still 1 established connections" in out["hosts"]["sim-002"]["error"]
     for name in HOSTS:

@@ -309,6 +309,12 @@ class HostRun:
             return self.wave
         return call([self.name])
 
+    def before_run(self, step: str, state: Dict[str, Any]) -> None:
+        """What a host-side step saves before its run is sent (in a wave: for every host of
+        the wave, before the wave's run): a drain is marked as asked for."""
+        if step == "drain":
+            self._ask_drain(state)
+
     def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, HostResult]]:
         """The host-side run of a wave step, for any hosts of this host's batch."""
         if step == "drain":
@@ -401,7 +407,7 @@ class HostRun:
 
     @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        self._ask_drain(state)
+        self.before_run("drain", state)
         result = self._ansible(self.side(self.wave_call("drain")), "drain")
         # an attempt killed after the host set its flag left it drained unrecorded: this run
         # finds the flag set (not changed) and records the change once

@@ -72,6 +72,7 @@ class WaveRun:
                 out["skipped"].append(name)
                 out["hosts"][name] = {"detail": began["detail"]}
                 continue
+            host_run.before_run(step, began["state"])  # saved before the run is sent
             ready.append((host_run, began["state"]))
         if not ready:
             return out
