@@ -43,7 +43,6 @@ from fleet_rollout.states import (
     PREPARE,
     PREPARE_STEPS,
     RESTORED,
-    WORKFLOW_STEPS,
 )
 from fleet_rollout.store import MemoryStore, RolloutState
 
@@ -186,6 +185,15 @@ def _steps(host_run: HostRun, names: Any = HOST_STEPS) -> List[Dict[str, Any]]:
     return [host_run.run(step) for step in names]
 
 
+def _upto(step: str) -> Any:
+    """The steps from the first up to `step`, included."""
+    return HOST_STEPS[:HOST_STEPS.index(step) + 1]
+
+
+def _at(results: List[Dict[str, Any]], step: str) -> Dict[str, Any]:
+    return results[HOST_STEPS.index(step)]
+
+
 def test_every_step_in_order_changes_the_bios_once_and_puts_the_host_back_in_service(
         run: Any, fleet: Any) -> None:
     host_run, side = run
@@ -202,19 +210,19 @@ def test_every_step_in_order_changes_the_bios_once_and_puts_the_host_back_in_ser
     assert side.calls.index("drain") < side.calls.index("kernel apply") < side.calls.index(
         "kernel check") < side.calls.index("probe") < side.calls.index("undrain")
     assert side.calls.count("kernel check") == side.calls.count("probe") == 1
-    assert results[6]["detail"]["probe"]["ok"] is True
-    assert results[6]["detail"]["bios"] == {"SnoopMode": "HomeSnoop",
-                                            "NodeInterleaving": "Disabled"}
+    assert _at(results, "probe")["detail"]["probe"]["ok"] is True
+    assert _at(results, "verify")["detail"]["bios"] == {"SnoopMode": "HomeSnoop",
+                                                        "NodeInterleaving": "Disabled"}
     saved = host_run.load()
     assert saved["status"] == DONE and saved["step"] == HOST_STEPS[-1]
     assert all(saved["steps"][s]["ok"] for s in HOST_STEPS)
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
-    assert results[3]["detail"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
+    assert _at(results, "stage")["detail"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
 
 
 def test_a_step_run_again_is_skipped_and_sends_no_second_reset(run: Any, fleet: Any) -> None:
     host_run, _side = run
-    _steps(host_run, HOST_STEPS[:5])
+    _steps(host_run, _upto("reboot"))
     resets = len(state(fleet, 0)["resets"])
     again = host_run.run("reboot")
     assert again["skipped"] is True
@@ -234,62 +242,66 @@ def test_a_failed_drain_is_recorded_and_changes_no_bios(run: Any, fleet: Any) ->
     assert state(fleet, 0)["pending"] == {}
 
 
-def test_verify_refuses_a_probe_that_shows_other_settings(run: Any, fleet: Any) -> None:
+def test_the_probe_step_refuses_a_probe_that_shows_other_settings(run: Any,
+                                                                  fleet: Any) -> None:
     host_run, side = run
     side.probe_doc = "sim-home-interleave-on"  # one NUMA node: interleaving still on
-    _steps(host_run, HOST_STEPS[:6])
+    _steps(host_run, _upto("verify"))
     with pytest.raises(HostError, match="probe verification failed"):
-        host_run.run("verify")
+        host_run.run("probe")
     saved = host_run.load()
     assert saved["status"] == FAILED and saved["probe"]["ok"] is False
     assert side.drained  # a failed host stays drained until it is restored
 
 
-def test_verify_fails_a_host_whose_kernel_did_not_boot_with_the_settings(run: Any,
-                                                                        fleet: Any) -> None:
+def test_the_probe_step_fails_a_host_whose_kernel_did_not_boot_with_the_settings(
+        run: Any, fleet: Any) -> None:
     """A value the reboot did not keep (a boot configuration changed behind the pack's back):
-    the verify step fails the host, and its restore puts back the rest."""
+    the probe step fails the host, and its restore puts back the rest."""
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:5])
+    _steps(host_run, _upto("reboot"))
     side.sysctl[SYSCTL] = "212992"  # what the host comes up with
-    _steps(host_run, ("wait",))
+    _steps(host_run, ("wait", "verify"))
     with pytest.raises(HostError, match="kernel settings not in effect after the reboot: "
                                         "sysctl net.core.rmem_max: 212992, not 16777216"):
-        host_run.run("verify")
+        host_run.run("probe")
     assert host_run.load()["status"] == FAILED and "kernel check" in side.calls
     assert "probe" not in side.calls  # the kernel is checked first: no probe of a wrong boot
     assert host_run.restore()["status"] == RESTORED
     assert state(fleet, 0)["logical"]["snoop_mode"] == "early" and not side.drained
 
 
-def test_a_verify_run_again_checks_the_kernel_again(run: Any, fleet: Any) -> None:
-    """A verify run again (after a failure elsewhere) checks what the host has now."""
+def test_a_probe_step_run_again_checks_the_kernel_again(run: Any, fleet: Any) -> None:
+    """A probe step run again (after a failure elsewhere) checks what the host has now."""
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:7])
+    _steps(host_run, _upto("probe"))
     saved = host_run.load()
-    saved["steps"].pop("verify")
+    saved["steps"].pop("probe")
     saved["status"] = "running"
     host_run.save(saved)
-    side.sysctl[SYSCTL] = "212992"  # changed since the first verify
+    side.sysctl[SYSCTL] = "212992"  # changed since the first check
     with pytest.raises(HostError, match="sysctl net.core.rmem_max: 212992, not 16777216"):
-        host_run.run("verify")
+        host_run.run("probe")
     assert side.calls.count("kernel check") == 2
 
 
-def test_verify_says_what_kernel_settings_it_found_in_effect(run: Any, fleet: Any) -> None:
+def test_the_probe_step_says_what_kernel_settings_it_found_in_effect(run: Any,
+                                                                     fleet: Any) -> None:
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:7])
-    detail = host_run.load()["steps"]["verify"]["detail"]
+    _steps(host_run, _upto("probe"))
+    detail = host_run.load()["steps"]["probe"]["detail"]
     assert detail["kernel"] == {"in_effect": True, "cmdline": [], "sysctl": [SYSCTL]}
 
 
-def test_the_wait_only_waits_and_the_verify_does_the_checks(run: Any, fleet: Any) -> None:
+def test_the_wait_only_waits_and_the_verify_and_probe_steps_check(run: Any,
+                                                                  fleet: Any) -> None:
     """The wait asks the host for its OS until the new boot answers (an ask it did not answer
-    is asked again) and checks nothing else; the verify reads the BIOS back through Redfish,
-    checks the kernel, re-applies IRQ affinity when the profile says so, then probes."""
+    is asked again) and checks nothing else; the verify reads the BIOS back through Redfish;
+    the probe step checks the kernel, re-applies IRQ affinity when the profile says so, then
+    probes, each its own run."""
     host_run, side = run
     host_run.ctx.profile["kernel"]["irq_affinity"] = "numa-local"
-    _steps(host_run, HOST_STEPS[:5])  # up to the reset
+    _steps(host_run, _upto("reboot"))  # up to the reset
     side.unanswered = 2  # the BMC shows the OS up before its sshd answers
     before = len(side.calls)
     wait = host_run.run("wait")
@@ -299,15 +311,20 @@ def test_the_wait_only_waits_and_the_verify_does_the_checks(run: Any, fleet: Any
     reset_counters(fleet, 0)
     before = len(side.calls)
     verify = host_run.run("verify")
-    assert side.calls[before:] == ["kernel check", "kernel reapply", "probe"]
+    assert side.calls[before:] == []  # Redfish only
     assert server_requests(state(fleet, 0)).get("GET", 0) > 0  # the BIOS read back
     assert verify["detail"]["bios"]["SnoopMode"] == "HomeSnoop"
-    assert host_run.load()["steps"]["verify"]["ok"] is True
+    reset_counters(fleet, 0)
+    probe = host_run.run("probe")
+    assert side.calls[before:] == ["kernel check", "kernel reapply", "probe"]
+    assert server_requests(state(fleet, 0)) == {}  # the host side only
+    assert probe["detail"]["probe"]["ok"] is True
+    assert host_run.load()["steps"]["probe"]["ok"] is True
 
 
 def test_verify_refuses_a_bios_it_reads_back_without_the_targets(run: Any, fleet: Any) -> None:
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:6])
+    _steps(host_run, _upto("wait"))
     bios = bmc_uris(fleet, 0)["bios"]
     doc = real_document(fleet, 0, bios)
     doc["Attributes"]["SnoopMode"] = "EarlySnoop"  # as if the change had not held
@@ -326,7 +343,7 @@ def test_verify_refuses_a_bios_it_reads_back_without_the_targets(run: Any, fleet
 def test_restore_puts_bios_and_kernel_back(run: Any, fleet: Any, leave: bool,
                                            status: str) -> None:
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:6])
+    _steps(host_run, _upto("wait"))
     assert state(fleet, 0)["logical"]["snoop_mode"] == "home"
     report = host_run.restore(leave_drained=leave)
     assert report["status"] == status
@@ -343,7 +360,7 @@ def test_a_restore_whose_reset_did_not_apply_the_bios_resets_once_more(run: Any,
     apply them): the restore fails and marks the host. The next restore sends one new reset
     (that marker is spent; the new one has its own) and ends restored; none after that."""
     host_run, side = run
-    _steps(host_run, HOST_STEPS[:6])
+    _steps(host_run, _upto("wait"))
     resets = len(state(fleet, 0)["resets"])
     set_faults(fleet, 0, pending_never_applied=True)
     with pytest.raises(HostError, match="restore failed"):
@@ -365,7 +382,7 @@ def test_a_restore_whose_reset_did_not_apply_the_bios_resets_once_more(run: Any,
 def test_a_bmc_that_never_applies_the_restore_gets_three_resets_then_a_person(
         run: Any, fleet: Any) -> None:
     host_run, _side = run
-    _steps(host_run, HOST_STEPS[:6])
+    _steps(host_run, _upto("wait"))
     resets = len(state(fleet, 0)["resets"])
     set_faults(fleet, 0, pending_never_applied=True)
     errors = []
@@ -401,38 +418,37 @@ def test_a_restore_leaves_a_host_a_later_rollout_changed(run: Any, fleet: Any) -
 
 
 # ------------------------------------------------------------------------ prepare (one action)
-def test_prepare_checks_snapshots_drains_and_stages_in_one_bmc_session(run: Any,
-                                                                        fleet: Any) -> None:
+def test_prepare_checks_and_snapshots_in_one_bmc_session(run: Any, fleet: Any) -> None:
     host_run, side = run
     reset_counters(fleet)
     out = host_run.run(PREPARE)
     assert out["step"] == PREPARE and out["skipped"] is False
     assert list(out["detail"]) == list(PREPARE_STEPS)
-    # each its own run: health, the kernel snapshot, the drain, the kernel settings
-    assert side.calls == ["health", "kernel snapshot", "drain", "kernel apply"]
-    assert side.drained and side.snapshot == {SYSCTL: "212992"}
-    assert side.sysctl[SYSCTL] == "16777216"
+    # each its own run: the health read, the kernel snapshot; nothing drained or changed
+    assert side.calls == ["health", "kernel snapshot"]
+    assert not side.drained and side.snapshot == {SYSCTL: "212992"}
+    assert side.sysctl[SYSCTL] == "212992"
     bmc = state(fleet, 0)
-    assert bmc["counters"].get("session_POST") == 1  # one login: check, snapshot, stage
-    assert bmc["logical"]["snoop_mode"] == "early"  # staged, applied at the reset
-    assert bmc["pending"] or bmc["pending_apply_on_reset"] or bmc["jobs"]
+    assert bmc["counters"].get("session_POST") == 1  # one login: check and snapshot
+    assert bmc["pending"] == {} and bmc["logical"]["snoop_mode"] == "early"
     saved = host_run.load()
-    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "stage"
+    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "snapshot"
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
     assert out["detail"]["snapshot"]["logical"]["snoop_mode"] == "early"
-    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
     assert saved["kernel_snapshot"] == {SYSCTL: "212992"}
-    assert saved["drain_asked"] and out["detail"]["drain"]["changed"] is True
+    assert "drain_asked" not in saved
     assert out["detail"]["snapshot"]["with"] == "precheck"  # the precheck's BMC session
     # the drain first waits on the host for its sampler of the batch's pre window (read after
     # the change): at most a step (the profile's window / window_steps) and the slack
+    drain = host_run.run("drain")
+    assert drain["detail"]["changed"] is True and host_run.load()["drain_asked"]
     canary = host_run.ctx.profile["canary"]
     batch = next(b["index"] for b in host_run.ctx.plan["batches"] if host_run.name in b["hosts"])
     assert side.drain_waits == [(f"{host_run.ctx.rollout_id}.b{batch}.pre",
                                  canary["window_seconds"] / canary["window_steps"]
                                  + hoststeps.PRE_WINDOW_SLACK)]
-    # the rest of the change from there, as the workflow runs it
-    for step in WORKFLOW_STEPS[1:]:
+    # the rest of the change from there, as the wave runs it (its wave steps alone here)
+    for step in HOST_STEPS[HOST_STEPS.index("kernel"):]:
         host_run.run(step)
     assert host_run.load()["status"] == DONE and not side.drained
     assert state(fleet, 0)["logical"]["snoop_mode"] == "home"
@@ -441,56 +457,16 @@ def test_prepare_checks_snapshots_drains_and_stages_in_one_bmc_session(run: Any,
     assert host_run.run(PREPARE)["skipped"] is True and len(side.calls) == calls
 
 
-def test_a_prepare_logs_in_again_to_stage_after_a_long_drain(run: Any, fleet: Any,
-                                                              monkeypatch: Any) -> None:
-    """A BMC times idle sessions out: past BMC_REUSE_IDLE the stage opens a new one."""
-    host_run, side = run
-    monkeypatch.setattr(hoststeps, "BMC_REUSE_IDLE", 0.0)
-    reset_counters(fleet)
-    out = host_run.run(PREPARE)
-    bmc = state(fleet, 0)
-    assert bmc["counters"].get("session_POST") == 2
-    assert bmc["sessions_active"] == 0  # both logged out
-    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
-
-
-def test_a_prepare_whose_session_expired_during_the_drain_logs_in_again(
-        run: Any, fleet: Any) -> None:
-    """The BMC dropped the session while the host drained (inside the idle limit): the
-    client's re-login on 401 carries the stage, which is sent once."""
-    host_run, side = run
-    health = side.health
-
-    def drain_then_expire(*args: Any, **kwargs: Any) -> Any:
-        out = health(*args, **kwargs)
-        set_faults(fleet, 0, expire_sessions=True)
-        return out
-
-    side.health = drain_then_expire  # type: ignore[method-assign]
-    reset_counters(fleet)
-    out = host_run.run(PREPARE)
-    bmc = state(fleet, 0)
-    assert bmc["counters"].get("session_POST") == 2
-    assert out["detail"]["stage"]["bios_changed"] == {"SnoopMode": "HomeSnoop"}
-    assert host_run.load()["steps"]["stage"]["ok"] is True
-
-
-def _failed_prepare(host_run: HostRun, match: str, step: str) -> Dict[str, Any]:
-    """A prepare that fails with `match`: the host's saved state, failed at `step`."""
-    with pytest.raises(HostError, match=match):
-        host_run.run(PREPARE)
-    saved = host_run.load()
-    assert saved["status"] == FAILED and saved["error"]["step"] == step
-    return saved
-
-
-def test_a_stage_that_fails_in_the_prepare_is_recorded_and_the_host_restored(
+def test_kernel_settings_that_fail_are_recorded_and_the_host_restored(
         run: Any, fleet: Any) -> None:
     host_run, side = run
     side.fail["kernel apply"] = "sysctl: permission denied"
-    saved = _failed_prepare(host_run, "kernel settings failed", "stage")
-    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS[:3])
-    assert state(fleet, 0)["counters"].get("session_POST") is not None
+    _steps(host_run, _upto("drain"))
+    with pytest.raises(HostError, match="kernel settings failed"):
+        host_run.run("kernel")
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == "kernel"
+    assert all(saved["steps"][s]["ok"] for s in _upto("drain"))
     assert host_run.restore(leave_drained=False)["status"] == RESTORED
     assert not side.drained and state(fleet, 0)["pending"] == {}
     assert state(fleet, 0)["logical"]["snoop_mode"] == "early"
@@ -498,7 +474,7 @@ def test_a_stage_that_fails_in_the_prepare_is_recorded_and_the_host_restored(
 
 def test_a_drain_is_audited_once_across_a_rerun(run: Any, fleet: Any) -> None:
     host_run, side = run
-    host_run.run(PREPARE)
+    _steps(host_run, _upto("drain"))
     saved = host_run.load()
     del saved["steps"]["drain"]  # as if killed after the audit record, before the step's
     host_run.save(saved)
@@ -507,11 +483,14 @@ def test_a_drain_is_audited_once_across_a_rerun(run: Any, fleet: Any) -> None:
     assert len(drains) == 1 and drains[0]["new"] == "drained"
 
 
-def test_a_drain_that_fails_in_the_prepare_is_the_drain_steps_failure(run: Any,
-                                                                      fleet: Any) -> None:
+def test_a_drain_that_fails_is_the_drain_steps_failure(run: Any, fleet: Any) -> None:
     host_run, side = run
     side.fail["drain"] = "still 3 established connections on port 8080 after 300s"
-    saved = _failed_prepare(host_run, "drain failed .*still 3 established", "drain")
+    host_run.run(PREPARE)
+    with pytest.raises(HostError, match="drain failed .*still 3 established"):
+        host_run.run("drain")
+    saved = host_run.load()
+    assert saved["status"] == FAILED and saved["error"]["step"] == "drain"
     assert saved["steps"]["precheck"]["ok"] and saved["steps"]["snapshot"]["ok"]
     assert saved["steps"]["drain"]["ok"] is False
     assert side.calls == ["health", "kernel snapshot", "drain"]  # one drain, not retried
@@ -533,16 +512,17 @@ def test_the_prepare_refuses_a_host_someone_else_drained_and_leaves_it_drained(
     assert side.drained and "undrain" not in side.calls  # not ours to undrain
 
 
-def test_a_prepare_killed_after_its_drain_is_resumed_and_restored_as_ours(run: Any,
-                                                                          fleet: Any) -> None:
+def test_a_drain_killed_after_its_run_is_resumed_and_restored_as_ours(run: Any,
+                                                                       fleet: Any) -> None:
     host_run, side = run
+    host_run.run(PREPARE)
     saved = host_run.load()
     saved["drain_asked"] = time.time()  # asked, then killed before anything was recorded
     host_run.save(saved)
     side.drained = True
-    out = host_run.run(PREPARE)  # the flag is ours: no refusal, the drain step runs again
+    out = host_run.run("drain")  # the flag is ours: the drain step runs again
     assert [c for c in side.calls if c in ("health", "drain")] == ["health", "drain"]
-    assert out["detail"]["drain"]["changed"] is False
+    assert out["detail"]["changed"] is False
     # the drain the killed attempt made is in the audit trail, once
     drains = [e for e in host_run.ctx.audit.entries() if e["setting"] == "service"]
     assert [(e["old"], e["new"]) for e in drains] == [("in service", "drained")]

@@ -24,6 +24,7 @@ from fleet_rollout.store import MemoryStore, RolloutState
 from fleet_rollout.wavesteps import WaveRun
 
 HOSTS = ["sim-001", "sim-002", "sim-003"]
+KERNEL = {"sysctl": {"net.core.rmem_max": 16777216}}
 ROLLOUT = "wave-1"
 FLAG = "etc/fleet/maintenance"
 # one ESTABLISHED connection on the service port :8080 (0x1F90): a drain with threshold 0 and a
@@ -53,8 +54,8 @@ class CountingHostSide(LabHostSide):
 @pytest.fixture()
 def wave(tmp_path: Any) -> Iterator[Tuple[SimBackend, CountingHostSide, RolloutContext]]:
     backend = SimBackend(str(tmp_path / "hosts"))
-    for name in HOSTS:
-        backend.power_on(boot_config(name, "early", "disabled"))
+    for name in HOSTS:  # booted with the profile's settings: the probe step sees them
+        backend.power_on(boot_config(name, "home", "disabled"))
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
         name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}}}))
@@ -63,7 +64,7 @@ def wave(tmp_path: Any) -> Iterator[Tuple[SimBackend, CountingHostSide, RolloutC
     hosts = [FleetHost(name=name, bmc_address="https://127.0.0.1:9", bmc_vendor="generic",
                        hardware_model="m1", rack=f"r{i}") for i, name in enumerate(HOSTS)]
     profile = load_profile("lab-home-snoop")
-    profile.data["kernel"] = {}  # the drain and the undrain are what is looked at here
+    profile.data["kernel"] = dict(KERNEL)
     profile.data["drain"]["timeout"] = 1
     plan = build_plan(profile, str(inventory), "all", hosts, hosts,
                       {h.name: {"compliant": False} for h in hosts}, rollout_id=ROLLOUT)
@@ -75,15 +76,22 @@ def wave(tmp_path: Any) -> Iterator[Tuple[SimBackend, CountingHostSide, RolloutC
                                "bmc_networks": ["127.0.0.0/8"]})
     ctx = RolloutContext(store, ROLLOUT, config, side, "ex-wave", "alice")
     ctx.state.update_batch(0, lambda b: b.update(approval={"approved": True, "by": "alice"}))
+    taken = side.kernel(HOSTS, "snapshot", KERNEL)  # what each host's snapshot step takes
+    side.runs.clear()
     for name in HOSTS:  # precheck and snapshot done, as each host's prepare leaves it
         run = HostRun(ctx, name)
         state = run.load()
         state["status"] = RUNNING
-        for step in ("precheck", "snapshot"):
-            state["steps"][step] = {"ok": True, "at": 1.0, "started": 1.0, "seconds": 0.0,
-                                    "detail": {}, "execution": "ex-prep"}
+        state["kernel_snapshot"] = taken[name].result["snapshot"]
+        _done(state, "precheck", "snapshot")
         run.save(state)
     yield backend, side, ctx
+
+
+def _done(state: Dict[str, Any], *steps: str) -> None:
+    for step in steps:
+        state["steps"][step] = {"ok": True, "at": 1.0, "started": 1.0, "seconds": 0.0,
+                                "detail": {}, "execution": "ex-other"}
 
 
 def _flag(backend: SimBackend, name: str) -> bool:
@@ -122,22 +130,53 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
     # run again (the workflow's retry): done hosts skipped, the restored one not ready, no run
     again = WaveRun(ctx, HOSTS).run("drain")
     assert again["skipped"] == ["sim-001", "sim-003"] and again["not_ready"] == ["sim-002"]
-    assert len(side.runs) == 3  # the restore's health read and undrain, no wave run
+    # the restore's health read, kernel restore and undrain; no wave run
+    assert [playbook for playbook, _ in side.runs[1:]] == ["health", "kernel", "undrain"]
 
-    # the undrain: one run over the hosts ready for it, the restored host left out
+    # the kernel settings: one run over the hosts ready for them
+    kernel = WaveRun(ctx, HOSTS).run("kernel")
+    assert side.runs[-1] == ("kernel", ["sim-001", "sim-003"])
+    assert kernel["done"] == ["sim-001", "sim-003"] and kernel["not_ready"] == ["sim-002"]
+    for name in ("sim-001", "sim-003"):
+        assert _read(backend, name, "proc/sys/net/core/rmem_max") == "16777216"
+        assert ctx.state.host(name)["kernel"]["changed"]
+
+    # the change (stage, reboot, wait, verify) is each host's own: recorded as done here; a
+    # value the reboot did not keep on sim-003
     for name in ("sim-001", "sim-003"):
         run = HostRun(ctx, name)
         state = run.load()
-        for step in ("stage", "reboot", "wait", "verify"):
-            state["steps"][step] = {"ok": True, "at": 2.0, "started": 2.0, "seconds": 0.0,
-                                    "detail": {}, "execution": "ex-change"}
+        _done(state, "stage", "reboot", "wait", "verify")
+        # what the probe step checks the topology against: the BIOS as it was, the profile's
+        # targets over it (a BIOS snapshot of the simulator's)
+        state["bios_snapshot"] = {"logical": {"snoop_mode": "early",
+                                              "node_interleaving": "disabled"}}
         run.save(state)
+    with open(os.path.join(backend.sysroot("sim-003"), "proc/sys/net/core/rmem_max"),
+              "w") as handle:
+        handle.write("212992\n")
+    before = len(side.runs)
+    probe = WaveRun(ctx, HOSTS).run("probe")
+    # the kernel check over both, the probe over the one whose kernel has the settings
+    assert side.runs[before:] == [("kernel", ["sim-001", "sim-003"]), ("probe", ["sim-001"])]
+    assert probe["done"] == ["sim-001"] and probe["failed"] == ["sim-003"]
+    assert "kernel settings not in effect" in probe["hosts"]["sim-003"]["error"]
+    assert probe["hosts"]["sim-001"]["detail"]["probe"]["ok"] is True
+    assert ctx.state.host("sim-003")["status"] == FAILED
+
+    # the undrain: one run over the hosts ready for it, the failed and restored hosts left out
     undrained = WaveRun(ctx, HOSTS).run("undrain")
-    assert side.runs[-1] == ("undrain", ["sim-001", "sim-003"])
-    assert undrained["done"] == ["sim-001", "sim-003"] and undrained["not_ready"] == ["sim-002"]
-    for name in ("sim-001", "sim-003"):
-        assert ctx.state.host(name)["status"] == DONE and not _flag(backend, name)
+    assert side.runs[-1] == ("undrain", ["sim-001"])
+    assert undrained["done"] == ["sim-001"]
+    assert undrained["not_ready"] == ["sim-002", "sim-003"]
+    assert ctx.state.host("sim-001")["status"] == DONE and not _flag(backend, "sim-001")
+    assert _flag(backend, "sim-003")  # failed: drained until its restore
     assert ctx.state.host("sim-002")["status"] == RESTORED
+
+
+def _read(backend: SimBackend, name: str, rel: str) -> str:
+    with open(os.path.join(backend.sysroot(name), rel)) as handle:
+        return handle.read().strip()
 
 
 def test_a_wave_step_takes_only_wave_steps_and_known_hosts(wave: Any) -> None:

@@ -15,14 +15,15 @@ after batch, nothing overlapping:
     prepare   BMC session (check and BIOS snapshot) + Ansible run (health; + one for the
               kernel snapshot when the profile changes kernel settings)
     drain     the wave's Ansible run + drain time (min(assumed drain, drain.timeout))
-    stage     BMC session (+ Ansible run when the profile changes kernel settings)
+    kernel    the wave's Ansible run when the profile changes kernel settings
+    stage     BMC session
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
               (min(assumed reboot, redfish.boot_timeout))
-    verify    BMC session + Ansible run (probe) + probe.budget_ms (+ an Ansible run for the
-              kernel check when the profile changes kernel settings, and one for irq_affinity
-              numa-local)
-    undrain   Ansible run
+    verify    BMC session (the BIOS read back)
+    probe     the wave's Ansible run (probe) + probe.budget_ms (+ one for the kernel check when
+              the profile changes kernel settings, and one for irq_affinity numa-local)
+    undrain   the wave's Ansible run
   approval wait = min(assumed human response, approval.ttl_minutes) for a batch that needs an
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
   windows = (canary.pre_windows + 1) x canary.window_seconds (the pre window lasts
@@ -115,10 +116,12 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     work = {
         PREPARE: bmc + run + kernel_run,  # one BMC session: check and BIOS snapshot
         "drain": run + drain,  # the wave's run
-        "stage": bmc + kernel_run,
+        "kernel": kernel_run,  # the wave's run
+        "stage": bmc,
         "reboot": bmc,
         "wait": bmc + reboot,
-        "verify": bmc + run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
+        "verify": bmc,
+        "probe": run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,  # the wave's run
     }
     return {step: round(assume.action_start + work[step], 1) for step in WAVE_CHAIN}

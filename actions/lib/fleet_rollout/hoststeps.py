@@ -1,9 +1,11 @@
 """The change of one host, step by step, and its restore.
 
-    precheck -> snapshot -> drain -> stage (BIOS + kernel) -> reboot -> wait -> verify -> undrain
+    precheck -> snapshot -> drain -> kernel -> stage (BIOS) -> reboot -> wait -> verify (BIOS
+    read-back) -> probe (kernel check, topology probe) -> undrain
     (the first two as one action, "prepare": one BMC session for the BIOS check and snapshot;
-    each is recorded as its own step; the drain and the undrain of a wave's hosts are one
-    action and one Ansible run over them: fleet_rollout.wavesteps)
+    each is recorded as its own step; the host-side steps of a wave's hosts, drain, kernel,
+    probe and undrain, are one action and one Ansible run (per playbook) over them:
+    fleet_rollout.wavesteps)
     on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
     policy, leave the host drained and marked.
 
@@ -315,16 +317,54 @@ class HostRun:
         if step == "drain":
             self._ask_drain(state)
 
-    def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, HostResult]]:
-        """The host-side run of a wave step, for any hosts of this host's batch."""
+    def wave_runs(self, step: str) -> bool:
+        """Whether the step has host-side work for this rollout (kernel: only when the profile
+        changes kernel settings)."""
+        return step != "kernel" or bool(self.ctx.profile.get("kernel"))
+
+    def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, Any]]:
+        """The host-side run(s) of a wave step, for any hosts of this host's batch: each host's
+        HostResult (probe: {"check", "reapply", "probe"}: a HostResult for each run the host
+        was in; a host that fails one is not in the next)."""
+        side = self.ctx.hostside
         if step == "drain":
             drain = self.ctx.profile["drain"]
             window = self._pre_window()
-            return lambda hosts: self.ctx.hostside.drain(hosts, drain["timeout"],
-                                                         drain["threshold"], window)
+            return lambda hosts: side.drain(hosts, drain["timeout"], drain["threshold"], window)
+        if step == "kernel":
+            kernel = dict(self.ctx.profile.get("kernel") or {})
+            return lambda hosts: side.kernel(hosts, "apply", kernel)
+        if step == "probe":
+            return self._probe_runs
         if step == "undrain":
-            return self.ctx.hostside.undrain
+            return side.undrain
         raise ValueError(f"{step} is not a wave step ({', '.join(WAVE_STEPS)})")
+
+    def _probe_runs(self, hosts: List[str]) -> Dict[str, Any]:
+        """The probe step's runs, each over the hosts the one before left: the kernel check
+        (when the profile changes kernel command-line words or sysctls; a host whose kernel
+        does not have them is left out), IRQ affinity re-applied (numa-local), the probe."""
+        parts: Dict[str, Dict[str, HostResult]] = {name: {} for name in hosts}
+        left = list(hosts)
+        settings = self._kernel_settings()
+        runs: List[Tuple[str, Callable[[List[str]], Dict[str, HostResult]]]] = []
+        if settings:
+            runs.append(("check", lambda names: self.ctx.hostside.kernel(names, "check",
+                                                                         settings)))
+        if self._reapplies_irq():
+            runs.append(("reapply", lambda names: self.ctx.hostside.kernel(names, "reapply")))
+        budget = int(self.ctx.profile["probe"]["budget_ms"])
+        runs.append(("probe", lambda names: self.ctx.hostside.probe(names, budget)))
+        for part, run in runs:
+            if not left:
+                break
+            results = run(left)
+            for name in left:
+                parts[name][part] = results.get(name) or HostResult(
+                    name, error=f"the {part} run gave no result for this host")
+            left = [name for name in left if parts[name][part].ok and (
+                part != "check" or parts[name][part].result.get("in_effect", False))]
+        return parts
 
     # ------------------------------------------------------------------ steps
     def _ansible(self, results: Dict[str, Any], what: str) -> Dict[str, Any]:
@@ -421,11 +461,30 @@ class HostRun:
             self.save(state)
         return result
 
+    @steps.step("kernel")
+    def step_kernel(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The profile's kernel settings applied (refused on a host without the rollout's
+        kernel snapshot); a reboot is needed when the command line changed."""
+        kernel = self.ctx.profile.get("kernel") or {}
+        result: Dict[str, Any] = {"changed": [], "reboot_required": False}
+        if kernel:
+            result = self._ansible(self.side(self.wave_call("kernel")), "kernel settings")
+            if result.get("snapshot"):
+                # the host's snapshot with the record of what the apply wrote (old values: the
+                # first snapshot's): what a restore undoes once the host has dropped its own
+                state["kernel_snapshot"] = result["snapshot"]
+            for change in result.get("changed") or []:
+                self.ctx.audit.record(self.name, "kernel", "(snapshot)", change,
+                                      self.ctx.execution_id, self.ctx.user)
+        state["kernel"] = {k: result.get(k) for k in ("changed", "reboot_required")}
+        self.save(state)
+        return dict(state["kernel"])
+
     @steps.step("stage")
     def step_stage(self, state: Dict[str, Any]) -> Dict[str, Any]:
         snap = state["bios_snapshot"]
         extra = dict(self.ctx.profile.get("bios_extra") or {})
-        with self._bmc() as (session, ctx):  # in a prepare, the precheck's session
+        with self._bmc() as (session, ctx):
             current = rf_bios.read_state(session, ctx).current
             targets = rf_bios.plan(ctx, self.targets(), current)
             if extra:
@@ -444,25 +503,11 @@ class HostRun:
         for attr, value in staged.changed.items():
             self.ctx.audit.record(self.name, f"bios.{attr}", snap["attributes"].get(attr),
                                   value, self.ctx.execution_id, self.ctx.user)
-        kernel = self.ctx.profile.get("kernel") or {}
-        kernel_result: Dict[str, Any] = {"changed": [], "reboot_required": False}
-        if kernel:
-            kernel_result = self._ansible(self.ctx.hostside.kernel([self.name], "apply", kernel),
-                                          "kernel settings")
-            if kernel_result.get("snapshot"):
-                # the host's snapshot with the record of what the apply wrote (old values: the
-                # first snapshot's): what a restore undoes once the host has dropped its own
-                state["kernel_snapshot"] = kernel_result["snapshot"]
-            for change in kernel_result.get("changed") or []:
-                self.ctx.audit.record(self.name, "kernel", "(snapshot)", change,
-                                      self.ctx.execution_id, self.ctx.user)
-        state["stage"]["kernel"] = {k: kernel_result.get(k) for k in ("changed",
-                                                                       "reboot_required")}
-        state["needs_reboot"] = bool(staged.needs_reset or kernel_result.get("reboot_required"))
+        kernel_reboot = bool((state.get("kernel") or {}).get("reboot_required"))
+        state["needs_reboot"] = bool(staged.needs_reset or kernel_reboot)
         self.save(state)
         return {"bios_changed": staged.changed, "bios_already": staged.already,
-                "commit": committed.method, "kernel_changed": kernel_result.get("changed"),
-                "needs_reboot": state["needs_reboot"]}
+                "commit": committed.method, "needs_reboot": state["needs_reboot"]}
 
     def _host_boot_id(self, look: Optional[osgate.Look] = None) -> Optional[str]:
         """The OS boot id through the host side (Ansible), None while the host does not answer:
@@ -602,19 +647,26 @@ class HostRun:
 
     @steps.step("verify")
     def step_verify(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
-
+        """The BIOS read back through Redfish has every value the profile wants."""
         check = check_desired(self.endpoint(), self.targets())
         if not check["compliant"]:
             raise RedfishError(f"BIOS read-back does not match the profile: wants "
                                f"{check['targets']}", self.name)
-        bios = check["targets"]
-        kernel = self._check_kernel_booted()
-        if self._reapplies_irq():
-            self._ansible(self.ctx.hostside.kernel([self.name], "reapply"), "kernel reapply")
-        doc = self._ansible(self.ctx.hostside.probe([self.name],
-                                                    self.ctx.profile["probe"]["budget_ms"]),
-                            "probe")
+        return {"bios": check["targets"]}
+
+    @steps.step("probe")
+    def step_probe(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The kernel the host booted has the profile's settings, IRQ affinity re-applied when
+        the profile says so, and the topology probe shows the profile's BIOS settings."""
+        from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
+
+        parts = self.side(self.wave_call("probe"))[self.name]
+        kernel = self._check_kernel_booted(parts.get("check"))
+        if "reapply" in parts or self._reapplies_irq():
+            self._ansible({self.name: parts.get("reapply") or HostResult(
+                self.name, error="not run")}, "kernel reapply")
+        doc = self._ansible({self.name: parts.get("probe") or HostResult(
+            self.name, error="not run")}, "probe")
         parsed = parse_output(json.dumps(doc), self.name)
         logical = dict(state["bios_snapshot"]["logical"])
         logical.update(self.targets())
@@ -636,7 +688,7 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        out = {"bios": bios, "probe": result.to_dict()}
+        out: Dict[str, Any] = {"probe": result.to_dict()}
         if kernel is not None:
             out["kernel"] = kernel
         return out
@@ -647,15 +699,15 @@ class HostRun:
         settings = {k: kernel[k] for k in ("cmdline", "sysctl") if kernel.get(k)}
         return settings or None
 
-    def _check_kernel_booted(self) -> Optional[Dict[str, Any]]:
+    def _check_kernel_booted(self, entry: Optional[HostResult]) -> Optional[Dict[str, Any]]:
         """The kernel the host booted has the profile's command-line words and sysctl values
         (a boot configuration written but not booted, or changed behind the pack's back,
-        fails the host: it is then restored). A verify run again checks again. Returns what
+        fails the host: it is then restored): `entry`, the kernel check's result. Returns what
         was checked (None: the profile has no kernel settings)."""
         settings = self._kernel_settings()
         if not settings:
             return None
-        checked = self._ansible(self.ctx.hostside.kernel([self.name], "check", settings),
+        checked = self._ansible({self.name: entry or HostResult(self.name, error="not run")},
                                 "kernel check")
         if not checked.get("in_effect", False):
             raise HostError("kernel settings not in effect after the reboot: " +
@@ -740,7 +792,7 @@ class HostRun:
     def _put_back(self, state: Dict[str, Any], leave: bool) -> Dict[str, Any]:
         timeouts_ = self.ctx.timeouts()
         report: Dict[str, Any] = {"host": self.name}
-        put_kernel = bool(state.get("stage", {}).get("kernel", {}).get("changed") or state.get(
+        put_kernel = bool((state.get("kernel") or {}).get("changed") or state.get(
             "kernel_snapshot"))
         before = self.ctx.hostside.health([self.name])[self.name]
         boot_before = state.get("restore_boot_id_before")

@@ -538,9 +538,9 @@ def host_restore(raw_config: Any, datastore: Any, rollout_id: str, host: str,
 
 def wave_step(raw_config: Any, datastore: Any, rollout_id: str, hosts: List[str], step: str,
               execution_id: str = "", user: str = "") -> Dict[str, Any]:
-    """One host-side step (drain, undrain) of a wave's hosts: one Ansible run over those ready
-    for it, each host's outcome recorded on its own (wavesteps.py). The hosts are of one batch
-    of the rollout (checked before anything runs)."""
+    """One host-side step (drain, kernel, probe, undrain) of a wave's hosts: one Ansible run per
+    playbook over those ready for it, each host's outcome recorded on its own (wavesteps.py).
+    The hosts are of one batch of the rollout (checked before anything runs)."""
     ctx = context(raw_config, datastore, rollout_id, execution_id, user)
     names = list(dict.fromkeys(hosts))
     if not names:

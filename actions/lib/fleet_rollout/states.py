@@ -17,25 +17,24 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Tuple, TypeVar
 
 # ----------------------------------------------------------------------------- host steps
-HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "stage", "reboot", "wait",
-                               "verify", "undrain")
+HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "kernel", "stage", "reboot",
+                               "wait", "verify", "probe", "undrain")
 # a wave is the hosts of a batch changed together (at most the profile's batches.parallel):
 # the host-side steps every host of a wave needs at the same point are one action and one
 # ansible-playbook run over the wave's hosts (the wave_step action), each host's outcome
 # recorded on its own; the others are one action per host (host_step), Redfish work per host
-WAVE_STEPS: Tuple[str, ...] = ("drain", "undrain")
+WAVE_STEPS: Tuple[str, ...] = ("drain", "kernel", "probe", "undrain")
 # precheck and snapshot in one host action (the host_change workflow's first part): one BMC
 # session for the BIOS check and snapshot; each is recorded as its own step
 PREPARE = "prepare"
 PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:2]
-# the host_change workflow's second part, after the wave's drain: the host_step tasks before the
-# wave's undrain
+# the host_change workflow's second part, between the wave's kernel settings and its probe
 CHANGE_STEPS: Tuple[str, ...] = ("stage", "reboot", "wait", "verify")
 # the host_change workflow's chain of host_step tasks; the action takes these and every step
 WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + CHANGE_STEPS
-# what a wave runs, in order: each host's prepare, the wave's drain, each host's change, the
-# wave's undrain
-WAVE_CHAIN: Tuple[str, ...] = (PREPARE, WAVE_STEPS[0]) + CHANGE_STEPS + (WAVE_STEPS[1],)
+# what a wave runs, in order: each host's prepare, the wave's drain and kernel settings, each
+# host's change, the wave's probe and undrain
+WAVE_CHAIN: Tuple[str, ...] = (PREPARE,) + WAVE_STEPS[:2] + CHANGE_STEPS + WAVE_STEPS[2:]
 RESTORE_STEP = "restore"
 ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS + (RESTORE_STEP,)
 TIMELINE_STEPS: Tuple[str, ...] = HOST_STEPS + (RESTORE_STEP,)

@@ -35,12 +35,14 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
         "precheck": bmc + ANSIBLE,
         "snapshot": bmc + ANSIBLE,  # the kernel snapshot
         "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
-        "stage": 2 * bmc + ANSIBLE,  # the kernel settings
+        "kernel": ANSIBLE,
+        "stage": 2 * bmc,
         "reboot": reset + ANSIBLE,
         # settings applied (boot), then the OS (boot)
         "wait": 2 * boot + bmc + ANSIBLE,
-        # the BIOS read back, the kernel check, IRQ affinity re-applied, the probe
-        "verify": bmc + 3 * ANSIBLE + probe,
+        "verify": bmc,  # the BIOS read back
+        # the kernel check, IRQ affinity re-applied, the probe
+        "probe": 3 * ANSIBLE + probe,
         "undrain": ANSIBLE,
         # health, kernel restore, BIOS restore with its reset and apply wait, a reset for the
         # kernel, the OS back, the read-back, undrain

@@ -37,7 +37,7 @@ from fleet_rollout.states import PREPARE, PREPARE_STEPS
 from fleet_rollout.store import RolloutState, Store
 
 HOST_STEP = "fleet_rollout.host_step"  # every step and restore of a host
-WAVE_STEP = "fleet_rollout.wave_step"  # the drain and the undrain of a wave's hosts
+WAVE_STEP = "fleet_rollout.wave_step"  # the host-side steps of a wave's hosts
 WATCHED = (HOST_STEP, WAVE_STEP)
 RECOVER = "fleet_rollout.recover_host"
 RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.rollback": "rollback"}

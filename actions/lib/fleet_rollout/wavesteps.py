@@ -1,9 +1,11 @@
-"""A wave step: one host-side step of every host of a wave, as one ansible-playbook run.
+"""A wave step: one host-side step of every host of a wave, as one ansible-playbook run per
+playbook it needs.
 
 A wave is the hosts of a batch changed together (at most the profile's batches.parallel). The
-steps every host of a wave needs at the same point and that are host-side work only (the drain
-and the undrain: states.WAVE_STEPS) are one `fleet_rollout.wave_step` action and one run of
-their playbook over the wave's hosts that are ready for it. Each host's outcome is recorded on
+steps every host of a wave needs at the same point and that are host-side work only (the drain,
+the kernel settings, the probe with its kernel check, the undrain: states.WAVE_STEPS) are one
+`fleet_rollout.wave_step` action and one run of each of their playbooks over the wave's hosts
+that are ready for it. Each host's outcome is recorded on
 its own, exactly as the host's own step would record it (HostRun.begin / finish with the wave's
 result): one host that fails fails alone, and the workflow restores only it.
 
@@ -77,10 +79,12 @@ class WaveRun:
         if not ready:
             return out
         names = [host_run.name for host_run, _ in ready]
-        try:
-            results = ready[0][0].wave_call(step)(names)
-        except FleetRolloutError as err:  # the run could not start: every host fails with it
-            results = {name: HostResult(name, error=str(err)) for name in names}
+        results: Dict[str, Any] = {}
+        if ready[0][0].wave_runs(step):
+            try:
+                results = ready[0][0].wave_call(step)(names)
+            except FleetRolloutError as err:  # the run could not start: every host fails
+                results = {name: HostResult(name, error=str(err)) for name in names}
         for host_run, state in ready:
             name = host_run.name
             host_run.wave = {name: results.get(name) or HostResult(
