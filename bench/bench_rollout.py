@@ -489,17 +489,14 @@ def _median(values: List[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
-def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
-                       probe_seconds: float = 0.0, kernel_check: bool = False) -> Any:
+def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) -> Any:
     """The estimate's Assumptions as this run measured them (medians over the hosts' recorded
     steps): an Ansible run = the undrain step (the wave's one playbook run), a BMC session =
-    the verify step beyond its runs (the probe; the kernel check with `kernel_check`) and the
-    probe's budget (`probe_seconds`; the bench's profile re-applies no kernel settings), the
-    drain = the drain step beyond its run, the reboot = the reboot and wait steps beyond their
-    two BMC sessions (the reboot step waits for the shutdown), an action's start = the gap
-    before each step after the first (the two steps of a prepare follow each other in one
-    action), and the controller's CPU per host. No approval wait (the bench approves
-    nothing)."""
+    the verify step (the BIOS read back), the drain = the drain step beyond its run, the
+    reboot = the reboot and wait steps beyond their two BMC sessions (the reboot step waits
+    for the shutdown), an action's start = the gap before each step after the first (the two
+    steps of a prepare follow each other in one action), and the controller's CPU per host.
+    No approval wait (the bench approves nothing)."""
     from fleet_rollout.estimate import Assumptions
     from fleet_rollout.states import HOST_STEPS, PREPARE_STEPS
 
@@ -517,8 +514,7 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float,
         if "reboot" in took and "wait" in took:
             reboots.append(took["reboot"] + took["wait"])
     run = _median(spans.get("undrain", []))
-    runs_in_verify = 2 if kernel_check else 1
-    bmc = max(0.0, _median(spans.get("verify", [])) - runs_in_verify * run - probe_seconds)
+    bmc = _median(spans.get("verify", []))
     return Assumptions(approval_response=0.0, bmc_session=round(bmc, 2),
                        ansible_run=round(run, 2),
                        drain=round(max(0.0, _median(spans.get("drain", [])) - run), 2),
@@ -549,9 +545,7 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     per_host = float(stated["per_host"]) or 1.0
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
-    kernel = plan["profile"].get("kernel") or {}
-    fitted = fitted_assumptions(hosts, cpu_per_host, bench.probe_budget_ms / 1000.0,
-                                bool(kernel.get("cmdline") or kernel.get("sysctl")))
+    fitted = fitted_assumptions(hosts, cpu_per_host)
     fitted_estimate = estimate_plan(plan, fitted)
     fit = fitted_estimate["totals"]["expected"]
     # what the counter windows took beyond their length (pre: its windows; post: the soak and
