@@ -151,7 +151,9 @@ class Watch:
 
     def show_tasks(self, root_id: str) -> None:
         """The workflow's own tasks (counter windows, judging, rollback) as they finish."""
-        quiet = ("fleet_rollout.host_step", "chatops.post_message", "core.ask")
+        # host steps show as each host's steps (show_steps)
+        quiet = ("fleet_rollout.host_step", "fleet_rollout.wave_step", "chatops.post_message",
+                 "core.ask")
         for task in self.store.find_executions("root_id=? AND end_ts IS NOT NULL", (root_id,),
                                                order="end_ts, rowid"):
             if task["id"] in self.tasks_seen or task["id"] == root_id:
