@@ -1,8 +1,8 @@
 """Action runners that die during host actions (the runtime's dead_runner setting: what st2
 does after a SIGKILLed st2actionrunner: the action's work done, its execution `running` for
 good, the workflow waiting). The pack's watchdog (the interval-timer rule watch_host_actions)
-finds each stale execution, recovers its host (fleet_rollout.recover_host: the host's change run
-again, every step idempotent) and completes the waiting workflow; the rollout ends with every
+finds each stale execution, recovers its host (fleet_rollout.recover_host: the host's part of the
+change, or its wave, run again, every step idempotent) and completes the waiting workflow; the rollout ends with every
 host done or restored, none drained, no second reset, each stale execution in the audit trail
 and in chat."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rollout_support import SimLab, error_text
 
 DYING = ["fleet_rollout.host_step step=prepare", "fleet_rollout.host_step step=reboot",
          "fleet_rollout.host_step step=wait", "fleet_rollout.host_step step=verify",
-         "fleet_rollout.host_step step=undrain", "fleet_rollout.host_step step=restore"]
+         "fleet_rollout.wave_step step=undrain", "fleet_rollout.host_step step=restore"]
 DONE = ("succeeded", "failed", "canceled", "timeout", "abandoned")
 
 
@@ -81,7 +81,8 @@ def test_runners_dying_in_every_host_action_leave_no_host_drained(tmp_path):
         for record in stale.values():
             assert record["recovery"] and record["settled"] in ("succeeded", "failed"), record
         # the dead executions stay running (as on st2); nothing else of the rollout does
-        running = {e["id"] for a in ("fleet_rollout.host_step", "fleet_rollout.host_change",
+        running = {e["id"] for a in ("fleet_rollout.host_step", "fleet_rollout.wave_step",
+                                     "fleet_rollout.host_change", "fleet_rollout.wave_change",
                                      "fleet_rollout.rollout_batch")
                    for e in _executions(lab, a, "running")}
         assert running <= set(dead)

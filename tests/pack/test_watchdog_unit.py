@@ -30,6 +30,7 @@ class FakeApi:
         self.executions: Dict[str, Dict[str, Any]] = {}
         self.completed_liveactions: set = set()
         self.puts: List[Any] = []
+        self.results: Dict[str, Any] = {}
         self.posts: List[Any] = []
 
     def add(self, ex_id: str, ref: str, status: str = "running", parent: str = "",
@@ -50,6 +51,7 @@ class FakeApi:
     def put(self, path: str, body: Any) -> Any:
         ex_id = path.split("/")[1]
         self.puts.append((ex_id, body["status"]))
+        self.results[ex_id] = body.get("result")
         if ex_id in self.completed_liveactions or self.executions[ex_id]["status"] not in (
                 "running", "paused", "canceling"):
             raise ApiRefused("Execution is already in completed state.", 400)
@@ -178,27 +180,38 @@ def test_a_stale_execution_nothing_waits_for_is_left(dog):
     assert done["action"] == "left" and api.posts == []
 
 
-def test_a_wave_step_is_stale_only_past_its_timeout_and_is_timed_out_for_the_retry(dog):
-    """A wave step names its hosts, not a host: judged by its time alone (its hosts' outcomes
-    are recorded one by one); past its timeout and the grace it is completed as timed out, so
-    the wave's retry runs it again."""
+def test_a_wave_step_is_stale_past_the_grace_after_its_recorded_end_or_its_timeout(dog):
+    """A wave step names its hosts, not a host: its work has ended when its outcome is
+    recorded under its execution id (one host's step outcome is not the end); then it is
+    completed with that outcome (what the wave's workflow reads); without one, past its
+    timeout and the grace, as timed out (the wave's retry runs it again)."""
     dog_, api = dog
     api.add("w1", watchdog.WAVE_STEP, parent="wc1", rollout_id="r1", hosts=["h1", "h2"],
             step="drain", timeout=1000, started=NOW - 900)
-    _step_done(dog_, "h1", "drain", "w1", True, NOW - 800)  # one host's outcome: not the end
+    _step_done(dog_, "h1", "drain", "w1", True, NOW - 800)
     assert dog_.check() == []
-    api.executions["w1"]["start_timestamp"] = _ts(NOW - 1200)
+    outcome = {"step": "drain", "done": ["h1"], "failed": ["h2"], "skipped": [],
+               "not_ready": [], "hosts": {}}
+    RolloutState(dog_.store, "r1").end_wave("w1", outcome)  # now: before the dog's NOW
     [done] = dog_.check(execution_id="wd1")
-    assert api.puts == [("w1", "timeout")] and done["status"] == "timeout"
-    assert done["host"] == "h1, h2"
+    assert api.puts == [("w1", "succeeded")] and done["host"] == "h1, h2"
+    assert api.results["w1"]["result"]["failed"] == ["h2"]
+    api.add("w2", watchdog.WAVE_STEP, parent="wc1", rollout_id="r1", hosts=["h3"],
+            step="undrain", timeout=100, started=NOW - 300)
+    [timed] = dog_.check()
+    assert api.puts[-1] == ("w2", "timeout") and timed["status"] == "timeout"
 
 
-def test_a_stale_wave_step_st2_refuses_to_complete_is_left_and_reported(dog):
+def test_a_stale_wave_step_st2_refuses_to_complete_reruns_its_wave(dog):
     dog_, api = dog
-    api.add("wc1", "fleet_rollout.wave_change", rollout_id="r1", hosts=["h1", "h2"])
+    api.add("wc1", "fleet_rollout.wave_change", rollout_id="r1", hosts=["h1", "h2"],
+            timeouts={"drain": 700})
     api.add("w1", watchdog.WAVE_STEP, parent="wc1", rollout_id="r1", hosts=["h1", "h2"],
             step="undrain", timeout=100, started=NOW - 300)
     api.completed_liveactions.add("w1")
     [done] = dog_.check()
-    assert done["action"] == "left" and api.posts == []
-    assert "h1, h2" in done["message"]
+    assert done["recovery"] == "rec1" and "h1, h2" in done["message"]
+    [body] = api.posts
+    assert body["parameters"]["rerun"] == "wave_change"
+    assert body["parameters"]["hosts"] == ["h1", "h2"] and body["parameters"]["host"] == "h1"
+    assert body["parameters"]["timeouts"] == {"drain": 700}

@@ -619,6 +619,15 @@ class RolloutState:
                      ) -> Dict[str, Any]:
         return self._update_fields(f"stale.{execution_id}", change)
 
+    def end_wave(self, execution_id: str, outcome: Dict[str, Any]) -> None:
+        """A wave step's end, with its outcome (done, failed, ... host lists): what the
+        watchdog reads when the wave step's execution outlives its action runner."""
+        self.store.set_json(key(self.id, "wave", execution_id),
+                            {"at": time.time(), "outcome": outcome})
+
+    def wave_end(self, execution_id: str) -> Optional[Dict[str, Any]]:
+        return self.store.get_json(key(self.id, "wave", execution_id))
+
     def save_host(self, name: str, state: Dict[str, Any]) -> None:
         self.store.set_json(key(self.id, "host", name), state)
 

@@ -17,8 +17,8 @@ rollout's state, set under a lock):
   timed out: the workflow's retry runs the step again, idempotently). st2 accepts that while its
   LiveAction is still active, and the workflow goes on from the step's own outcome;
 - st2 refuses it (400) when the runner wrote the LiveAction before it died: then
-  `fleet_rollout.recover_host` runs the host's change (or the rollback) again (not for a wave
-  step: it is left running and reported, and a person cancels its workflow), every step
+  `fleet_rollout.recover_host` runs the host's part of the change (a wave step: its wave; or the
+  rollback) again, every step
   idempotent (a finished step is skipped, a reset is never sent twice, a halted rollout's host
   is restored), and completes the waiting workflow with that outcome.
 
@@ -40,7 +40,8 @@ HOST_STEP = "fleet_rollout.host_step"  # every step and restore of a host
 WAVE_STEP = "fleet_rollout.wave_step"  # the host-side steps of a wave's hosts
 WATCHED = (HOST_STEP, WAVE_STEP)
 RECOVER = "fleet_rollout.recover_host"
-RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.rollback": "rollback"}
+RERUN_OF = {"fleet_rollout.host_change": "host_change", "fleet_rollout.wave_change": "wave_change",
+            "fleet_rollout.rollback": "rollback"}
 ACTIVE = ("running", "pausing", "paused", "resuming", "canceling")
 DEFAULT_TIMEOUT = 600.0  # st2's python runner, when an execution names none
 LIMIT = 100  # executions per list request (st2api's maximum for a non-admin)
@@ -108,6 +109,17 @@ def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dic
     return {"ok": bool(record.get("ok")), "at": float(record["at"]), "error": error}
 
 
+def wave_ended(state: RolloutState, execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A wave step's end as it recorded it ({ok, at, error, result}: a wave step that ended
+    succeeded, its hosts' outcomes in its result, as the wave's workflow reads them), or None
+    while it has not ended."""
+    end = state.wave_end(str(execution.get("id")))
+    if not isinstance(end, dict) or not isinstance(end.get("at"), (int, float)):
+        return None
+    return {"ok": True, "at": float(end["at"]), "error": None,
+            "result": dict(end.get("outcome") or {})}
+
+
 class Watchdog:
     def __init__(self, api: Any, store: Store, grace: float,
                  clock: Callable[[], float] = time.time) -> None:
@@ -123,16 +135,16 @@ class Watchdog:
         return found
 
     def judge(self, execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """Why this running host action is stale (None: it is not, or not ours to judge). A
-        wave step is judged by its time only (its hosts' outcomes are recorded one by one)."""
+        """Why this running host action is stale (None: it is not, or not ours to judge)."""
         params = execution.get("parameters") or {}
         rollout_id = params.get("rollout_id")
         if not isinstance(rollout_id, str) or not target(params):
             return None
         now = self.clock()
         host = params.get("host")
-        ended = work_ended(RolloutState(self.store, rollout_id).host(host), execution) \
-            if isinstance(host, str) else None
+        state = RolloutState(self.store, rollout_id)
+        ended = work_ended(state.host(host), execution) if isinstance(host, str) else \
+            wave_ended(state, execution)
         if ended is not None and now - ended["at"] > self.grace:
             return {"why": f"its work ended {int(now - ended['at'])} s ago and its execution "
                            "never did", "ended": ended}
@@ -183,7 +195,8 @@ class Watchdog:
         ended = why.get("ended")
         if ended is not None:
             status = "succeeded" if ended["ok"] else "failed"
-            result = {"result": {"watchdog": why["why"]}} if ended["ok"] else {
+            result = {"result": dict(ended.get("result") or {}, watchdog=why["why"])} \
+                if ended["ok"] else {
                 "error": str(ended.get("error") or "the step failed"), "watchdog": why["why"]}
         else:
             status = "timeout"
@@ -198,14 +211,14 @@ class Watchdog:
         parent_id = str(execution.get("parent") or "")
         parent = self.api.execution(parent_id) if parent_id else {}
         rerun = RERUN_OF.get(str((parent.get("action") or {}).get("ref")))
-        if rerun is None or parent.get("status") not in ACTIVE or \
-                not isinstance(execution["parameters"].get("host"), str):
+        if rerun is None or parent.get("status") not in ACTIVE:
             return {"action": "left", "status": "running",
                     "note": "its execution cannot be completed and no workflow waits for it"}
         given = parent.get("parameters") or {}
         params = execution["parameters"]
+        host = params.get("host") if isinstance(params.get("host"), str) else params["hosts"][0]
         started = self.api.post("executions", {"action": RECOVER, "parameters": {
-            "rollout_id": params["rollout_id"], "host": params["host"], "stale": ex_id,
+            "rollout_id": params["rollout_id"], "host": host, "stale": ex_id,
             "parent": parent_id, "rerun": rerun, "timeouts": given.get("timeouts") or {},
             "part": str(given.get("part") or "prepare"),
             "hosts": given.get("hosts"), "cause": str(given.get("cause") or "operator"),

@@ -77,7 +77,7 @@ class WaveRun:
             host_run.before_run(step, began["state"])  # saved before the run is sent
             ready.append((host_run, began["state"]))
         if not ready:
-            return out
+            return self._ended(out)
         names = [host_run.name for host_run, _ in ready]
         results: Dict[str, Any] = {}
         if ready[0][0].wave_runs(step):
@@ -99,6 +99,13 @@ class WaveRun:
                 out["hosts"][name] = {"detail": finished["detail"]}
             finally:
                 host_run.wave = None
+        return self._ended(out)
+
+    def _ended(self, out: Dict[str, Any]) -> Dict[str, Any]:
+        """The outcome, recorded under this execution's id (the watchdog's evidence that the
+        wave step's work ended, should its execution outlive its runner)."""
+        if self.ctx.execution_id:
+            self.ctx.state.end_wave(self.ctx.execution_id, out)
         return out
 
 
