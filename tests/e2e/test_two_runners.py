@@ -71,12 +71,14 @@ def _apart(docs: List[Dict[str, Any]]) -> None:
         assert s2 >= e1 - 0.05, spans
 
 
-def _fast_profile(lab: SimLab, size: int) -> str:
+def _fast_profile(lab: SimLab, size: int, **more: Any) -> str:
+    """home-snoop with one batch of `size` hosts changed at once, no approval; `more`: other
+    profile sections to override."""
     return lab.profile("home-snoop", approval={"required": False},
                        batches={"canary_size": size, "max_batch": size, "growth": 1,
                                 "parallel": size, "control_ratio": 2,
                                 "max_unavailable_per_rack": size,
-                                "max_unavailable_per_site": size})
+                                "max_unavailable_per_site": size}, **more)
 
 
 def test_two_rollouts_racing_for_the_same_hosts_one_holds_each(tmp_path):
@@ -155,16 +157,11 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
     lab = _lab(tmp_path, 4, reboot_seconds=60)
     try:
         lab.set_config(watchdog_grace=5)
-        profile = lab.profile("home-snoop", approval={"required": False},
-                              redfish={"boot_timeout": 180},
-                              batches={"canary_size": 2, "max_batch": 2, "growth": 1,
-                                       "parallel": 2, "control_ratio": 2,
-                                       "max_unavailable_per_rack": 2,
-                                       "max_unavailable_per_site": 2})
+        profile = _fast_profile(lab, 2, redfish={"boot_timeout": 180})
         hosts = _plan(lab, profile, "killed", "all")
         host = hosts[0]
-        timeouts = {"prepare": 600, "drain": 600, "stage": 600, "reboot": 600, "wait": 120,
-                    "verify": 600, "undrain": 600, "restore": 900}
+        timeouts = {"prepare": 600, "drain": 600, "kernel": 600, "stage": 600, "reboot": 600,
+                    "wait": 120, "verify": 600, "probe": 600, "undrain": 600, "restore": 900}
         change = _start(lab, "fleet_rollout.wave_change", rollout_id="killed", hosts=host,
                         timeouts=timeouts)
         # the host is rebooting (the reset sent, its marker saved before the POST) and the
@@ -216,12 +213,7 @@ def test_a_restore_waits_for_the_wave_step_that_names_its_host(tmp_path):
     host is drained and left to its wave."""
     lab = _lab(tmp_path, 4)
     try:
-        profile = lab.profile("home-snoop", approval={"required": False},
-                              drain={"timeout": 20},
-                              batches={"canary_size": 2, "max_batch": 2, "growth": 1,
-                                       "parallel": 2, "control_ratio": 2,
-                                       "max_unavailable_per_rack": 2,
-                                       "max_unavailable_per_site": 2})
+        profile = _fast_profile(lab, 2, drain={"timeout": 20})
         hosts = _plan(lab, profile, "wave", "all")
         for host in hosts:
             done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="wave",
