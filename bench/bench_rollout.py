@@ -465,18 +465,18 @@ def _stored_rollout(home: str, rollout_id: Any) -> Tuple[Dict[str, Any],
 def _critical_path(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
                    bench: RolloutBench) -> Dict[str, float]:
     """Per batch, waves (ceil(hosts / parallel)) x the slowest host's time from reset to
-    verified, plus the soak and the counter windows: the post window and the pre window,
-    `canary.pre_windows` windows long (measured: what the hosts took); and the same with each
-    host's part being only the sim's reboot plus the probe budget (pure: what no controller can
-    avoid, however fast)."""
+    verified (its probe step done), plus the soak and the counter windows: the post window and
+    the pre window, `canary.pre_windows` windows long (measured: what the hosts took); and the
+    same with each host's part being only the sim's reboot plus the probe budget (pure: what no
+    controller can avoid, however fast)."""
     windows = 1 + pre_windows((plan.get("profile") or {}).get("canary") or {})
     measured = pure = 0.0
     for batch in plan.get("batches") or []:
         slowest = 0.0
         for host in batch["hosts"]:
             steps = (hosts.get(host) or {}).get("steps", {})
-            if "reboot" in steps and "verify" in steps:
-                slowest = max(slowest, steps["verify"]["at"] - steps["reboot"]["started"])
+            if "reboot" in steps and "probe" in steps:
+                slowest = max(slowest, steps["probe"]["at"] - steps["reboot"]["started"])
         waves = -(-len(batch["hosts"]) // bench.parallel)  # `parallel` hosts at a time
         fixed = bench.soak + windows * bench.window
         measured += waves * slowest + fixed
@@ -600,17 +600,18 @@ def batch_phases(home: str) -> List[Dict[str, Any]]:
     return out
 
 
-HOST_SPANS = (("prepare", "precheck", "started", "stage", "at"),
+HOST_SPANS = (("before_reset", "precheck", "started", "stage", "at"),
               ("to_reboot", "stage", "at", "reboot", "started"),
-              ("reset_verified", "reboot", "started", "verify", "at"),
-              ("to_undrain", "verify", "at", "undrain", "started"),
+              ("reset_verified", "reboot", "started", "probe", "at"),
+              ("to_undrain", "probe", "at", "undrain", "started"),
               ("undrain", "undrain", "started", "undrain", "at"))
 
 
 def host_spans(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Where each batch's change phase went, from the hosts' recorded steps: per span (prepare:
-    precheck started to stage done; to_reboot: the next action's start; reset_verified: the
-    critical path's part; to_undrain; undrain) its median and largest seconds over the batch."""
+    """Where each batch's change phase went, from the hosts' recorded steps: per span
+    (before_reset: precheck started to stage done, the wave's drain and kernel settings among
+    them; to_reboot: the next action's start; reset_verified: the critical path's part, reset to
+    probed; to_undrain; undrain) its median and largest seconds over the batch."""
     out: List[Dict[str, Any]] = []
     for batch in plan.get("batches") or []:
         row: Dict[str, Any] = {}
