@@ -1,10 +1,10 @@
 """Action runners that die during host actions (the runtime's dead_runner setting: what st2
 does after a SIGKILLed st2actionrunner: the action's work done, its execution `running` for
 good, the workflow waiting). The pack's watchdog (the interval-timer rule watch_host_actions)
-finds each stale execution, recovers its host (fleet_rollout.recover_host: the host's part of the
-change, or its wave, run again, every step idempotent) and completes the waiting workflow; the rollout ends with every
-host done or restored, none drained, no second reset, each stale execution in the audit trail
-and in chat."""
+finds each stale execution, recovers its host (fleet_rollout.recover_host: the host's part of
+the change, or its wave, run again, every step idempotent) and completes the waiting workflow;
+the rollout ends with every host done or restored, none drained, no second reset, each stale
+execution in the audit trail and in chat."""
 from __future__ import annotations
 
 import json
