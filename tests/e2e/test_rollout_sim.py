@@ -308,7 +308,7 @@ def test_happy_path_20_hosts_in_4_batches(tmp_path):
 
 
 def _fingerprint(keys, host):
-    detail = keys[f"host.{host}"]["steps"]["verify"]["detail"]
+    detail = keys[f"host.{host}"]["steps"]["probe"]["detail"]
     return detail["probe"]["numbers"]["fingerprint"]
 
 
@@ -353,7 +353,7 @@ def test_a_host_unlike_the_verified_canaries_fails_verification_and_is_restored(
     status = sim.run("fleet_rollout.status", rollout_id=rollout_id)
     assert "proceed:alice" in output(status)["table"]
     state = keys[f"host.{odd}"]
-    assert state["status"] == "restored" and state["error"]["step"] == "verify", state
+    assert state["status"] == "restored" and state["error"]["step"] == "probe", state
     assert "fingerprint: remote_ns" in state["error"]["message"], state["error"]
     assert "outside the spread of 2 control hosts" in state["error"]["message"]
     sim.wait_idle()
