@@ -14,7 +14,7 @@ or a resumed workflow finds finished steps done (a with-items retry re-runs ever
 and restores run one at a time per host, across rollouts and action runners: each is one
 `fleet_rollout.host_step` execution, and StackStorm's concurrency policy on its `host` runs one
 per host at a time (policies/host_step_one_at_a_time.yaml); a restore also waits for any wave
-step naming the host (service.wait_for_waves). A step refuses unless the host's
+step naming the host (wavesteps.wait_for_waves). A step refuses unless the host's
 batch has a recorded approval, the rollout is not halted and no restore has begun; a host
 belongs to one rollout at a time (claims). The first snapshots (BIOS and kernel) are taken
 before the drain and never overwritten; a drain is marked as asked for before it is sent (a
@@ -154,9 +154,9 @@ class HostRun:
         # when this action began its work on the host: a drain asked for before it
         # (drain_asked, a time) was asked by an earlier attempt
         self._began = time.time()
-        # in a wave step (WaveRun): the results of the wave's one host-side run, this host's
-        # among them; None: the step runs its own
-        self.wave: Optional[Dict[str, HostResult]] = None
+        # in a wave step (WaveRun): this host's result of the wave's host-side run(s), as
+        # wave_call gives it; None: the step runs its own
+        self.wave: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -303,8 +303,7 @@ class HostRun:
             claims.release(self.ctx.store, self.name, self.ctx.rollout_id)
         return {"host": self.name, "step": step, "skipped": False, "detail": detail}
 
-    def side(self, call: Callable[[List[str]], Dict[str, HostResult]]
-             ) -> Dict[str, HostResult]:
+    def side(self, call: Callable[[List[str]], Dict[str, Any]]) -> Dict[str, Any]:
         """This host's result of a host-side step's run: the wave's (WaveRun ran it over every
         host of the wave), else `call` for this host alone."""
         if self.wave is not None:

@@ -9,18 +9,17 @@ rollback) workflow that ran it waits, with the host drained.
 `fleet_rollout.watchdog` (an interval-timer rule runs it every minute) reads the running host
 actions (host steps and wave steps) through the st2 API. One is stale when its work ended (the
 step recorded its outcome, with its execution id, in the host's state) more than
-`watchdog_grace` seconds ago, or when it has run longer than its timeout plus that grace (a wave
-step: only then). For each, once (a record per execution in the
-rollout's state, set under a lock):
+`watchdog_grace` seconds ago (a wave step: its outcome recorded under its execution id), or
+when it has run longer than its timeout plus that grace. For each, once (a record per execution
+in the rollout's state, set under a lock):
 
 - its own execution is completed through the API with the outcome the step recorded (or as
   timed out: the workflow's retry runs the step again, idempotently). st2 accepts that while its
   LiveAction is still active, and the workflow goes on from the step's own outcome;
 - st2 refuses it (400) when the runner wrote the LiveAction before it died: then
   `fleet_rollout.recover_host` runs the host's part of the change (a wave step: its wave; or the
-  rollback) again, every step
-  idempotent (a finished step is skipped, a reset is never sent twice, a halted rollout's host
-  is restored), and completes the waiting workflow with that outcome.
+  rollback) again, every step idempotent (a finished step is skipped, a reset is never sent
+  twice, a halted rollout's host is restored), and completes the waiting workflow with that outcome.
 
 Each is written to the audit trail and reported in chat.
 """
@@ -82,6 +81,15 @@ def target(params: Dict[str, Any]) -> str:
     if isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts):
         return ", ".join(hosts)
     return ""
+
+
+def timeout_of(execution: Dict[str, Any]) -> float:
+    """The seconds st2's runner gives the execution (its `timeout` parameter, else st2's
+    default)."""
+    try:
+        return float((execution.get("parameters") or {}).get("timeout") or DEFAULT_TIMEOUT)
+    except (TypeError, ValueError):
+        return DEFAULT_TIMEOUT
 
 
 def step_name(execution: Dict[str, Any]) -> str:
@@ -149,10 +157,7 @@ class Watchdog:
             return {"why": f"its work ended {int(now - ended['at'])} s ago and its execution "
                            "never did", "ended": ended}
         started = running_since(execution)
-        try:
-            timeout = float(params.get("timeout") or DEFAULT_TIMEOUT)
-        except (TypeError, ValueError):
-            timeout = DEFAULT_TIMEOUT
+        timeout = timeout_of(execution)
         if ended is None and started is not None and now - started > timeout + self.grace:
             return {"why": f"it has run {int(now - started)} s, past its timeout of "
                            f"{int(timeout)} s", "ended": None, "timeout": timeout}

@@ -5,9 +5,9 @@ A wave is the hosts of a batch changed together (at most the profile's batches.p
 steps every host of a wave needs at the same point and that are host-side work only (the drain,
 the kernel settings, the probe with its kernel check, the undrain: states.WAVE_STEPS) are one
 `fleet_rollout.wave_step` action and one run of each of their playbooks over the wave's hosts
-that are ready for it. Each host's outcome is recorded on
-its own, exactly as the host's own step would record it (HostRun.begin / finish with the wave's
-result): one host that fails fails alone, and the workflow restores only it.
+that are ready for it. Each host's outcome is recorded on its own, exactly as the host's own
+step would record it (HostRun.begin / finish with the wave's result): one host that fails fails
+alone, and the workflow restores only it.
 
 A host is ready for a wave step when the step before it is done and the host is neither failed
 nor on its way back; a host that is not ready is left out (its own workflow restored it, or
@@ -15,7 +15,7 @@ will). A step done before (a retry, a resume) is skipped.
 
 Nothing else touches a host while a wave step runs on it: the steps before and after it are the
 same workflow's, a step of another rollout is refused (claims), and a restore of the host waits
-until no wave step naming it runs (service.wait_for_waves).
+until no wave step naming it runs (wait_for_waves).
 """
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ from fleet_rollout.errors import ConfigError, FleetRolloutError
 from fleet_rollout.hostside.ansible_run import HostResult
 from fleet_rollout.hoststeps import HostRun, RolloutContext
 from fleet_rollout.states import FAILED, HOST_STEPS, RESTORE_STATES, WAVE_STEPS
-from fleet_rollout.watchdog import DEFAULT_TIMEOUT, LIMIT, running_since
+from fleet_rollout.watchdog import LIMIT, WAVE_STEP, running_since, timeout_of
 
-WAVE_STEP = "fleet_rollout.wave_step"
 # seconds past a wave execution's timeout after which a restore stops waiting for it: StackStorm
 # has ended its action by then (the python runner kills it at its timeout) unless the action
 # runner died, and a dead runner's action touches nothing
@@ -134,12 +133,7 @@ def wait_for_waves(api: Any, host: str, clock: Callable[[], float] = time.time,
         live = []
         for execution in waves_naming(api, host):
             since = running_since(execution)
-            try:
-                timeout = float((execution.get("parameters") or {}).get("timeout")
-                                or DEFAULT_TIMEOUT)
-            except (TypeError, ValueError):
-                timeout = DEFAULT_TIMEOUT
-            if since is None or clock() - since <= timeout + WAVE_GRACE:
+            if since is None or clock() - since <= timeout_of(execution) + WAVE_GRACE:
                 live.append(str(execution.get("id")))
         if not live:
             waited["seconds"] = round(clock() - start, 1)
