@@ -244,20 +244,25 @@ def test_empty_plan(small: Dict[str, Any]) -> None:
     assert "0 batch(es)" in render_estimate(est)
 
 
-def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet_rollout.store import MemoryStore, RolloutState
-
+def planning(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Dict[str, Any]:
+    """A pack config whose 30 hosts plan without an inventory file or a BMC."""
     hosts = fleet(30, sites=3, racks=7)
     monkeypatch.setattr(service, "load_fleet", lambda source, *args, **kwargs: (hosts, hosts))
     # no inventory file is read here (load_fleet is replaced): no host variables to check
     monkeypatch.setattr(service, "check_connections", lambda *args: None)
     monkeypatch.setattr(service, "check_desired",
                         lambda endpoint, bios: {"compliant": False, "vendor": "generic"})
-    config = {"credentials": {"default": {"username": "u", "password": "p"}},
-              "bmc_networks": ["10.0.0.0/8"],
-              "state_dir": str(tmp_path), "inventory": str(tmp_path / "inv.yml"),
-              "approvers": ["alice"]}
+    return {"credentials": {"default": {"username": "u", "password": "p"}},
+            "bmc_networks": ["10.0.0.0/8"],
+            "state_dir": str(tmp_path), "inventory": str(tmp_path / "inv.yml"),
+            "approvers": ["alice"]}
+
+
+def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet_rollout.store import MemoryStore, RolloutState
+
+    config = planning(tmp_path, monkeypatch)
     store = MemoryStore()
     result = service.plan_rollout(config, store, "home-snoop", "all", "est-2", "alice")
     assert result["estimate"]["totals"]["batches"] == result["batches"]
@@ -266,6 +271,35 @@ def test_the_plan_action_result_carries_the_estimate(tmp_path: Any,
     stored = RolloutState(store, "est-2").plan()
     assert "estimate" not in stored and "batch_table" not in stored
     assert estimate_plan(stored) == result["estimate"]
+
+
+def test_a_plan_task_run_twice_plans_one_rollout(tmp_path: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """StackStorm's scheduler can dispatch one task twice: the rollout workflow's plan task
+    run again finds its own plan (same id, same result, nothing rewritten); another workflow or
+    a plan on its own is refused that id."""
+    from fleet_rollout.errors import ConfigError
+    from fleet_rollout.store import MemoryStore, RolloutState
+
+    config = planning(tmp_path, monkeypatch)
+    store = MemoryStore()
+    workflow = "6b15d302282e2840fb0622e2"
+    first = service.plan_rollout(config, store, "home-snoop", "all", None, "alice",
+                                 workflow=workflow)
+    assert first["rollout_id"] == f"home-snoop-{workflow}"
+    state = RolloutState(store, first["rollout_id"])
+    state.update_meta(status="running")  # the workflow went on before the second run
+    again = service.plan_rollout(config, store, "home-snoop", "all", None, "alice",
+                                 workflow=workflow)
+    assert again == first
+    assert state.meta()["status"] == "running"
+    with pytest.raises(ConfigError, match="exists already"):
+        service.plan_rollout(config, store, "home-snoop", "all", first["rollout_id"],
+                             "alice", workflow="6b15d321282e2840fb0622e5")
+    with pytest.raises(ConfigError, match="exists already"):
+        service.plan_rollout(config, store, "home-snoop", "all", first["rollout_id"], "alice")
+    alone = service.plan_rollout(config, store, "home-snoop", "all", None, "alice")
+    assert alone["rollout_id"] != first["rollout_id"]
 
 
 def test_host_work_is_never_faster_than_the_controller() -> None:

@@ -115,6 +115,11 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     if rollout_id is not None:
         check_rollout_id(rollout_id)
     prof = load_profile(profile, profile_dir(config, profile))
+    if rollout_id is None and workflow:
+        # named after the workflow execution: a second run of the same plan task (StackStorm's
+        # scheduler can dispatch a task twice) finds its own plan instead of making another
+        rollout_id = f"{prof.name}-{workflow}"
+        check_rollout_id(rollout_id)
     if needs_approval(prof.data, 0) or needs_approval(prof.data, 1):
         approvals.require_approvers(config, prof.name)
     source = config.inventory_source()
@@ -134,6 +139,9 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     store = as_store(datastore, config)
     state = RolloutState(store, plan["rollout_id"])
     if state.plan_exists():
+        if workflow and state.meta().get("workflow") == workflow:
+            # this workflow's plan task run again: its stored plan, nothing written
+            return planned(config, state.plan())
         raise ConfigError(f"rollout {plan['rollout_id']} exists already; pick another id")
     state.save_plan(plan)
     # workflow: the rollout workflow that planned it, whose batch workflows alone may ask,
@@ -141,6 +149,11 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     state.update_meta(status=PLANNED, planned_at=time.time(), started=time.time(),
                       planned_by=user, started_by=user, workflow=workflow,
                       profile=prof.name, batches=len(plan["batches"]))
+    return planned(config, plan)
+
+
+def planned(config: PackConfig, plan: Dict[str, Any]) -> Dict[str, Any]:
+    """The plan action's result for a stored plan."""
     estimate = estimate_plan(plan, forks=config.ansible_forks)
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
