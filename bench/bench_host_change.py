@@ -1,8 +1,9 @@
 """CPU per changed host of the Ansible part of a whole host change, N sim hosts in parallel.
 
-The hosts are one wave, changed as the wave_change workflow does: each host's prepare in its own
-worker process, all hosts at once; the wave's drain and kernel settings (wave steps, one
-ansible-playbook run per playbook over every host) each in a worker of its own; each host's
+The hosts are one wave, changed as the wave_change workflow does: the wave's precheck (a wave
+step, one ansible-playbook run over every host) in a worker of its own; each host's prepare (the
+BIOS check and snapshot) in its own worker process, all hosts at once; the wave's drain and
+kernel settings (wave steps, one run per playbook) each in a worker of its own; each host's
 change (stage, reboot, wait, verify) in its own worker; the wave's probe and undrain;
 optionally each host's restore after them. Workers are separate
 processes, as actions are on StackStorm: what they share is shared through the pack's datastore.
@@ -217,7 +218,8 @@ def measure(hosts: int, lib: str, restore: bool, reboot: float) -> Dict[str, Any
                 thread.join()
 
         start = time.monotonic()
-        each_host(steps=["prepare"])
+        run({"wave": "precheck", "hosts": names})
+        each_host(steps=["snapshot"])
         run({"wave": "drain", "hosts": names})
         run({"wave": "kernel", "hosts": names})
         each_host(steps=["stage", "reboot", "wait", "verify"])

@@ -494,11 +494,11 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) ->
     steps): an Ansible run = the undrain step (the wave's one playbook run), a BMC session =
     the verify step (the BIOS read back), the drain = the drain step beyond its run, the
     reboot = the reboot and wait steps beyond their two BMC sessions (the reboot step waits
-    for the shutdown), an action's start = the gap before each step after the first (the two
-    steps of a prepare follow each other in one action), and the controller's CPU per host.
+    for the shutdown), an action's start = the gap before each step after the first, and the
+    controller's CPU per host.
     No approval wait (the bench approves nothing)."""
     from fleet_rollout.estimate import Assumptions
-    from fleet_rollout.states import HOST_STEPS, PREPARE_STEPS
+    from fleet_rollout.states import HOST_STEPS
 
     spans: Dict[str, List[float]] = {}
     gaps: List[float] = []
@@ -509,7 +509,7 @@ def fitted_assumptions(hosts: Dict[str, Dict[str, Any]], cpu_per_host: float) ->
         for name, step in steps:
             spans.setdefault(name, []).append(step["at"] - step["started"])
         gaps += [max(0.0, b["started"] - a["at"]) for (_n, a), (m, b) in zip(steps, steps[1:])
-                 if m in HOST_STEPS and m not in PREPARE_STEPS[1:]]
+                 if m in HOST_STEPS]
         took = dict((name, step["at"] - step["started"]) for name, step in steps)
         if "reboot" in took and "wait" in took:
             reboots.append(took["reboot"] + took["wait"])
@@ -755,7 +755,12 @@ def main() -> int:
                                                     reboot=args.reboot_seconds,
                                                     keep_db=args.keep_db,
                                                     runners=args.runners))
-    record_results("bench-rollout", out)
+    # each invocation keeps its own rows: the bench column names its options
+    options = "".join(f" --{name} {value:g}" for name, value, default in (
+        ("hosts", args.hosts, 200), ("reboot-seconds", args.reboot_seconds, 10.0),
+        ("runners", args.runners, 1)) if not args.skip_rollout and value != default)
+    record_results("bench-rollout" + options + (" --skip-rollout" if args.skip_rollout else "")
+                   + (" --skip-scale" if args.skip_scale else ""), out)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

@@ -88,13 +88,14 @@ def test_two_rollouts_racing_for_the_same_hosts_one_holds_each(tmp_path):
         first = _plan(lab, profile, "race-a", "all")
         second = _plan(lab, profile, "race-b", "all")
         assert first == second
-        for host in first:  # slow BMCs: the prepares overlap, and both runners take some
+        for host in first:  # slow BMCs: the snapshots overlap, and both runners take some
             lab.fault(host, latency_ms=300)
-        # both rollouts' prepare of every host at the same moment, on two runners
+        # both rollouts' snapshot step (the first that claims a host) of every host at the
+        # same moment, on two runners
         pairs = [(rollout_id, host) for host in first for rollout_id in ("race-a", "race-b")]
         with ThreadPoolExecutor(len(pairs)) as pool:
             ids = pool.map(lambda p: _start(lab, "fleet_rollout.host_step", rollout_id=p[0],
-                                            host=p[1], step="prepare"), pairs)
+                                            host=p[1], step="snapshot"), pairs)
             started = dict(zip(pairs, ids))
         docs = {k: lab.wait_status(v, DONE, timeout=600) for k, v in started.items()}
         assert {_runner(d) for d in docs.values()} == {"runner-1", "runner-2"}
@@ -128,7 +129,7 @@ def test_a_step_and_a_restore_of_one_host_started_together_run_one_after_the_oth
         profile = _fast_profile(lab, 2)
         hosts = _plan(lab, profile, "meet", "all")
         host = hosts[0]
-        for step in ("prepare", "drain", "stage"):
+        for step in ("precheck", "snapshot", "drain", "stage"):
             done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="meet",
                                           host=host, step=step), DONE, timeout=600)
             assert done["status"] == "succeeded", (step, error_text(done))
@@ -160,8 +161,9 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
         profile = _fast_profile(lab, 2, redfish={"boot_timeout": 180})
         hosts = _plan(lab, profile, "killed", "all")
         host = hosts[0]
-        timeouts = {"prepare": 600, "drain": 600, "kernel": 600, "stage": 600, "reboot": 600,
-                    "wait": 120, "verify": 600, "probe": 600, "undrain": 600, "restore": 900}
+        timeouts = {"precheck": 600, "snapshot": 600, "drain": 600, "kernel": 600,
+                    "stage": 600, "reboot": 600, "wait": 120, "verify": 600, "probe": 600,
+                    "undrain": 600, "restore": 900}
         change = _start(lab, "fleet_rollout.wave_change", rollout_id="killed", hosts=host,
                         timeouts=timeouts)
         # the host is rebooting (the reset sent, its marker saved before the POST) and the
@@ -216,9 +218,10 @@ def test_a_restore_waits_for_the_wave_step_that_names_its_host(tmp_path):
         profile = _fast_profile(lab, 2, drain={"timeout": 20})
         hosts = _plan(lab, profile, "wave", "all")
         for host in hosts:
-            done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="wave",
-                                          host=host, step="prepare"), DONE, timeout=600)
-            assert done["status"] == "succeeded", error_text(done)
+            for step in ("precheck", "snapshot"):
+                done = lab.wait_status(_start(lab, "fleet_rollout.host_step", rollout_id="wave",
+                                              host=host, step=step), DONE, timeout=600)
+                assert done["status"] == "succeeded", error_text(done)
         # a connection on the service port that never closes: that host's drain waits out its
         # 20 s and fails
         busy = hosts[0]

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 from rollout_support import SimLab, error_text
 
-DYING = ["fleet_rollout.host_step step=prepare", "fleet_rollout.host_step step=reboot",
+DYING = ["fleet_rollout.host_step step=snapshot", "fleet_rollout.host_step step=reboot",
          "fleet_rollout.host_step step=wait", "fleet_rollout.host_step step=verify",
          "fleet_rollout.wave_step step=undrain", "fleet_rollout.host_step step=restore"]
 DONE = ("succeeded", "failed", "canceled", "timeout", "abandoned")
@@ -77,7 +77,7 @@ def test_runners_dying_in_every_host_action_leave_no_host_drained(tmp_path):
         stale = {k[len("stale."):]: v for k, v in keys.items() if k.startswith("stale.")}
         assert set(stale) == set(dead)
         assert {s["step"] for s in stale.values()} == {
-            "prepare", "reboot", "wait", "verify", "undrain", "restore"}
+            "snapshot", "reboot", "wait", "verify", "undrain", "restore"}
         for record in stale.values():
             assert record["recovery"] and record["settled"] in ("succeeded", "failed"), record
         # the dead executions stay running (as on st2); nothing else of the rollout does

@@ -40,7 +40,6 @@ from fleet_rollout.states import (
     FAILED,
     HOST_STEPS,
     LEFT_DRAINED,
-    PREPARE,
     PREPARE_STEPS,
     RESTORED,
 )
@@ -417,27 +416,33 @@ def test_a_restore_leaves_a_host_a_later_rollout_changed(run: Any, fleet: Any) -
     assert host_run.load()["status"] == DONE
 
 
-# ------------------------------------------------------------------------ prepare (one action)
-def test_prepare_checks_and_snapshots_in_one_bmc_session(run: Any, fleet: Any) -> None:
+# ------------------------------------------------------------------------ before the drain
+def _prepare(host_run: Any) -> List[Dict[str, Any]]:
+    """The precheck (a wave step) and the host's prepare (the snapshot step)."""
+    return [host_run.run(step) for step in ("precheck",) + PREPARE_STEPS]
+
+
+def test_the_precheck_reads_and_the_snapshot_checks_and_takes_the_bios_in_one_session(
+        run: Any, fleet: Any) -> None:
     host_run, side = run
     reset_counters(fleet)
-    out = host_run.run(PREPARE)
-    assert out["step"] == PREPARE and out["skipped"] is False
-    assert list(out["detail"]) == list(PREPARE_STEPS)
-    # each its own run: the health read, the kernel snapshot; nothing drained or changed
-    assert side.calls == ["health", "kernel snapshot"]
-    assert not side.drained and side.snapshot == {SYSCTL: "212992"}
-    assert side.sysctl[SYSCTL] == "212992"
+    precheck, snapshot = _prepare(host_run)
+    assert not precheck["skipped"] and not snapshot["skipped"]
+    # the precheck is the health read alone; the snapshot step is Redfish alone
+    assert side.calls == ["health"]
+    assert precheck["detail"]["maintenance"] is False
+    assert not side.drained and side.snapshot is None
     bmc = state(fleet, 0)
     assert bmc["counters"].get("session_POST") == 1  # one login: check and snapshot
     assert bmc["pending"] == {} and bmc["logical"]["snoop_mode"] == "early"
     saved = host_run.load()
-    assert all(saved["steps"][s]["ok"] for s in PREPARE_STEPS) and saved["step"] == "snapshot"
+    assert all(saved["steps"][s]["ok"] for s in ("precheck", "snapshot"))
+    assert saved["step"] == "snapshot" and saved["boot_id_before"]
     assert saved["bios_snapshot"]["logical"]["snoop_mode"] == "early"
-    assert out["detail"]["snapshot"]["logical"]["snoop_mode"] == "early"
-    assert saved["kernel_snapshot"] == {SYSCTL: "212992"}
-    assert "drain_asked" not in saved
-    assert out["detail"]["snapshot"]["with"] == "precheck"  # the precheck's BMC session
+    assert snapshot["detail"]["logical"]["snoop_mode"] == "early"
+    assert snapshot["detail"]["targets"] == {"SnoopMode": "HomeSnoop",
+                                             "NodeInterleaving": "Disabled"}
+    assert "kernel_snapshot" not in saved and "drain_asked" not in saved
     # the drain first waits on the host for its sampler of the batch's pre window (read after
     # the change): at most a step (the profile's window / window_steps) and the slack
     drain = host_run.run("drain")
@@ -447,14 +452,34 @@ def test_prepare_checks_and_snapshots_in_one_bmc_session(run: Any, fleet: Any) -
     assert side.drain_waits == [(f"{host_run.ctx.rollout_id}.b{batch}.pre",
                                  canary["window_seconds"] / canary["window_steps"]
                                  + hoststeps.PRE_WINDOW_SLACK)]
-    # the rest of the change from there, as the wave runs it (its wave steps alone here)
-    for step in HOST_STEPS[HOST_STEPS.index("kernel"):]:
+    # the kernel step: the snapshot (its own run), then the settings
+    host_run.run("kernel")
+    assert side.calls[-2:] == ["kernel snapshot", "kernel apply"]
+    saved = host_run.load()
+    assert saved["kernel_snapshot"] == {SYSCTL: "212992"} and saved["kernel_asked"]
+    for step in HOST_STEPS[HOST_STEPS.index("stage"):]:
         host_run.run(step)
     assert host_run.load()["status"] == DONE and not side.drained
     assert state(fleet, 0)["logical"]["snoop_mode"] == "home"
-    # run again (a with-items retry): every part skipped, nothing sent
+    # run again (a with-items retry): every step skipped, nothing sent
     calls = len(side.calls)
-    assert host_run.run(PREPARE)["skipped"] is True and len(side.calls) == calls
+    assert all(r["skipped"] for r in _prepare(host_run)) and len(side.calls) == calls
+
+
+def test_a_kernel_step_killed_after_its_runs_is_restored_from_the_hosts_snapshot(
+        run: Any, fleet: Any) -> None:
+    """Killed after the settings were applied, before anything was recorded: the restore
+    knows they may be this rollout's (asked for before the runs) and puts them back."""
+    host_run, side = run
+    _steps(host_run, _upto("drain"))
+    saved = host_run.load()
+    host_run.before_run("kernel", saved)
+    side.kernel([host_run.name], "snapshot", host_run.ctx.profile["kernel"])
+    side.kernel([host_run.name], "apply", host_run.ctx.profile["kernel"])
+    assert side.sysctl[SYSCTL] == "16777216"
+    assert "kernel_snapshot" not in host_run.load()
+    assert host_run.restore(leave_drained=False)["status"] == RESTORED
+    assert side.sysctl[SYSCTL] == "212992" and not side.drained
 
 
 def test_kernel_settings_that_fail_are_recorded_and_the_host_restored(
@@ -486,25 +511,25 @@ def test_a_drain_is_audited_once_across_a_rerun(run: Any, fleet: Any) -> None:
 def test_a_drain_that_fails_is_the_drain_steps_failure(run: Any, fleet: Any) -> None:
     host_run, side = run
     side.fail["drain"] = "still 3 established connections on port 8080 after 300s"
-    host_run.run(PREPARE)
+    _prepare(host_run)
     with pytest.raises(HostError, match="drain failed .*still 3 established"):
         host_run.run("drain")
     saved = host_run.load()
     assert saved["status"] == FAILED and saved["error"]["step"] == "drain"
     assert saved["steps"]["precheck"]["ok"] and saved["steps"]["snapshot"]["ok"]
     assert saved["steps"]["drain"]["ok"] is False
-    assert side.calls == ["health", "kernel snapshot", "drain"]  # one drain, not retried
+    assert side.calls == ["health", "drain"]  # one drain, not retried
     assert state(fleet, 0)["pending"] == {}  # no BIOS change staged
     report = host_run.restore(leave_drained=False)
     assert report["status"] == RESTORED and not side.drained  # the flag it set is taken off
 
 
-def test_the_prepare_refuses_a_host_someone_else_drained_and_leaves_it_drained(
+def test_the_precheck_refuses_a_host_someone_else_drained_and_leaves_it_drained(
         run: Any, fleet: Any) -> None:
     host_run, side = run
     side.drained = True  # in maintenance before the rollout
     with pytest.raises(HostError, match="already in maintenance"):
-        host_run.run(PREPARE)
+        host_run.run("precheck")
     saved = host_run.load()
     assert "drain_asked" not in saved and saved["error"]["step"] == "precheck"
     assert "bios_snapshot" not in saved  # the precheck failed: no snapshot step
@@ -515,7 +540,7 @@ def test_the_prepare_refuses_a_host_someone_else_drained_and_leaves_it_drained(
 def test_a_drain_killed_after_its_run_is_resumed_and_restored_as_ours(run: Any,
                                                                        fleet: Any) -> None:
     host_run, side = run
-    host_run.run(PREPARE)
+    _prepare(host_run)
     saved = host_run.load()
     saved["drain_asked"] = time.time()  # asked, then killed before anything was recorded
     host_run.save(saved)

@@ -73,7 +73,7 @@ def test_drain_and_undrain(lab):
 
 def test_a_drain_waits_for_the_hosts_own_sampler_of_the_pre_window(lab):
     """The pre window is read after the change (gate.py): a host's drain, alone or after the
-    prepare's health read, first waits on the host for its own sampler of that window to take
+    precheck's health read, first waits on the host for its own sampler of that window to take
     its last sample, so the window measures the host in service; a host with no such window
     (or whose window is done) drains at once; the wait is bounded."""
     backend, side = lab

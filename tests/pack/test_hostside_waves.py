@@ -13,6 +13,7 @@ from hostside_support import LabHostSide
 
 from fleet_lab.hosts import boot_config
 from fleet_lab.simhost import SimBackend
+from fleet_rollout import claims
 from fleet_rollout.config import load_pack_config
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.hoststeps import HostRun, RolloutContext
@@ -76,16 +77,18 @@ def wave(tmp_path: Any) -> Iterator[Tuple[SimBackend, CountingHostSide, RolloutC
                                "bmc_networks": ["127.0.0.0/8"]})
     ctx = RolloutContext(store, ROLLOUT, config, side, "ex-wave", "alice")
     ctx.state.update_batch(0, lambda b: b.update(approval={"approved": True, "by": "alice"}))
-    taken = side.kernel(HOSTS, "snapshot", KERNEL)  # what each host's snapshot step takes
-    side.runs.clear()
-    for name in HOSTS:  # precheck and snapshot done, as each host's prepare leaves it
+    yield backend, side, ctx
+
+
+def _prepared(ctx: RolloutContext) -> None:
+    """Precheck and snapshot done, the host claimed, as each host's snapshot step leaves it."""
+    for name in HOSTS:
         run = HostRun(ctx, name)
         state = run.load()
         state["status"] = RUNNING
-        state["kernel_snapshot"] = taken[name].result["snapshot"]
         _done(state, "precheck", "snapshot")
         run.save(state)
-    yield backend, side, ctx
+        claims.claim(ctx.store, name, ROLLOUT)
 
 
 def _done(state: Dict[str, Any], *steps: str) -> None:
@@ -98,8 +101,36 @@ def _flag(backend: SimBackend, name: str) -> bool:
     return os.path.exists(os.path.join(backend.sysroot(name), FLAG))
 
 
+def test_a_waves_precheck_is_one_health_run_that_claims_nothing(wave: Any) -> None:
+    """The precheck (outside the host policy) reads and writes no claim: a host in someone
+    else's maintenance fails alone, a host another rollout holds is refused before the run."""
+    backend, side, ctx = wave
+    flag = os.path.join(backend.sysroot("sim-002"), FLAG)
+    os.makedirs(os.path.dirname(flag), exist_ok=True)
+    with open(flag, "w") as handle:
+        handle.write("drained by the network team\n")
+    claims.claim(ctx.store, "sim-003", "other-1")
+    out = WaveRun(ctx, HOSTS).run("precheck")
+    assert side.runs == [("health", ["sim-001", "sim-002"])]
+    assert out["done"] == ["sim-001"] and sorted(out["failed"]) == ["sim-002", "sim-003"]
+    assert "already in maintenance" in out["hosts"]["sim-002"]["error"]
+    assert "held by rollout other-1" in out["hosts"]["sim-003"]["error"]
+    assert ctx.state.host("sim-001")["boot_id_before"]
+    assert ctx.state.host("sim-002")["status"] == FAILED
+    assert claims.owner(ctx.store, "sim-001") is None
+    assert claims.owner(ctx.store, "sim-003") == "other-1"
+    # a wave step after the snapshot step needs the claim it takes: none here, nothing run
+    state = ctx.state.host("sim-001")
+    _done(state, "snapshot")
+    ctx.state.save_host("sim-001", state)
+    drain = WaveRun(ctx, ["sim-001"]).run("drain")
+    assert drain["failed"] == ["sim-001"] and "not claimed" in drain["hosts"]["sim-001"]["error"]
+    assert len(side.runs) == 1 and not _flag(backend, "sim-001")
+
+
 def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -> None:
     backend, side, ctx = wave
+    _prepared(ctx)
     with open(os.path.join(backend.sysroot("sim-002"), "proc/net/tcp"), "a") as handle:
         handle.write(BUSY)
     asked: Dict[str, Any] = {}
@@ -130,16 +161,20 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
     # run again (the workflow's retry): done hosts skipped, the restored one not ready, no run
     again = WaveRun(ctx, HOSTS).run("drain")
     assert again["skipped"] == ["sim-001", "sim-003"] and again["not_ready"] == ["sim-002"]
-    # the restore's health read, kernel restore and undrain; no wave run
-    assert [playbook for playbook, _ in side.runs[1:]] == ["health", "kernel", "undrain"]
+    # the restore's health read and undrain (no kernel settings asked for: no kernel run); no
+    # wave run
+    assert [playbook for playbook, _ in side.runs[1:]] == ["health", "undrain"]
 
-    # the kernel settings: one run over the hosts ready for them
+    # the kernel step: the snapshot, then the settings, one run each over the hosts ready
+    before = {name: _read(backend, name, "proc/sys/net/core/rmem_max") for name in HOSTS}
     kernel = WaveRun(ctx, HOSTS).run("kernel")
-    assert side.runs[-1] == ("kernel", ["sim-001", "sim-003"])
+    assert side.runs[-2:] == [("kernel", ["sim-001", "sim-003"])] * 2
     assert kernel["done"] == ["sim-001", "sim-003"] and kernel["not_ready"] == ["sim-002"]
     for name in ("sim-001", "sim-003"):
         assert _read(backend, name, "proc/sys/net/core/rmem_max") == "16777216"
-        assert ctx.state.host(name)["kernel"]["changed"]
+        state = ctx.state.host(name)
+        assert state["kernel"]["changed"] and state["kernel_asked"]
+        assert state["kernel_snapshot"]["sysctl"] == {"net.core.rmem_max": before[name]}
 
     # the change (stage, reboot, wait, verify) is each host's own: recorded as done here; a
     # value the reboot did not keep on sim-003
@@ -190,6 +225,7 @@ def test_a_wave_step_takes_only_wave_steps_and_known_hosts(wave: Any) -> None:
 
 def test_a_halted_rollouts_wave_touches_no_host(wave: Any) -> None:
     backend, side, ctx = wave
+    _prepared(ctx)
     ctx.state.halt("canary regression in batch 1")
     out = WaveRun(ctx, HOSTS).run("drain")
     assert out["failed"] == HOSTS and all("halted" in out["hosts"][h]["error"] for h in HOSTS)

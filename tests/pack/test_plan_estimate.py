@@ -22,7 +22,7 @@ from fleet_rollout.estimate import (
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.plan import build_plan
 from fleet_rollout.profile import load_profile
-from fleet_rollout.states import WAVE_CHAIN
+from fleet_rollout.states import HOST_STEPS
 
 PARTS = ("approval_wait", "overhead", "windows", "window_runs", "host_work", "soak")
 
@@ -71,7 +71,7 @@ def test_totals_are_the_sums_of_the_batches(big: Dict[str, Any]) -> None:
     assert totals["expected"] == pytest.approx(rows[-1]["cumulative"])
     assert totals["best_case"] == pytest.approx(totals["expected"] - totals["approval_wait"])
     assert est["per_host"] == pytest.approx(sum(est["host_steps"].values()))
-    assert tuple(est["host_steps"]) == WAVE_CHAIN
+    assert tuple(est["host_steps"]) == HOST_STEPS
     # 20,000 hosts at at most 2 per site and 1 per rack: weeks, not hours
     assert totals["expected_days"] > 7
 

@@ -34,14 +34,14 @@ def _success_chain(tasks: Dict[str, Any], first: str) -> List[str]:
 
 def _wave_chain() -> List[str]:
     """The steps wave_change runs in order when every task succeeds: a host_change part stands
-    for its steps (prepare for itself), a wave_step for its step."""
+    for its steps, a wave_step for its step."""
     tasks = _yaml("actions/workflows/wave_change.yaml")["tasks"]
-    order, name = [], "prepare"
+    order, name = [], "precheck"
     while name is not None:
         task = tasks[name]
         if task["action"] == "fleet_rollout.host_change":
             part = task["input"]["part"]
-            order.extend([states.PREPARE] if part == "prepare" else states.CHANGE_STEPS)
+            order.extend(states.PREPARE_STEPS if part == "prepare" else states.CHANGE_STEPS)
         else:
             assert task["action"] == "fleet_rollout.wave_step"
             order.append(task["input"]["step"])
@@ -53,24 +53,22 @@ def _wave_chain() -> List[str]:
 
 def test_the_action_enum_the_workflow_chain_and_the_registry_name_the_same_steps() -> None:
     enum = _yaml("actions/host_step.yaml")["parameters"]["step"]["enum"]
-    assert tuple(enum) == states.ACTION_STEPS == \
-        (states.PREPARE,) + states.HOST_STEPS + (states.RESTORE_STEP,)
+    assert tuple(enum) == states.ACTION_STEPS == states.HOST_STEPS + (states.RESTORE_STEP,)
     tasks = _yaml("actions/workflows/host_change.yaml")["tasks"]
-    assert tuple(_success_chain(tasks, states.PREPARE)) == (states.PREPARE,)
+    assert tuple(_success_chain(tasks, "prepare")) == states.PREPARE_STEPS
     assert tuple(_success_chain(tasks, "stage")) == states.CHANGE_STEPS
-    assert states.WORKFLOW_STEPS == (states.PREPARE,) + states.CHANGE_STEPS
+    assert states.WORKFLOW_STEPS == states.PREPARE_STEPS + states.CHANGE_STEPS
     wave_enum = _yaml("actions/wave_step.yaml")["parameters"]["step"]["enum"]
     assert tuple(wave_enum) == states.WAVE_STEPS
-    assert tuple(_wave_chain()) == states.WAVE_CHAIN
-    # prepare stands for the first steps; the wave's chain covers every step once, in order
-    assert states.PREPARE_STEPS + states.WAVE_CHAIN[1:] == states.HOST_STEPS
+    # the wave's chain covers every step once, in order; a wave step is no host's own part
+    assert tuple(_wave_chain()) == states.HOST_STEPS
+    assert not set(states.WAVE_STEPS) & set(states.WORKFLOW_STEPS)
     assert hoststeps.steps.missing() == ()
     assert tuple(hoststeps.steps.functions) == states.HOST_STEPS  # registered in order
     runs = estimate.host_steps(load_profile("home-snoop").data, estimate.Assumptions())
-    assert tuple(runs) == states.WAVE_CHAIN
+    assert tuple(runs) == states.HOST_STEPS
     limits = timeouts.action_timeouts(load_profile("home-snoop").data)
     assert set(states.ACTION_STEPS) <= set(limits)
-    assert limits[states.PREPARE] > max(limits[s] for s in states.PREPARE_STEPS)
 
 
 def test_the_registry_takes_known_steps_once() -> None:

@@ -95,16 +95,6 @@ def test_a_running_step_is_stale_only_past_the_grace_after_its_work_or_its_timeo
     assert "past its timeout of 900 s" in dog_.judge(late)["why"]
 
 
-def test_a_prepare_ends_with_its_snapshot_or_its_first_failure(dog):
-    dog_, api = dog
-    ex = api.add("p1", watchdog.HOST_STEP, rollout_id="r1", host="h1", step="prepare")
-    _step_done(dog_, "h1", "precheck", "p1", True, NOW - 100)
-    assert watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex) is None
-    _step_done(dog_, "h1", "snapshot", "p1", False, NOW - 90)
-    ended = watchdog.work_ended(RolloutState(dog_.store, "r1").host("h1"), ex)
-    assert ended == {"ok": False, "at": NOW - 90, "error": "BMC said no"}
-
-
 def test_a_stale_step_st2_can_complete_is_completed_with_its_outcome_once(dog, tmp_path):
     dog_, api = dog
     api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1",

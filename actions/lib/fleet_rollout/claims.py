@@ -8,10 +8,13 @@ rollback again). The rollout that claimed a host last is kept after its release:
 of an older rollout leaves that host alone (it would undo the later rollout's change).
 
 Claims are datastore keys, global to all rollouts: `fleet_rollout._hosts.<host>.claim` (held
-now) and `.last` (claimed last). They change only inside `fleet_rollout.host_step`, the one
-action that touches a host, which StackStorm runs one at a time per host across every action
-runner (its `action.concurrency.attr` policy on `host`): a read and the write after it are
-never interleaved with another action's for the same host, on any machine.
+now) and `.last` (claimed last). They change only inside `fleet_rollout.host_step`, which
+StackStorm runs one at a time per host across every action runner (its
+`action.concurrency.attr` policy on `host`): a read and the write after it are never
+interleaved with another action's for the same host, on any machine. A wave step (one action
+over many hosts, outside that policy) only reads them (`check`): its precheck changes nothing,
+the host's snapshot step (a host_step) claims it, and every wave step after that needs the
+claim held.
 """
 from __future__ import annotations
 
@@ -49,15 +52,24 @@ def owner(store: Store, host: str) -> Optional[str]:
 
 def claim(store: Store, host: str, rollout_id: str) -> None:
     """Hold `host` for `rollout_id`; HostClaimed when another rollout holds it."""
-    held = owner(store, host)
-    if held == rollout_id:
+    check(store, host, rollout_id, held=False)
+    if owner(store, host) == rollout_id:
         return
-    if held is not None:
-        raise HostClaimed(f"held by rollout {held} (one rollout per host at a time); finish, "
-                          f"roll back or restore it there first", host)
     record = {"host": host, "rollout_id": rollout_id, "at": time.time()}
     store.set_json(_key(host, "last"), record)
     store.set_json(_key(host, "claim"), record)
+
+
+def check(store: Store, host: str, rollout_id: str, held: bool) -> None:
+    """Outside the host policy, writing nothing: HostClaimed when another rollout holds
+    `host`; HostError when `held` and `rollout_id` does not hold it."""
+    owned = owner(store, host)
+    if owned is not None and owned != rollout_id:
+        raise HostClaimed(f"held by rollout {owned} (one rollout per host at a time); finish, "
+                          f"roll back or restore it there first", host)
+    if held and owned is None:
+        raise HostError(f"not claimed by rollout {rollout_id} (its snapshot step claims it); "
+                        "nothing done", host)
 
 
 def last_claimant(store: Store, host: str) -> Optional[str]:

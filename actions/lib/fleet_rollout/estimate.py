@@ -12,10 +12,11 @@ after batch, nothing overlapping:
           controller cores (Ansible, the actions and the engine for every host; with many hosts
           in flight the action runners, not the reboots, set the pace)
   per-host time = the steps of a wave in order, each = action start + its expected work:
-    prepare   BMC session (check and BIOS snapshot) + Ansible run (health; + one for the
-              kernel snapshot when the profile changes kernel settings)
+    precheck  the wave's Ansible run (health)
+    snapshot  BMC session (the BIOS check and snapshot)
     drain     the wave's Ansible run + drain time (min(assumed drain, drain.timeout))
-    kernel    the wave's Ansible run when the profile changes kernel settings
+    kernel    the wave's two Ansible runs (snapshot, settings) when the profile changes kernel
+              settings
     stage     BMC session
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
@@ -64,7 +65,7 @@ from fleet_rollout.profile import (
     window_forks,
     window_steps,
 )
-from fleet_rollout.states import PREPARE, WAVE_CHAIN
+from fleet_rollout.states import HOST_STEPS
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
 
@@ -108,13 +109,14 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
     """Expected seconds of each host_change step for one host (action start included)."""
     kernel = profile.get("kernel") or {}
     bmc, run = assume.bmc_session, assume.ansible_run
-    kernel_run = run if kernel else 0.0  # the snapshot; the settings
+    kernel_run = 2 * run if kernel else 0.0  # the snapshot, the settings
     check = run if kernel.get("cmdline") or kernel.get("sysctl") else 0.0
     reapply = run if kernel.get("irq_affinity") == "numa-local" else 0.0
     drain = min(assume.drain, float(profile["drain"]["timeout"]))
     reboot = min(assume.reboot, float(profile["redfish"]["boot_timeout"]))
     work = {
-        PREPARE: bmc + run + kernel_run,  # one BMC session: check and BIOS snapshot
+        "precheck": run,  # the wave's run
+        "snapshot": bmc,  # the BIOS check and snapshot
         "drain": run + drain,  # the wave's run
         "kernel": kernel_run,  # the wave's run
         "stage": bmc,
@@ -124,7 +126,7 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
         "probe": run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,  # the wave's run
     }
-    return {step: round(assume.action_start + work[step], 1) for step in WAVE_CHAIN}
+    return {step: round(assume.action_start + work[step], 1) for step in HOST_STEPS}
 
 
 def waves(hosts: int, parallel: int) -> int:

@@ -1,11 +1,11 @@
 """The change of one host, step by step, and its restore.
 
-    precheck -> snapshot -> drain -> kernel -> stage (BIOS) -> reboot -> wait -> verify (BIOS
-    read-back) -> probe (kernel check, topology probe) -> undrain
-    (the first two as one action, "prepare": one BMC session for the BIOS check and snapshot;
-    each is recorded as its own step; the host-side steps of a wave's hosts, drain, kernel,
-    probe and undrain, are one action and one Ansible run (per playbook) over them:
-    fleet_rollout.wavesteps)
+    precheck (health) -> snapshot (BIOS check and snapshot) -> drain -> kernel (snapshot,
+    settings) -> stage (BIOS) -> reboot -> wait -> verify (BIOS read-back) -> probe (kernel
+    check, topology probe) -> undrain
+    (the host-side steps of a wave's hosts, precheck, drain, kernel, probe and undrain, are one
+    action and one Ansible run (per playbook) over them: fleet_rollout.wavesteps; the others,
+    the Redfish work, one action per host)
     on failure: restore (BIOS and kernel back to the snapshots, reboot, wait, undrain) or, by
     policy, leave the host drained and marked.
 
@@ -16,11 +16,11 @@ and restores run one at a time per host, across rollouts and action runners: eac
 per host at a time (policies/host_step_one_at_a_time.yaml); a restore also waits for any wave
 step naming the host (wavesteps.wait_for_waves). A step refuses unless the host's
 batch has a recorded approval, the rollout is not halted and no restore has begun; a host
-belongs to one rollout at a time (claims). The first snapshots (BIOS and kernel) are taken
-before the drain and never overwritten; a drain is marked as asked for before it is sent (a
-re-run or a restore after a kill knows the flag is ours); a reset, forward or restoring, is sent
-once (a marker saved before the POST). Any error ends the step with a recorded outcome: no host
-stays "running".
+belongs to one rollout at a time (claims). The first snapshots are never overwritten (BIOS:
+taken before the drain; kernel: before the settings are applied); a drain is marked as asked
+for before it is sent (a re-run or a restore after a kill knows the flag is ours); a reset,
+forward or restoring, is sent once (a marker saved before the POST). Any error ends the step
+with a recorded outcome: no host stays "running".
 """
 from __future__ import annotations
 
@@ -61,8 +61,6 @@ from fleet_rollout.states import (
     IN_PROGRESS_STATES,
     LEFT_DRAINED,
     PENDING,
-    PREPARE,
-    PREPARE_STEPS,
     RESTORE_DONE_STATES,
     RESTORE_FAILED,
     RESTORE_STATES,
@@ -81,10 +79,6 @@ steps = StepRegistry()  # each HostRun step_* says which step it is
 
 # seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
 PRE_WINDOW_SLACK = 5.0
-# seconds a prepare's BMC session may sit unused (while the host drains) and still be used for
-# the next step: BMCs time idle sessions out (Redfish lets SessionTimeout go down to 30 s), and a
-# drain can take minutes; past this the next step logs in again
-BMC_REUSE_IDLE = 30.0
 
 
 class Halted(FleetRolloutError):
@@ -146,11 +140,6 @@ class HostRun:
         self.ctx = ctx
         self.name = name
         self.host = ctx.host(name)
-        # what the precheck of a "prepare" did for the snapshot step after it, in this action:
-        # {"bios": snapshot}
-        self._prepare: Optional[Dict[str, Any]] = None
-        # a prepare's BMC session, its discovery and when it was last used (_bmc)
-        self._held: Optional[Tuple[RedfishSession, Any, float]] = None
         # when this action began its work on the host: a drain asked for before it
         # (drain_asked, a time) was asked by an earlier attempt
         self._began = time.time()
@@ -188,67 +177,25 @@ class HostRun:
 
     # ------------------------------------------------------------------ run
     def run(self, step: str) -> Dict[str, Any]:
-        """One step (or "prepare"). Never two at once for a host: its only caller is
-        fleet_rollout.host_step, which StackStorm runs one at a time per host on every
-        action runner (its concurrency policy)."""
-        if step != PREPARE:
-            steps.check(step)
+        """One step. Never two at once for a host: its callers are fleet_rollout.host_step,
+        which StackStorm runs one at a time per host on every action runner (its concurrency
+        policy), and a wave step, which a host's own steps and restores wait for."""
+        steps.check(step)
         self._began = time.time()
-        if step == PREPARE:
-            return self._run_prepare()
         return self._run_step(step)
-
-    def _run_prepare(self) -> Dict[str, Any]:
-        """precheck and snapshot in one action: one BMC session for the BIOS check and snapshot
-        (_bmc); each is recorded as its own step, and a step done before (a retry, a resume) is
-        skipped."""
-        self._prepare = {}
-        try:
-            done = [self._run_step(step) for step in PREPARE_STEPS]
-        finally:
-            self._prepare = None
-            self._release_bmc()
-        return {"host": self.name, "step": PREPARE,
-                "skipped": all(r["skipped"] for r in done),
-                "detail": {r["step"]: r["detail"] for r in done}}
 
     @contextlib.contextmanager
     def _bmc(self) -> Iterator[Tuple[RedfishSession, Any]]:
-        """A logged-in BMC session and its discovery. In a prepare its steps share one, opened
-        at the first use and logged out when the prepare ends; a later step reuses what an
-        earlier one read only as the client does (at most RECENT_MAX_AGE seconds old), and logs
-        in again after BMC_REUSE_IDLE seconds unused or after an error. Outside a prepare, a
-        session of its own."""
-        if self._prepare is None:
-            ep = self.endpoint()
-            with RedfishSession(ep) as session:
-                yield session, discover(session, ep.vendor)
-            return
-        if self._held is not None and time.monotonic() - self._held[2] > BMC_REUSE_IDLE:
-            self._release_bmc()
-        if self._held is None:
-            ep = self.endpoint()
-            session = RedfishSession(ep)
-            session.open()
-            try:
-                self._held = (session, discover(session, ep.vendor), 0.0)
-            except BaseException:
-                session.close()
-                raise
-        session, bmc, _used = self._held
-        try:
-            yield session, bmc
-        except BaseException:
-            self._release_bmc()  # a session an error went through is not used again
-            raise
-        self._held = (session, bmc, time.monotonic())
+        """A logged-in session of the host's BMC and its discovery (logged out at the end)."""
+        ep = self.endpoint()
+        with RedfishSession(ep) as session:
+            yield session, discover(session, ep.vendor)
 
-    def _release_bmc(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held[0].close()
-
-    def _refuse_unless_allowed(self, step: str, state: Dict[str, Any]) -> None:
+    def _refuse_unless_allowed(self, step: str, state: Dict[str, Any],
+                               claim: bool = True) -> None:
+        """Refused (raises) unless the step may run: not halted, no restore begun, the host's
+        batch approved, and the host this rollout's. `claim`: the host is claimed here (a
+        host_step, under the host policy); else (a wave step) the claims are only read."""
         halt = self.ctx.state.halted()
         if halt:
             raise Halted(f"rollout {self.ctx.rollout_id} halted ({halt.get('reason')}); "
@@ -264,7 +211,11 @@ class HostRun:
         if approval.get("approved") is not True:
             raise NotApproved(f"batch {batch_label(batch)} of rollout {self.ctx.rollout_id} has no "
                               f"recorded approval; step {step} not started", self.name)
-        claims.claim(self.ctx.store, self.name, self.ctx.rollout_id)
+        if claim:
+            claims.claim(self.ctx.store, self.name, self.ctx.rollout_id)
+        else:
+            claims.check(self.ctx.store, self.name, self.ctx.rollout_id,
+                         held=HOST_STEPS.index(step) > HOST_STEPS.index("snapshot"))
 
     def _run_step(self, step: str) -> Dict[str, Any]:
         began = self.begin(step)
@@ -272,14 +223,15 @@ class HostRun:
             return began
         return self.finish(step, began["state"])
 
-    def begin(self, step: str) -> Dict[str, Any]:
+    def begin(self, step: str, claim: bool = True) -> Dict[str, Any]:
         """The step's start: {"skipped": True, ...} when it is done already, else the host's
-        state, marked running ({"state": ...}); refused (raises) unless the step may run."""
+        state, marked running ({"state": ...}); refused (raises) unless the step may run.
+        `claim`: False in a wave step (outside the host policy: claims only read)."""
         state = self.load()
         done = state["steps"].get(step)
         if done and done.get("ok"):
             return {"host": self.name, "step": step, "skipped": True, "detail": done["detail"]}
-        self._refuse_unless_allowed(step, state)
+        self._refuse_unless_allowed(step, state, claim)
         state["status"] = RUNNING
         return {"state": state}
 
@@ -312,9 +264,13 @@ class HostRun:
 
     def before_run(self, step: str, state: Dict[str, Any]) -> None:
         """What a host-side step saves before its run is sent (in a wave: for every host of
-        the wave, before the wave's run): a drain is marked as asked for."""
+        the wave, before the wave's run): a drain, or kernel settings, marked as asked for (a
+        restore after a kill mid-run knows they may be this rollout's)."""
         if step == "drain":
             self._ask_drain(state)
+        if step == "kernel" and self.ctx.profile.get("kernel") and not state.get("kernel_asked"):
+            state["kernel_asked"] = time.time()
+            self.save(state)
 
     def wave_runs(self, step: str) -> bool:
         """Whether the step has host-side work for this rollout (kernel: only when the profile
@@ -323,16 +279,20 @@ class HostRun:
 
     def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, Any]]:
         """The host-side run(s) of a wave step, for any hosts of this host's batch: each host's
-        HostResult (probe: {"check", "reapply", "probe"}: a HostResult for each run the host
-        was in; a host that fails one is not in the next)."""
+        HostResult (kernel: {"snapshot", "apply"}, probe: {"check", "reapply", "probe"}: a
+        HostResult for each run the host was in; a host that fails one is not in the next)."""
         side = self.ctx.hostside
+        if step == "precheck":
+            return side.health
         if step == "drain":
             drain = self.ctx.profile["drain"]
             window = self._pre_window()
             return lambda hosts: side.drain(hosts, drain["timeout"], drain["threshold"], window)
         if step == "kernel":
             kernel = dict(self.ctx.profile.get("kernel") or {})
-            return lambda hosts: side.kernel(hosts, "apply", kernel)
+            return lambda hosts: self._runs_in_turn(hosts, [
+                ("snapshot", lambda names: side.kernel(names, "snapshot", kernel)),
+                ("apply", lambda names: side.kernel(names, "apply", kernel))])
         if step == "probe":
             return self._probe_runs
         if step == "undrain":
@@ -340,11 +300,9 @@ class HostRun:
         raise ValueError(f"{step} is not a wave step ({', '.join(WAVE_STEPS)})")
 
     def _probe_runs(self, hosts: List[str]) -> Dict[str, Any]:
-        """The probe step's runs, each over the hosts the one before left: the kernel check
-        (when the profile changes kernel command-line words or sysctls; a host whose kernel
-        does not have them is left out), IRQ affinity re-applied (numa-local), the probe."""
-        parts: Dict[str, Dict[str, HostResult]] = {name: {} for name in hosts}
-        left = list(hosts)
+        """The probe step's runs: the kernel check (when the profile changes kernel
+        command-line words or sysctls; a host whose kernel does not have them is left out),
+        IRQ affinity re-applied (numa-local), the probe."""
         settings = self._kernel_settings()
         runs: List[Tuple[str, Callable[[List[str]], Dict[str, HostResult]]]] = []
         if settings:
@@ -354,6 +312,16 @@ class HostRun:
             runs.append(("reapply", lambda names: self.ctx.hostside.kernel(names, "reapply")))
         budget = int(self.ctx.profile["probe"]["budget_ms"])
         runs.append(("probe", lambda names: self.ctx.hostside.probe(names, budget)))
+        return self._runs_in_turn(hosts, runs)
+
+    @staticmethod
+    def _runs_in_turn(hosts: List[str],
+                      runs: List[Tuple[str, Callable[[List[str]], Dict[str, HostResult]]]]
+                      ) -> Dict[str, Dict[str, HostResult]]:
+        """Each run over the hosts the one before left (a host that fails one, or whose kernel
+        check finds the settings not in effect, is not in the next): {host: {part: result}}."""
+        parts: Dict[str, Dict[str, HostResult]] = {name: {} for name in hosts}
+        left = list(hosts)
         for part, run in runs:
             if not left:
                 break
@@ -367,7 +335,7 @@ class HostRun:
 
     # ------------------------------------------------------------------ steps
     def _ansible(self, results: Dict[str, Any], what: str) -> Dict[str, Any]:
-        entry = results[self.name]
+        entry = results.get(self.name) or HostResult(self.name, error="not run")
         if not entry.ok:
             where = f" (task {entry.failed_task})" if entry.failed_task else ""
             raise HostError(f"{what} failed{where}: {entry.error}", self.name)
@@ -375,8 +343,21 @@ class HostRun:
 
     @steps.step("precheck")
     def step_precheck(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        prepare = self._prepare
-        take = prepare is not None and not state.get("bios_snapshot")
+        """The host answers and is not in someone else's maintenance (a wave's health run)."""
+        health = self._ansible(self.side(self.wave_call("precheck")), "health check")
+        # the flag is ours when this rollout drained the host or asked for it (a kill since)
+        drained_by_us = bool(state["steps"].get("drain") or state.get("drain_asked"))
+        if health["maintenance"] and not drained_by_us:
+            raise HostError("host is already in maintenance (drained by someone else)",
+                            self.name)
+        state.setdefault("boot_id_before", health["boot_id"])
+        return {"boot_id": health["boot_id"], "maintenance": bool(health["maintenance"])}
+
+    @steps.step("snapshot")
+    def step_snapshot(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The BIOS as it is, before anything changes (first snapshot kept), read in one BMC
+        session with the check that no one else's BIOS change is pending."""
+        take = not state.get("bios_snapshot")
         with self._bmc() as (session, bmc):
             check, snap = check_and_snapshot_in(session, bmc, self.targets(), take)
         ours = set((state.get("stage") or {}).get("targets", {}))
@@ -386,44 +367,15 @@ class HostRun:
             raise RedfishError(f"foreign pending BIOS changes {foreign or ''} jobs "
                                f"{check['active_jobs'] or ''}; refusing (profile "
                                "redfish.clear_foreign cancels them)", self.name)
-        health = self._ansible(self.ctx.hostside.health([self.name]), "health check")
-        # the flag is ours when this rollout drained the host or asked for it (a kill since)
-        drained_by_us = bool(state["steps"].get("drain") or state.get("drain_asked"))
-        if health["maintenance"] and not drained_by_us:
-            raise HostError("host is already in maintenance (drained by someone else)",
-                            self.name)
-        state.setdefault("boot_id_before", health["boot_id"])
-        if prepare is not None and snap is not None:
-            snap.pop("requests", None)
-            prepare["bios"] = snap
-        return {"vendor": check["vendor"], "compliant": check["compliant"],
-                "targets": check["targets"], "boot_id": health["boot_id"]}
-
-    @steps.step("snapshot")
-    def step_snapshot(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        """BIOS and kernel as they are, before anything changes (first snapshot kept)."""
-        out: Dict[str, Any] = {}
-        if state.get("bios_snapshot"):
+        out: Dict[str, Any] = {"vendor": check["vendor"], "compliant": check["compliant"],
+                               "targets": check["targets"]}
+        if snap is None:
             out["bios"] = "first snapshot kept"
         else:
-            snap = (self._prepare or {}).get("bios")  # the precheck's session took it
-            if snap is None:
-                with self._bmc() as (session, bmc):  # in a prepare, its session
-                    snap = rf_bios.snapshot(session, bmc).to_dict()
-            else:
-                out["with"] = "precheck"  # its time is in the precheck's
+            snap.pop("requests", None)
             state["bios_snapshot"] = snap
             self.save(state)
             out.update(logical=snap["logical"], attributes=snap["attributes"])
-        kernel = self.ctx.profile.get("kernel") or {}
-        if kernel and not state.get("kernel_snapshot"):
-            taken = self._ansible(self.ctx.hostside.kernel([self.name], "snapshot", kernel),
-                                  "kernel snapshot")
-            state["kernel_snapshot"] = taken.get("snapshot") or {}
-            self.save(state)
-        if kernel:
-            out["kernel"] = sorted(k for k in state.get("kernel_snapshot") or {}
-                                   if k != "taken_at")
         return out
 
     def _pre_window(self) -> Optional[Tuple[str, float]]:
@@ -462,12 +414,19 @@ class HostRun:
 
     @steps.step("kernel")
     def step_kernel(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        """The profile's kernel settings applied (refused on a host without the rollout's
-        kernel snapshot); a reboot is needed when the command line changed."""
+        """The kernel as it is (the rollout's first snapshot, kept on the host and here), then
+        the profile's kernel settings applied (the host refuses them without that snapshot); a
+        reboot is needed when the command line changed."""
         kernel = self.ctx.profile.get("kernel") or {}
         result: Dict[str, Any] = {"changed": [], "reboot_required": False}
         if kernel:
-            result = self._ansible(self.side(self.wave_call("kernel")), "kernel settings")
+            self.before_run("kernel", state)
+            parts = self.side(self.wave_call("kernel"))[self.name]
+            taken = self._ansible({self.name: parts.get("snapshot")}, "kernel snapshot")
+            if not state.get("kernel_snapshot"):
+                state["kernel_snapshot"] = taken.get("snapshot") or {}
+                self.save(state)
+            result = self._ansible({self.name: parts.get("apply")}, "kernel settings")
             if result.get("snapshot"):
                 # the host's snapshot with the record of what the apply wrote (old values: the
                 # first snapshot's): what a restore undoes once the host has dropped its own
@@ -641,7 +600,7 @@ class HostRun:
         return out
 
     def _reapplies_irq(self) -> bool:
-        """The verify step re-applies the kernel's IRQ affinity before its probe."""
+        """The probe step re-applies the kernel's IRQ affinity before its probe."""
         return (self.ctx.profile.get("kernel") or {}).get("irq_affinity") == "numa-local"
 
     @steps.step("verify")
@@ -662,10 +621,8 @@ class HostRun:
         parts = self.side(self.wave_call("probe"))[self.name]
         kernel = self._check_kernel_booted(parts.get("check"))
         if "reapply" in parts or self._reapplies_irq():
-            self._ansible({self.name: parts.get("reapply") or HostResult(
-                self.name, error="not run")}, "kernel reapply")
-        doc = self._ansible({self.name: parts.get("probe") or HostResult(
-            self.name, error="not run")}, "probe")
+            self._ansible({self.name: parts.get("reapply")}, "kernel reapply")
+        doc = self._ansible({self.name: parts.get("probe")}, "probe")
         parsed = parse_output(json.dumps(doc), self.name)
         logical = dict(state["bios_snapshot"]["logical"])
         logical.update(self.targets())
@@ -706,7 +663,7 @@ class HostRun:
         settings = self._kernel_settings()
         if not settings:
             return None
-        checked = self._ansible({self.name: entry or HostResult(self.name, error="not run")},
+        checked = self._ansible({self.name: entry},
                                 "kernel check")
         if not checked.get("in_effect", False):
             raise HostError("kernel settings not in effect after the reboot: " +
@@ -792,7 +749,7 @@ class HostRun:
         timeouts_ = self.ctx.timeouts()
         report: Dict[str, Any] = {"host": self.name}
         put_kernel = bool((state.get("kernel") or {}).get("changed") or state.get(
-            "kernel_snapshot"))
+            "kernel_snapshot") or state.get("kernel_asked"))
         before = self.ctx.hostside.health([self.name])[self.name]
         boot_before = state.get("restore_boot_id_before")
         if boot_before is None and before.ok:

@@ -1,9 +1,9 @@
 """The names of what a host, a rollout and a verdict go through, in one place.
 
 * Host steps, in the order a host is changed (the host_step and wave_step actions' enums and
-  the workflows' task chains name the same steps in the same order, the first two as one
-  "prepare": tests check it), and a registry with a decorator: each step's function says which
-  step it is (``@steps.step("drain")``).
+  the workflows' task chains name the same steps in the same order: tests check it), and a
+  registry with a decorator: each step's function says which step it is
+  (``@steps.step("drain")``).
 * Host states: pending -> running -> done, or failed; a failed (or rolled back) host goes
   restoring -> restored, left_drained (the profile says so) or restore_failed.
 * Rollout states: planned -> running -> completed, or rolled_back / rejected / aborted / failed
@@ -21,22 +21,18 @@ HOST_STEPS: Tuple[str, ...] = ("precheck", "snapshot", "drain", "kernel", "stage
                                "wait", "verify", "probe", "undrain")
 # a wave is the hosts of a batch changed together (at most the profile's batches.parallel):
 # the host-side steps every host of a wave needs at the same point are one action and one
-# ansible-playbook run over the wave's hosts (the wave_step action), each host's outcome
-# recorded on its own; the others are one action per host (host_step), Redfish work per host
-WAVE_STEPS: Tuple[str, ...] = ("drain", "kernel", "probe", "undrain")
-# precheck and snapshot in one host action (the host_change workflow's first part): one BMC
-# session for the BIOS check and snapshot; each is recorded as its own step
-PREPARE = "prepare"
-PREPARE_STEPS: Tuple[str, ...] = HOST_STEPS[:2]
-# the host_change workflow's second part, between the wave's kernel settings and its probe
+# ansible-playbook run per playbook over the wave's hosts (the wave_step action), each host's
+# outcome recorded on its own; the others are one action per host (host_step), Redfish work per
+# host. A wave runs HOST_STEPS in order.
+WAVE_STEPS: Tuple[str, ...] = ("precheck", "drain", "kernel", "probe", "undrain")
+# the host_change workflow's two parts: "prepare" (the BIOS check and snapshot) between the
+# wave's precheck and its drain, "change" between the wave's kernel settings and its probe
+PREPARE_STEPS: Tuple[str, ...] = ("snapshot",)
 CHANGE_STEPS: Tuple[str, ...] = ("stage", "reboot", "wait", "verify")
-# the host_change workflow's chain of host_step tasks; the action takes these and every step
-WORKFLOW_STEPS: Tuple[str, ...] = (PREPARE,) + CHANGE_STEPS
-# what a wave runs, in order: each host's prepare, the wave's drain and kernel settings, each
-# host's change, the wave's probe and undrain
-WAVE_CHAIN: Tuple[str, ...] = (PREPARE,) + WAVE_STEPS[:2] + CHANGE_STEPS + WAVE_STEPS[2:]
+# the host_change workflow's chain of host_step tasks
+WORKFLOW_STEPS: Tuple[str, ...] = PREPARE_STEPS + CHANGE_STEPS
 RESTORE_STEP = "restore"
-ACTION_STEPS: Tuple[str, ...] = (PREPARE,) + HOST_STEPS + (RESTORE_STEP,)
+ACTION_STEPS: Tuple[str, ...] = HOST_STEPS + (RESTORE_STEP,)
 TIMELINE_STEPS: Tuple[str, ...] = HOST_STEPS + (RESTORE_STEP,)
 
 # ----------------------------------------------------------------------------- host states

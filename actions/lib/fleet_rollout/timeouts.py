@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional
 
-from fleet_rollout.states import PREPARE, PREPARE_STEPS, WAVE_STEPS
+from fleet_rollout.states import WAVE_STEPS
 
 ANSIBLE = 300.0    # one playbook run: SSH connect, a few tasks
 MARGIN = 120.0     # process start, datastore, audit
@@ -32,10 +32,10 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
     reset = 2 * graceful + force + bmc   # an earlier attempt's restart is awaited, then a reset
     probe = float(profile["probe"]["budget_ms"]) / 1000.0 * 4 + PROBE_BUILD
     work = {
-        "precheck": bmc + ANSIBLE,
-        "snapshot": bmc + ANSIBLE,  # the kernel snapshot
+        "precheck": ANSIBLE,  # the health read
+        "snapshot": bmc,  # the BIOS check and snapshot
         "drain": float(profile["drain"]["timeout"]) + ANSIBLE,
-        "kernel": ANSIBLE,
+        "kernel": 2 * ANSIBLE,  # the snapshot, the settings
         "stage": 2 * bmc,
         "reboot": reset + ANSIBLE,
         # settings applied (boot), then the OS (boot)
@@ -48,14 +48,12 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
         # kernel, the OS back, the read-back, undrain
         "restore": 2 * ANSIBLE + (reset + boot + bmc) + reset + boot + bmc + ANSIBLE,
     }
-    # precheck and snapshot in one action
-    work[PREPARE] = sum(work[step] for step in PREPARE_STEPS)
     return work
 
 
 def action_timeouts(profile: Dict[str, Any], redfish_timeout: float = 30.0,
                     forks: int = 0) -> Dict[str, int]:
-    """Seconds per host action (step names, "prepare" and "restore"): work + margin. A host's
+    """Seconds per host action (step names and "restore"): work + margin. A host's
     actions wait for each other in StackStorm's scheduler (the host_step concurrency policy),
     before their timeout starts. A wave step's one run over the wave's hosts (at most
     batches.parallel) works on `forks` of them at once (ansible_forks; 0: all): its work is

@@ -32,7 +32,6 @@ from typing import Any, Callable, Dict, List, Optional
 from fleet_rollout.audit import Audit
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.st2api import ApiRefused
-from fleet_rollout.states import PREPARE, PREPARE_STEPS
 from fleet_rollout.store import RolloutState, Store
 
 HOST_STEP = "fleet_rollout.host_step"  # every step and restore of a host
@@ -99,17 +98,13 @@ def step_name(execution: Dict[str, Any]) -> str:
 
 def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The outcome the execution's step recorded in the host's state, if its work ended:
-    {ok, at, error}. A prepare ends with its stage recorded, or with any of its steps failed."""
+    {ok, at, error}."""
     steps = state.get("steps") or {}
     ex_id = str(execution.get("id"))
     step = step_name(execution)
     mine = {name: rec for name, rec in steps.items()
             if isinstance(rec, dict) and str(rec.get("execution")) == ex_id}
-    if step == PREPARE:
-        failed = [rec for name, rec in mine.items() if name in PREPARE_STEPS and not rec["ok"]]
-        record = failed[0] if failed else mine.get(PREPARE_STEPS[-1])
-    else:
-        record = mine.get(step)
+    record = mine.get(step)
     if not record or not isinstance(record.get("at"), (int, float)):
         return None
     detail = record.get("detail")

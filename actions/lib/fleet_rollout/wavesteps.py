@@ -2,16 +2,16 @@
 playbook it needs.
 
 A wave is the hosts of a batch changed together (at most the profile's batches.parallel). The
-steps every host of a wave needs at the same point and that are host-side work only (the drain,
-the kernel settings, the probe with its kernel check, the undrain: states.WAVE_STEPS) are one
-`fleet_rollout.wave_step` action and one run of each of their playbooks over the wave's hosts
-that are ready for it. Each host's outcome is recorded on its own, exactly as the host's own
-step would record it (HostRun.begin / finish with the wave's result): one host that fails fails
-alone, and the workflow restores only it.
+steps every host of a wave needs at the same point and that are host-side work only (the
+precheck's health read, the drain, the kernel snapshot and settings, the probe with its kernel
+check, the undrain: states.WAVE_STEPS) are one `fleet_rollout.wave_step` action and one run of
+each of their playbooks over the wave's hosts that are ready for it. Each host's outcome is
+recorded on its own, exactly as the host's own step would record it (HostRun.begin / finish
+with the wave's result): one host that fails fails alone, and the workflow restores only it.
 
-A host is ready for a wave step when the step before it is done and the host is neither failed
-nor on its way back; a host that is not ready is left out (its own workflow restored it, or
-will). A step done before (a retry, a resume) is skipped.
+A host is ready for a wave step when the step before it is done (the precheck: none) and the
+host is neither failed nor on its way back; a host that is not ready is left out (its own
+workflow restored it, or will). A step done before (a retry, a resume) is skipped.
 
 Nothing else touches a host while a wave step runs on it: the steps before and after it are the
 same workflow's, a step of another rollout is refused (claims), and a restore of the host waits
@@ -49,22 +49,23 @@ class WaveRun:
         host's state and listed in "failed"."""
         if step not in WAVE_STEPS:
             raise ConfigError(f"{step} is not a wave step ({', '.join(WAVE_STEPS)})")
-        before = HOST_STEPS[HOST_STEPS.index(step) - 1]
+        index = HOST_STEPS.index(step)
+        before = HOST_STEPS[index - 1] if index else None  # the precheck is a host's first
         out: Dict[str, Any] = {"step": step, "done": [], "skipped": [], "failed": [],
                                "not_ready": [], "hosts": {}}
         ready: List[Tuple[HostRun, Dict[str, Any]]] = []
         for host_run in self.runs:
             name = host_run.name
             state = host_run.load()
-            prior = (state["steps"].get(before) or {}).get("ok") is True
+            prior = before is None or (state["steps"].get(before) or {}).get("ok") is True
             done = (state["steps"].get(step) or {}).get("ok") is True
             if not done and (not prior or state["status"] in RESTORE_STATES + (FAILED,)):
                 out["not_ready"].append(name)
-                out["hosts"][name] = {"not_ready": f"status {state['status']}, step {before} "
-                                                   f"{'done' if prior else 'not done'}"}
+                out["hosts"][name] = {"not_ready": f"status {state['status']}" + (
+                    f", step {before} {'done' if prior else 'not done'}" if before else "")}
                 continue
             try:
-                began = host_run.begin(step)
+                began = host_run.begin(step, claim=False)  # outside the host policy
             except FleetRolloutError as err:  # refused: nothing done on the host
                 out["failed"].append(name)
                 out["hosts"][name] = {"error": str(err)}

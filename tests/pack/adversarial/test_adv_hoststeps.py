@@ -66,7 +66,7 @@ def test_no_step_without_a_recorded_approval(sim, cfg, tmp_path):
         _run(cfg, store, "adv-noapproval", host, "precheck")
     ctx = service.context(cfg, store, "adv-noapproval")
     ctx.state.update_batch(0, lambda s: s.update(approval={"approved": False, "by": "bob"}))
-    for step in ("prepare", "precheck", "drain", "stage", "reboot", "undrain"):
+    for step in ("precheck", "snapshot", "drain", "stage", "reboot", "undrain"):
         with pytest.raises(NotApproved):
             _run(cfg, store, "adv-noapproval", host, step)
     assert ctx.state.host(host).get("status") in (None, "pending")
@@ -91,7 +91,7 @@ def test_halt_stops_every_step_including_wait_verify_undrain(sim, cfg, tmp_path)
     _approve(store, cfg, "adv-halt")
     host = _canary(store, "adv-halt")
     service.abort(cfg, store, "adv-halt", "operator", -1, "alice")
-    for step in ("prepare", "precheck", "wait", "verify", "undrain"):
+    for step in ("precheck", "snapshot", "wait", "verify", "undrain"):
         with pytest.raises(Halted):
             _run(cfg, store, "adv-halt", host, step)
     assert RolloutState(store, "adv-halt").halted()["reason"] == "halted by alice"
