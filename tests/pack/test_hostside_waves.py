@@ -5,6 +5,8 @@ oldest ansible-core the requirements allow (make test)."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
@@ -207,6 +209,50 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
     assert ctx.state.host("sim-001")["status"] == DONE and not _flag(backend, "sim-001")
     assert _flag(backend, "sim-003")  # failed: drained until its restore
     assert ctx.state.host("sim-002")["status"] == RESTORED
+
+
+def test_a_restore_that_begins_during_a_waves_run_loses_none_of_its_records(wave: Any) -> None:
+    """A restore of a host begins while the wave's drain runs over it (the restore waits for
+    the wave step, outside the host policy both): the host stays marked restoring when the wave
+    records its drain, the drain's record stays when the restore records its own, and the
+    restore takes off the flag the wave's drain set."""
+    backend, side, ctx = wave
+    _prepared(ctx)
+    ended = threading.Event()
+    restores: List[Dict[str, Any]] = []
+
+    def wait_for_wave() -> Dict[str, Any]:  # as wait_for_waves, until the wave step ended
+        ended.wait(120)
+        return {"executions": ["ex-wave"], "seconds": 1.0}
+
+    def restore_now(playbook: str, _names: List[str]) -> None:
+        if playbook == "drain" and not restores:
+            restores.append({})
+            thread = threading.Thread(target=lambda: restores.append(
+                HostRun(ctx, "sim-002").restore(leave_drained=False, wait=wait_for_wave)))
+            thread.start()
+            restores[0]["thread"] = thread
+            deadline = time.time() + 30
+            while ctx.state.host("sim-002")["status"] != "restoring" and time.time() < deadline:
+                time.sleep(0.05)
+
+    side.seen = restore_now
+    out = WaveRun(ctx, HOSTS).run("drain")
+    assert out["done"] == HOSTS, out
+    # the wave recorded the drain; the mark the restore set is kept
+    state = ctx.state.host("sim-002")
+    assert state["status"] == "restoring" and state["steps"]["drain"]["ok"], state
+    assert _flag(backend, "sim-002")
+    ended.set()
+    restores[0]["thread"].join(120)
+    report = restores[-1]
+    assert report["status"] == RESTORED, report
+    state = ctx.state.host("sim-002")
+    assert state["status"] == RESTORED and state["steps"]["drain"]["ok"]
+    assert state["steps"]["restore"]["ok"] and state["drain_asked"]
+    assert report["waited_for"]["executions"] == ["ex-wave"]
+    assert not _flag(backend, "sim-002")  # the drain was this rollout's: taken off
+    assert ctx.state.host("sim-001")["status"] == RUNNING and _flag(backend, "sim-001")
 
 
 def _read(backend: SimBackend, name: str, rel: str) -> str:

@@ -25,6 +25,9 @@ def _ts(seconds: float) -> str:
         "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+PYTHON_OUTPUT = {"result", "stdout", "stderr", "exit_code"}
+
+
 class FakeApi:
     def __init__(self) -> None:
         self.executions: Dict[str, Dict[str, Any]] = {}
@@ -49,13 +52,29 @@ class FakeApi:
         return self.executions[ex_id]
 
     def put(self, path: str, body: Any) -> Any:
+        """As st2api's PUT with [system] validate_output_schema on: a succeeded result that
+        is not its runner's output (python-script: result, stdout, stderr, exit_code and
+        nothing else; orquesta: output, errors) is recorded failed."""
         ex_id = path.split("/")[1]
         self.puts.append((ex_id, body["status"]))
         self.results[ex_id] = body.get("result")
         if ex_id in self.completed_liveactions or self.executions[ex_id]["status"] not in (
                 "running", "paused", "canceling"):
             raise ApiRefused("Execution is already in completed state.", 400)
-        self.executions[ex_id]["status"] = body["status"]
+        status = body["status"]
+        result = body.get("result")
+        python = self.executions[ex_id]["action"]["ref"] in (watchdog.HOST_STEP,
+                                                              watchdog.WAVE_STEP)
+        if status == "succeeded" and python and not (
+                isinstance(result, dict) and set(result) <= PYTHON_OUTPUT
+                and isinstance(result.get("stdout"), str)
+                and isinstance(result.get("stderr"), str)
+                and isinstance(result.get("exit_code"), int)):
+            status = "failed"
+        if status == "succeeded" and not python and not (  # an orquesta workflow's output
+                isinstance(result, dict) and set(result) <= {"output", "errors"}):
+            status = "failed"
+        self.executions[ex_id]["status"] = status
         return self.executions[ex_id]
 
     def post(self, path: str, body: Any) -> Any:
@@ -108,6 +127,42 @@ def test_a_stale_step_st2_can_complete_is_completed_with_its_outcome_once(dog, t
     assert dog_.check(execution_id="wd2") == [] and len(api.puts) == 1
     [entry] = Audit(dog_.store, "r1").entries()
     assert entry["action"] == "stale_execution" and entry["old"] == "s1"
+
+
+def test_a_stale_step_whose_work_succeeded_is_completed_as_the_python_runners_output(dog):
+    """st2 checks a succeeded result against the runner's output schema: the watchdog's is
+    the python-script runner's, the step's own result (as host_step returns it) under
+    `result`; what st2 then recorded is what the watchdog reports."""
+    dog_, api = dog
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1",
+            step="reboot")
+    _step_done(dog_, "h1", "reboot", "s1", True, NOW - 120)
+    [done] = dog_.check(by="stanley", execution_id="wd1")
+    assert api.executions["s1"]["status"] == "succeeded" and done["status"] == "succeeded"
+    assert done["action"] == "completed succeeded"
+    output = api.results["s1"]
+    assert set(output) == PYTHON_OUTPUT and output["exit_code"] == 0
+    assert output["result"]["step"] == "reboot" and output["result"]["detail"] == {}
+    assert "work ended 120 s ago" in output["result"]["watchdog"]
+
+
+def test_the_watchdog_reports_what_st2_recorded_when_it_differs(dog, monkeypatch):
+    dog_, api = dog
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1",
+            step="verify")
+    _step_done(dog_, "h1", "verify", "s1", True, NOW - 120)
+    real_put = api.put
+
+    def refusing_output(path: str, body: Any) -> Any:
+        return real_put(path, dict(body, result={"result": {}, "extra": 1}))
+
+    monkeypatch.setattr(api, "put", refusing_output)
+    [done] = dog_.check(by="stanley", execution_id="wd1")
+    assert api.executions["s1"]["status"] == "failed"
+    assert done["status"] == "failed"
+    assert done["action"] == "completed succeeded; StackStorm recorded it failed"
+    stale = RolloutState(dog_.store, "r1").stale("s1")
+    assert stale["status"] == "failed", stale
 
 
 def test_a_step_kept_delayed_long_is_timed_from_when_it_began_to_run(dog):

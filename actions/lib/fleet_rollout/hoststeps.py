@@ -25,6 +25,7 @@ with a recorded outcome: no host stays "running".
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ from fleet_rollout.states import (
 from fleet_rollout.store import RolloutState, Store
 
 steps = StepRegistry()  # each HostRun step_* says which step it is
+_ABSENT = object()  # a key a state does not have (merge_host_state)
 
 # seconds beyond a step a drain waits on the host for its pre window's sampler (_pre_window)
 PRE_WINDOW_SLACK = 5.0
@@ -146,6 +148,9 @@ class HostRun:
         # in a wave step (WaveRun): this host's result of the wave's host-side run(s), as
         # wave_call gives it; None: the step runs its own
         self.wave: Optional[Dict[str, Any]] = None
+        # the host's state as this action last loaded or saved it (save writes only what
+        # changed since)
+        self._loaded: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ state
     def load(self) -> Dict[str, Any]:
@@ -153,11 +158,20 @@ class HostRun:
         state.setdefault("host", self.name)
         state.setdefault("steps", {})
         state.setdefault("status", PENDING)
+        self._loaded = copy.deepcopy(state)
         return state
 
     def save(self, state: Dict[str, Any]) -> None:
+        """Write what this action changed in the host's state since it loaded it (or last
+        saved it) over what is stored now: a wave step (one action over many hosts, outside the
+        host policy) and a restore of one of its hosts may both hold the state, and neither
+        loses the other's records. `state` becomes what was written."""
         state["updated"] = time.time()
-        self.ctx.state.save_host(self.name, state)
+        merged = merge_host_state(self._loaded, state, self.ctx.state.host(self.name))
+        self.ctx.state.save_host(self.name, merged)
+        self._loaded = copy.deepcopy(merged)
+        state.clear()
+        state.update(merged)
 
     def _record(self, state: Dict[str, Any], step: str, ok: bool, detail: Any,
                 started: float, reached: bool = True) -> None:
@@ -706,7 +720,7 @@ class HostRun:
         owner = claims.owner(self.ctx.store, self.name)
         if owner and owner != self.ctx.rollout_id:
             # another rollout holds the host: this one changed nothing there (claims are taken
-            # at precheck, before any change), so there is nothing of ours to put back
+            # at the snapshot step, before any change), so there is nothing of ours to put back
             # its status stays what it was (e.g. failed at the precheck): not "restored"
             state["restore"] = {"host": self.name, "note": f"held by rollout {owner}; this "
                                 "rollout changed nothing on it"}
@@ -729,6 +743,10 @@ class HostRun:
         self.save(state)
         try:
             waited = wait() if wait is not None else None
+            # what the steps waited for recorded (a drain, kernel settings asked for), the host
+            # marked restoring still: what the restore puts back
+            state = self.load()
+            state["status"] = RESTORING
             report = self._put_back(state, leave)
             if waited and waited.get("executions"):
                 report["waited_for"] = waited
@@ -839,6 +857,34 @@ class HostRun:
 # resets one host's restore may send in all, each for BIOS values a reset before it did not
 # apply; past them the BMC is broken and a person decides
 MAX_RESTORE_RESETS = 3
+
+
+def merge_host_state(base: Optional[Dict[str, Any]], mine: Dict[str, Any],
+                     stored: Dict[str, Any]) -> Dict[str, Any]:
+    """`stored` with what `mine` changed since `base` (the state as its writer loaded it; None:
+    all of `mine`): keys and step records set or removed. A host another action marked as on
+    its way back (a restore begun) keeps that status: no step's write takes it back."""
+    if base is None:
+        merged = dict(mine)
+    else:
+        merged = copy.deepcopy(stored) if stored else {}
+        for name, value in mine.items():  # a key the store lacks: a default load() set
+            if name != "steps" and (base.get(name, _ABSENT) != value or name not in merged):
+                merged[name] = value
+        for name in set(base) - set(mine):
+            merged.pop(name, None)
+        steps = dict(merged.get("steps") or {})
+        mine_steps, base_steps = mine.get("steps") or {}, base.get("steps") or {}
+        for name, record in mine_steps.items():
+            if base_steps.get(name, _ABSENT) != record:
+                steps[name] = record
+        for name in set(base_steps) - set(mine_steps):
+            steps.pop(name, None)
+        merged["steps"] = steps
+    if (stored or {}).get("status") in RESTORE_STATES and \
+            merged.get("status") not in RESTORE_STATES:
+        merged["status"] = stored["status"]
+    return merged
 
 
 def _outcome_message(err: Exception) -> str:

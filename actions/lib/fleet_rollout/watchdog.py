@@ -98,7 +98,7 @@ def step_name(execution: Dict[str, Any]) -> str:
 
 def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The outcome the execution's step recorded in the host's state, if its work ended:
-    {ok, at, error}."""
+    {ok, at, error, result} (result: what the host_step action returns for it)."""
     steps = state.get("steps") or {}
     ex_id = str(execution.get("id"))
     step = step_name(execution)
@@ -109,7 +109,9 @@ def work_ended(state: Dict[str, Any], execution: Dict[str, Any]) -> Optional[Dic
         return None
     detail = record.get("detail")
     error = detail.get("error") if isinstance(detail, dict) else None
-    return {"ok": bool(record.get("ok")), "at": float(record["at"]), "error": error}
+    return {"ok": bool(record.get("ok")), "at": float(record["at"]), "error": error,
+            "result": {"host": state.get("host"), "step": step, "skipped": False,
+                       "detail": detail}}
 
 
 def wave_ended(state: RolloutState, execution: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -195,19 +197,32 @@ class Watchdog:
         ended = why.get("ended")
         if ended is not None:
             status = "succeeded" if ended["ok"] else "failed"
-            result = {"result": dict(ended.get("result") or {}, watchdog=why["why"])} \
-                if ended["ok"] else {
+            # the python-script runner's output (st2 checks a succeeded one against the
+            # runner's output schema when [system] validate_output_schema is on): the
+            # action's own result under "result", nothing else beside stdout, stderr and
+            # exit_code
+            result = {"result": dict(ended.get("result") or {}, watchdog=why["why"]),
+                      "stdout": "", "stderr": "", "exit_code": 0} if ended["ok"] else {
+                "result": None, "stdout": "", "stderr": "", "exit_code": 1,
                 "error": str(ended.get("error") or "the step failed"), "watchdog": why["why"]}
         else:
             status = "timeout"
-            result = {"error": f"Action failed to complete in {int(why['timeout'])} seconds: "
+            result = {"result": None, "stdout": "", "stderr": "", "exit_code": -9,
+                      "error": f"Action failed to complete in {int(why['timeout'])} seconds: "
                                f"its action runner stopped ({why['why']})"}
         try:
             self.api.put(f"executions/{ex_id}", {"status": status, "result": result})
-            return {"action": f"completed {status}", "status": status}
         except ApiRefused as err:
             if err.status != 400:
                 raise
+        else:
+            # what StackStorm recorded, which the workflow goes on with (it may differ: a
+            # result its output checks refuse makes a succeeded one failed)
+            recorded = str(self.api.execution(ex_id).get("status") or status)
+            if recorded == status:
+                return {"action": f"completed {status}", "status": status}
+            return {"action": f"completed {status}; StackStorm recorded it {recorded}",
+                    "status": recorded}
         parent_id = str(execution.get("parent") or "")
         parent = self.api.execution(parent_id) if parent_id else {}
         rerun = RERUN_OF.get(str((parent.get("action") or {}).get("ref")))
