@@ -165,6 +165,34 @@ def test_the_watchdog_reports_what_st2_recorded_when_it_differs(dog, monkeypatch
     assert stale["status"] == "failed", stale
 
 
+def test_a_step_that_ended_after_the_list_was_read_is_left_alone(dog, monkeypatch):
+    """A loaded st2 records a step's end late: the watchdog's list shows it running, its
+    execution has ended by the time it is handled. Nothing is completed, recovered or
+    recorded; a 400 for one that ends between the read and the PUT recovers nothing."""
+    dog_, api = dog
+    api.add("hc1", "fleet_rollout.host_change", rollout_id="r1", host="h1", part="change")
+    api.add("s1", watchdog.HOST_STEP, parent="hc1", rollout_id="r1", host="h1", step="wait")
+    _step_done(dog_, "h1", "wait", "s1", True, NOW - 120)
+    listed = dict(api.executions["s1"])
+    api.executions["s1"]["status"] = "succeeded"
+    monkeypatch.setattr(api, "get", lambda path: [listed])
+    assert dog_.check(by="stanley", execution_id="wd1") == []
+    assert api.puts == [] and api.posts == []
+    assert RolloutState(dog_.store, "r1").stale("s1") is None
+    # ended between the read and the PUT: st2 refuses, and the host is not recovered
+    api.executions["s1"]["status"] = "running"
+    real_put = api.put
+
+    def ended_first(path: str, body: Any) -> Any:
+        api.executions["s1"]["status"] = "succeeded"
+        return real_put(path, body)
+
+    monkeypatch.setattr(api, "put", ended_first)
+    [done] = dog_.check(by="stanley", execution_id="wd1")
+    assert done["action"] == "left: StackStorm recorded it succeeded meanwhile"
+    assert api.posts == []
+
+
 def test_a_step_kept_delayed_long_is_timed_from_when_it_began_to_run(dog):
     """st2's start_timestamp is when the execution was requested: one that its host's policy
     kept delayed for longer than its timeout has run for far less, and is not stale."""

@@ -176,6 +176,10 @@ class Watchdog:
                own_id: str) -> Optional[Dict[str, Any]]:
         params = execution["parameters"]
         rollout_id, host, ex_id = params["rollout_id"], target(params), str(execution["id"])
+        # the list read may be older than the execution's end (a loaded st2 records an end
+        # seconds late): one that has ended since is left alone
+        if str(self.api.execution(ex_id).get("status")) not in ACTIVE:
+            return None
         state = RolloutState(self.store, rollout_id)
         record = {"execution": ex_id, "host": host, "step": step_name(execution),
                   "parent": str(execution.get("parent") or ""), "why": why["why"],
@@ -215,6 +219,10 @@ class Watchdog:
         except ApiRefused as err:
             if err.status != 400:
                 raise
+            now = str(self.api.execution(ex_id).get("status"))
+            if now not in ACTIVE:  # it ended meanwhile: its workflow has its outcome
+                return {"action": f"left: StackStorm recorded it {now} meanwhile",
+                        "status": now}
         else:
             # what StackStorm recorded, which the workflow goes on with (it may differ: a
             # result its output checks refuse makes a succeeded one failed)
