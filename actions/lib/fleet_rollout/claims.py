@@ -52,17 +52,16 @@ def owner(store: Store, host: str) -> Optional[str]:
 
 def claim(store: Store, host: str, rollout_id: str) -> None:
     """Hold `host` for `rollout_id`; HostClaimed when another rollout holds it."""
-    check(store, host, rollout_id, held=False)
-    if owner(store, host) == rollout_id:
+    if check(store, host, rollout_id, held=False) == rollout_id:
         return
     record = {"host": host, "rollout_id": rollout_id, "at": time.time()}
     store.set_json(_key(host, "last"), record)
     store.set_json(_key(host, "claim"), record)
 
 
-def check(store: Store, host: str, rollout_id: str, held: bool) -> None:
+def check(store: Store, host: str, rollout_id: str, held: bool) -> Optional[str]:
     """Outside the host policy, writing nothing: HostClaimed when another rollout holds
-    `host`; HostError when `held` and `rollout_id` does not hold it."""
+    `host`; HostError when `held` and `rollout_id` does not hold it. Returns the holder."""
     owned = owner(store, host)
     if owned is not None and owned != rollout_id:
         raise HostClaimed(f"held by rollout {owned} (one rollout per host at a time); finish, "
@@ -70,6 +69,7 @@ def check(store: Store, host: str, rollout_id: str, held: bool) -> None:
     if held and owned is None:
         raise HostError(f"not claimed by rollout {rollout_id} (its snapshot step claims it); "
                         "nothing done", host)
+    return owned
 
 
 def last_claimant(store: Store, host: str) -> Optional[str]:
