@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, Optional, Tuple
 
@@ -256,6 +257,19 @@ class LocalApi:
                                                   limit=limit)
         return 200, [render.public(self.runtime.registry, row) for row in rows]
 
+    def _ended(self, ex_id: str, timeout: float = 60.0) -> Dict[str, Any]:
+        """The execution once the engine has recorded its end: st2's update_status writes
+        the end before the PUT answers, so a GET right after it reads the completed
+        status."""
+        from fleet_runtime.statuses import COMPLETED
+
+        deadline = time.monotonic() + timeout
+        record = self.runtime._execution(ex_id)
+        while record["status"] not in COMPLETED and time.monotonic() < deadline:
+            time.sleep(0.05)
+            record = self.runtime._execution(ex_id)
+        return record
+
     def _control(self, ex_id: str, body: Any, user: str) -> Tuple[int, Any]:
         """st2api's PUT /executions/<id>: pause, resume and cancel as `user` (recorded as
         paused_by / resumed_by / cancelled_by), or a completed status with its result."""
@@ -273,9 +287,7 @@ class LocalApi:
         status = str((body or {}).get("status"))
         if status in COMPLETED:
             self.runtime.complete(record["id"], status, (body or {}).get("result"))
-            shown = render.public(self.runtime.registry, record)
-            shown["status"] = status
-            return 200, shown
+            return 200, render.public(self.runtime.registry, self._ended(record["id"]))
         op = CONTROL_OF.get(status)
         if op is None:
             return 400, {"faultstring": "Failed updating execution: status must be pausing,"

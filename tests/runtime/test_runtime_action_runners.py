@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import requests
 from process_support import gone, wait_for
-from runtime_support import cli, make_home
+from runtime_support import api_call, cli, make_home
 
 from fleet_runtime.engine import Runtime
 from fleet_runtime.home import RuntimeHome
@@ -279,10 +279,6 @@ def test_a_concurrency_attr_policy_serialises_executions_across_runners(
     run_until_status(rt, other, SUCCEEDED)
 
 
-def _api(rt: Runtime, method: str, path: str, body: Any = None) -> requests.Response:
-    return requests.request(method, f"{rt.api.url}/{path}", json=body, timeout=10,
-                            headers={"X-Auth-Token": rt.api.issue_token("operator")})
-
 
 def test_a_killed_runner_leaves_its_execution_running_and_the_other_runner_takes_the_next(
         two: Runtime, pack: Path, tmp_path: Path) -> None:
@@ -358,10 +354,14 @@ def test_after_a_restart_the_lost_execution_stays_running_until_the_api_complete
         rt.run(forever=True, timeout=1.5)
         assert record(rt, same_key)["status"] == DELAYED
         # the pack's watchdog settles it through the API (st2: its LiveAction is active)
-        done = _api(rt, "PUT", f"executions/{ex_id}",
+        done = api_call(rt, "PUT", f"executions/{ex_id}",
                     {"status": "failed", "result": {"error": "its runner died"}})
         assert done.status_code == 200, done.text
-        run_until_status(rt, ex_id, *COMPLETED)
+        # st2's update_status records the end before it answers: a GET right after reads it
+        assert done.json()["status"] == FAILED
+        read = requests.get(f"{rt.api.url}/executions/{ex_id}", timeout=10, headers={
+            "X-Auth-Token": rt.api.issue_token("operator")}).json()
+        assert read["status"] == FAILED and read["result"] == {"error": "its runner died"}
         assert (record(rt, ex_id)["status"], record(rt, ex_id)["result"]) == (
             FAILED, {"error": "its runner died"})
         run_until_status(rt, same_key, *COMPLETED)

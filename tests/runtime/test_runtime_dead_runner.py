@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 import yaml
-from runtime_support import FIXTURE_PACK, children, engine, fixture_home, journal
+from runtime_support import FIXTURE_PACK, api_call, children, engine, fixture_home, journal
 
 from fleet_runtime.home import RuntimeHome
 from fleet_runtime.packs import Registry
@@ -94,10 +93,6 @@ def test_a_dead_runner_setting_names_actions_and_their_parameters(tmp_path: Path
         ("fleet_rollout.host_step", {"step": "reboot"}), ("fleet_rollout.host_restore", {})]
 
 
-def _api(rt, method: str, path: str, body: Any = None) -> requests.Response:
-    return requests.request(method, f"{rt.api.url}/{path}", json=body, timeout=10,
-                            headers={"X-Auth-Token": rt.api.issue_token("operator")})
-
 
 def test_the_api_finds_a_dead_runners_execution_refuses_to_complete_it_and_completes_its_parent(
         home: Path) -> None:
@@ -110,15 +105,15 @@ def test_the_api_finds_a_dead_runners_execution_refuses_to_complete_it_and_compl
         rt.run(until=lambda: bool(rt.dead_runner_executions()), forever=True, timeout=60)
         rt.run(forever=True, timeout=2)
         [dead_id] = rt.dead_runner_executions()
-        listed = _api(rt, "GET", "executions?action=rt_test.step&status=running&limit=10")
+        listed = api_call(rt, "GET", "executions?action=rt_test.step&status=running&limit=10")
         assert listed.status_code == 200
         assert [e["id"] for e in listed.json()] == [dead_id]
-        refused = _api(rt, "PUT", f"executions/{dead_id}", {"status": "succeeded"})
+        refused = api_call(rt, "PUT", f"executions/{dead_id}", {"status": "succeeded"})
         assert refused.status_code == 400
         assert "already in completed state" in refused.json()["faultstring"]
         workflow_id = rt.store.get_execution(dead_id)["parent_id"]
         assert rt.store.get_execution(workflow_id)["status"] == RUNNING
-        done = _api(rt, "PUT", f"executions/{workflow_id}",
+        done = api_call(rt, "PUT", f"executions/{workflow_id}",
                     {"status": "succeeded", "result": {"output": {"ended_by": "test"}}})
         assert done.status_code == 200, done.text
         rt.run(until=lambda: rt.store.get_execution(ex_id)["status"] in COMPLETED,
@@ -128,7 +123,7 @@ def test_the_api_finds_a_dead_runners_execution_refuses_to_complete_it_and_compl
             SUCCEEDED, {"output": {"ended_by": "test"}})
         assert rt.store.get_execution(ex_id)["status"] == SUCCEEDED  # the parent went on
         assert rt.store.get_execution(dead_id)["status"] == RUNNING
-        again = _api(rt, "PUT", f"executions/{workflow_id}", {"status": "failed"})
+        again = api_call(rt, "PUT", f"executions/{workflow_id}", {"status": "failed"})
         assert again.status_code == 400
     finally:
         rt.close()
