@@ -6,6 +6,7 @@ success, 1 on a failure it can explain (the JSON then has "error"). `--sysroot D
 on a lab `sim` host (a fake tree) exactly as on a real root.
 
   health                       boot id, uptime, maintenance flag, established connections
+          [--boot-id-not B]    fails while the boot id is still B (the host has not restarted)
   drain   --port P ...         set the maintenance flag, wait until connections drain
   undrain                      clear the maintenance flag
   kernel-snapshot --settings J record the current values of what J would change (changes
@@ -81,7 +82,12 @@ MAX_SYSCTLS, MAX_TOKENS, MAX_INTERFACES = 64, 32, 64
 
 
 class Failure(Exception):
-    pass
+    """A failure the command can explain; `doc`: what it did before it failed (printed with
+    the error)."""
+
+    def __init__(self, message, **doc):
+        Exception.__init__(self, message)
+        self.doc = doc
 
 
 def path(root, rel):
@@ -149,6 +155,9 @@ def cmd_health(args):
         "established": established(args.sysroot, args.port),
         "cmdline": read(args.sysroot, "proc/cmdline", "").strip(),
     }
+    if args.boot_id_not and result["boot_id"] in ("", args.boot_id_not):
+        raise Failure("boot id still %s: the OS has not started again since its reset"
+                      % (result["boot_id"] or "unreadable"))
     return result
 
 
@@ -200,7 +209,8 @@ def cmd_drain(args):
         if time.time() - started >= args.timeout:
             raise Failure("still %d established connections on port %d after %ds (threshold %d);"
                           " the host stays marked drained" % (count, args.port, args.timeout,
-                                                              args.threshold))
+                                                              args.threshold),
+                          drained=True, changed=not was_set, flag=flag, established=count)
         time.sleep(args.poll)
         count = established(args.sysroot, args.port)
     return {"drained": True, "changed": not was_set, "flag": flag, "established": count,
@@ -1150,6 +1160,8 @@ OPTIONS = {
     # drain: first wait until the counter window ID sampled on this host has taken its last
     # sample (--after-window-wait seconds at most)
     "--after-window": (str, ""), "--after-window-wait": (float, 30.0),
+    # health: the boot id of the OS before a reset (the host fails while it still runs that)
+    "--boot-id-not": (str, ""),
 }
 
 
@@ -1211,7 +1223,7 @@ def run_command(name, args):
     try:
         result = COMMANDS[name](args)
     except Failure as err:
-        return 1, {"ok": False, "error": str(err)}
+        return 1, dict(err.doc, ok=False, error=str(err))
     result["ok"] = True
     return 0, result
 

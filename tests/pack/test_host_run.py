@@ -109,15 +109,33 @@ class FakeHostSide:
                                   "uptime": 100.0, "connections": 0}
         return self._entry("health", result)
 
+    def booted(self, hosts: List[str], boot_ids_before: Dict[str, str], wait: float = 900,
+               poll: float = 2) -> Dict[str, HostResult]:
+        """As booted.yml: the health read, tried again (`wait` seconds) until the host answers
+        with another boot than the one named for it."""
+        deadline = time.monotonic() + wait
+        before = boot_ids_before.get(self.name)
+        while True:
+            entry = self.health(hosts)[self.name]
+            self.calls[-1] = "booted"
+            if entry.ok and entry.result["boot_id"] != before:
+                return {self.name: entry}
+            if time.monotonic() >= deadline:
+                return {self.name: HostResult(self.name, ok=False, failed_task="booted",
+                                              error=entry.error or f"boot id still {before}")}
+            time.sleep(0.05)
+
     def drain(self, hosts: List[str], timeout: float = 300, threshold: int = 0,
               after_window: Optional[Any] = None) -> Dict[str, HostResult]:
         self.drain_waits.append(after_window)
         changed = not self.drained
         self.drained = True  # the flag is set first; a drain that times out leaves it
-        if "drain" in self.fail:
+        if "drain" in self.fail:  # as fleet_host.py's drain past its timeout: flag set
             self.calls.append("drain")
             return {self.name: HostResult(self.name, ok=False, failed_task="Drain",
-                                          error=self.fail["drain"])}
+                                          error=self.fail["drain"],
+                                          result={"ok": False, "drained": True,
+                                                  "changed": changed})}
         return self._entry("drain", {"changed": changed, "drained": True, "method": "flag"})
 
     def undrain(self, hosts: List[str]) -> Dict[str, HostResult]:
@@ -294,19 +312,21 @@ def test_the_probe_step_says_what_kernel_settings_it_found_in_effect(run: Any,
 
 def test_the_wait_only_waits_and_the_verify_and_probe_steps_check(run: Any,
                                                                   fleet: Any) -> None:
-    """The wait asks the host for its OS until the new boot answers (an ask it did not answer
-    is asked again) and checks nothing else; the verify reads the BIOS back through Redfish;
-    the probe step checks the kernel, re-applies IRQ affinity when the profile says so, then
+    """The wait waits for the BMC to show the reset done and the settings applied, and asks
+    the host nothing (the BMC reports its restart); the verify reads the BIOS back through
+    Redfish; the probe step waits for the new boot to answer (an ask it did not answer is
+    asked again), checks the kernel, re-applies IRQ affinity when the profile says so, then
     probes, each its own run."""
     host_run, side = run
     host_run.ctx.profile["kernel"]["irq_affinity"] = "numa-local"
     _steps(host_run, _upto("reboot"))  # up to the reset
     side.unanswered = 2  # the BMC shows the OS up before its sshd answers
+    boot_before = host_run.load()["boot_id_before"]
     before = len(side.calls)
     wait = host_run.run("wait")
-    asks = side.calls[before:]
-    assert set(asks) == {"health"} and len(asks) >= 3 and side.unanswered == 0
-    assert set(wait["detail"]) == {"bios", "post_after_reset", "boot_id"}
+    assert side.calls[before:] == []  # Redfish only
+    assert set(wait["detail"]) == {"bios", "post_after_reset"}
+    assert wait["detail"]["bios"]["ok"] is True
     reset_counters(fleet, 0)
     before = len(side.calls)
     verify = host_run.run("verify")
@@ -315,9 +335,12 @@ def test_the_wait_only_waits_and_the_verify_and_probe_steps_check(run: Any,
     assert verify["detail"]["bios"]["SnoopMode"] == "HomeSnoop"
     reset_counters(fleet, 0)
     probe = host_run.run("probe")
-    assert side.calls[before:] == ["kernel check", "kernel reapply", "probe"]
+    asks = side.calls[before:]
+    assert asks[-3:] == ["kernel check", "kernel reapply", "probe"]
+    assert set(asks[:-3]) == {"booted"} and len(asks[:-3]) >= 3 and side.unanswered == 0
     assert server_requests(state(fleet, 0)) == {}  # the host side only
     assert probe["detail"]["probe"]["ok"] is True
+    assert probe["detail"]["boot_id"] not in (None, boot_before)
     assert host_run.load()["steps"]["probe"]["ok"] is True
 
 
@@ -522,6 +545,10 @@ def test_a_drain_that_fails_is_the_drain_steps_failure(run: Any, fleet: Any) -> 
     assert state(fleet, 0)["pending"] == {}  # no BIOS change staged
     report = host_run.restore(leave_drained=False)
     assert report["status"] == RESTORED and not side.drained  # the flag it set is taken off
+    # the trail has the drain the failed step left and the restore's undrain, in order
+    service = [(e["old"], e["new"]) for e in host_run.ctx.audit.entries()
+               if e["setting"] == "service"]
+    assert service == [("in service", "drained"), ("drained", "in service")]
 
 
 def test_the_precheck_refuses_a_host_someone_else_drained_and_leaves_it_drained(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -48,6 +49,40 @@ def test_health_and_unreachable_host_is_a_per_host_error(lab):
         assert results[name].result["maintenance"] is False
     ghost = results["ghost"]
     assert not ghost.ok and ghost.unreachable and "unreachable" in ghost.error
+
+
+def test_the_wait_for_the_os_waits_for_a_new_boot_in_one_run(lab):
+    """booted.yml: a host named with its boot id before a reset is read again until another
+    boot answers; a host not named only has to answer; a host that never restarts fails alone
+    once the wait is over, with the boot id it still runs; an unreachable host fails alone."""
+    backend, side = lab
+
+    def boot_id(name: str) -> str:
+        return open(os.path.join(backend.sysroot(name),
+                                 "proc/sys/kernel/random/boot_id")).read().strip()
+
+    before = {name: boot_id(name) for name in ("sim-001", "sim-002")}
+    backend.power_off("sim-001")
+    powered_on = threading.Timer(
+        3.0, lambda: backend.power_on(boot_config("sim-001", "home", "disabled")))
+    powered_on.start()
+    started = time.monotonic()
+    try:
+        results = side.booted(["sim-001", "sim-002", "sim-003", "ghost"], before, wait=8,
+                              poll=1)
+    finally:
+        powered_on.join()
+    took = time.monotonic() - started
+    first = results["sim-001"]
+    assert first.ok, first
+    assert first.result["boot_id"] == boot_id("sim-001") != before["sim-001"]
+    assert results["sim-003"].ok and results["sim-003"].result["boot_id"] == boot_id("sim-003")
+    stuck = results["sim-002"]
+    assert not stuck.ok and f"boot id still {before['sim-002']}" in stuck.error
+    ghost = results["ghost"]
+    assert not ghost.ok and ghost.failed_task == "Wait until the host accepts connections"
+    assert "Connection refused" in ghost.error
+    assert took >= 8  # the host that never restarts is read for the whole wait
 
 
 def test_unknown_host_is_reported(lab):

@@ -152,8 +152,9 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
         assert state["steps"]["drain"]["execution"] == "ex-wave"
         assert state["status"] == (RUNNING if ok else FAILED)
         assert _flag(backend, name)  # a failed drain leaves the flag: the host stays marked
+    # every flag the run set is in the audit trail, the failed host's too (it stays marked)
     drains = [e["host"] for e in ctx.audit.entries() if e["setting"] == "service"]
-    assert sorted(drains) == ["sim-001", "sim-003"]
+    assert sorted(drains) == ["sim-001", "sim-002", "sim-003"]
 
     # the workflow restores the failed host only: its flag comes off, the others stay drained
     report = HostRun(ctx, "sim-002").restore(leave_drained=False)
@@ -188,15 +189,21 @@ def test_a_waves_drain_is_one_run_and_a_host_that_fails_fails_alone(wave: Any) -
         # targets over it (a BIOS snapshot of the simulator's)
         state["bios_snapshot"] = {"logical": {"snoop_mode": "early",
                                               "node_interleaving": "disabled"}}
+        # reset: the probe step first waits for another boot than this one
+        state["needs_reboot"], state["boot_id_before"] = True, "the-boot-before-the-reset"
         run.save(state)
     with open(os.path.join(backend.sysroot("sim-003"), "proc/sys/net/core/rmem_max"),
               "w") as handle:
         handle.write("212992\n")
     before = len(side.runs)
     probe = WaveRun(ctx, HOSTS).run("probe")
-    # the kernel check over both, the probe over the one whose kernel has the settings
-    assert side.runs[before:] == [("kernel", ["sim-001", "sim-003"]), ("probe", ["sim-001"])]
+    # the wait for the OS and the kernel check over both, the probe over the one whose kernel
+    # has the settings
+    assert side.runs[before:] == [("booted", ["sim-001", "sim-003"]),
+                                  ("kernel", ["sim-001", "sim-003"]), ("probe", ["sim-001"])]
     assert probe["done"] == ["sim-001"] and probe["failed"] == ["sim-003"]
+    assert ctx.state.host("sim-001")["steps"]["probe"]["detail"]["boot_id"] == \
+        _read(backend, "sim-001", "proc/sys/kernel/random/boot_id")
     assert "kernel settings not in effect" in probe["hosts"]["sim-003"]["error"]
     assert probe["hosts"]["sim-001"]["detail"]["probe"]["ok"] is True
     assert ctx.state.host("sim-003")["status"] == FAILED

@@ -20,10 +20,12 @@ after batch, nothing overlapping:
     stage     BMC session
     reboot    BMC session (the reset; the shutdown it waits for is counted in `wait`)
     wait      BMC session + reboot time: reset sent -> settings applied -> OS back
-              (min(assumed reboot, redfish.boot_timeout))
+              (min(assumed reboot, redfish.boot_timeout); the OS's start is waited for in the
+              probe step, its time is in the assumed reboot)
     verify    BMC session (the BIOS read back)
-    probe     the wave's Ansible run (probe) + probe.budget_ms (+ one for the kernel check when
-              the profile changes kernel settings, and one for irq_affinity numa-local)
+    probe     the wave's two Ansible runs (the OS back, the probe) + probe.budget_ms (+ one
+              for the kernel check when the profile changes kernel settings, and one for
+              irq_affinity numa-local)
     undrain   the wave's Ansible run
   approval wait = min(assumed human response, approval.ttl_minutes) for a batch that needs an
           approval (approval.required, unless batch 0 with auto_approve_canary), else 0
@@ -123,7 +125,7 @@ def host_steps(profile: Dict[str, Any], assume: Assumptions) -> Dict[str, float]
         "reboot": bmc,
         "wait": bmc + reboot,
         "verify": bmc,
-        "probe": run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
+        "probe": 2 * run + check + reapply + float(profile["probe"]["budget_ms"]) / 1000.0,
         "undrain": run,  # the wave's run
     }
     return {step: round(assume.action_start + work[step], 1) for step in HOST_STEPS}

@@ -291,10 +291,13 @@ class HostRun:
         changes kernel settings)."""
         return step != "kernel" or bool(self.ctx.profile.get("kernel"))
 
-    def wave_call(self, step: str) -> Callable[[List[str]], Dict[str, Any]]:
+    def wave_call(self, step: str, states: Optional[Dict[str, Dict[str, Any]]] = None
+                  ) -> Callable[[List[str]], Dict[str, Any]]:
         """The host-side run(s) of a wave step, for any hosts of this host's batch: each host's
-        HostResult (kernel: {"snapshot", "apply"}, probe: {"check", "reapply", "probe"}: a
-        HostResult for each run the host was in; a host that fails one is not in the next)."""
+        HostResult (kernel: {"snapshot", "apply"}, probe: {"booted", "check", "reapply",
+        "probe"}: a HostResult for each run the host was in; a host that fails one is not in
+        the next). `states`: the hosts' states as the step began (the probe's wait for each
+        OS compares boot ids with them)."""
         side = self.ctx.hostside
         if step == "precheck":
             return side.health
@@ -308,17 +311,24 @@ class HostRun:
                 ("snapshot", lambda names: side.kernel(names, "snapshot", kernel)),
                 ("apply", lambda names: side.kernel(names, "apply", kernel))])
         if step == "probe":
-            return self._probe_runs
+            return lambda hosts: self._probe_runs(hosts, states or {})
         if step == "undrain":
             return side.undrain
         raise ValueError(f"{step} is not a wave step ({', '.join(WAVE_STEPS)})")
 
-    def _probe_runs(self, hosts: List[str]) -> Dict[str, Any]:
-        """The probe step's runs: the kernel check (when the profile changes kernel
-        command-line words or sysctls; a host whose kernel does not have them is left out),
-        IRQ affinity re-applied (numa-local), the probe."""
+    def _probe_runs(self, hosts: List[str], states: Dict[str, Dict[str, Any]]
+                    ) -> Dict[str, Any]:
+        """The probe step's runs: the wait for each host's OS (up again, another boot than
+        before its reset when it was reset: boot_timeout), the kernel check (when the profile
+        changes kernel command-line words or sysctls; a host whose kernel does not have them is
+        left out), IRQ affinity re-applied (numa-local), the probe."""
         settings = self._kernel_settings()
-        runs: List[Tuple[str, Callable[[List[str]], Dict[str, HostResult]]]] = []
+        before = {name: str(state.get("boot_id_before") or "") for name, state in
+                  states.items() if state.get("needs_reboot")}
+        timeouts = self.ctx.timeouts()
+        runs: List[Tuple[str, Callable[[List[str]], Dict[str, HostResult]]]] = [
+            ("booted", lambda names: self.ctx.hostside.booted(
+                names, before, timeouts.boot, self.ctx.profile["redfish"]["poll"]))]
         if settings:
             runs.append(("check", lambda names: self.ctx.hostside.kernel(names, "check",
                                                                          settings)))
@@ -413,18 +423,22 @@ class HostRun:
     @steps.step("drain")
     def step_drain(self, state: Dict[str, Any]) -> Dict[str, Any]:
         self.before_run("drain", state)
-        result = self._ansible(self.side(self.wave_call("drain")), "drain")
+        results = self.side(self.wave_call("drain"))
+        entry = results.get(self.name)
+        said = entry.result if entry is not None and isinstance(entry.result, dict) else {}
         # an attempt killed after the host set its flag left it drained unrecorded: this run
-        # finds the flag set (not changed) and records the change once
+        # finds the flag set (not changed) and records the change once; a drain that failed
+        # after setting the flag (connections still open) leaves the host drained: recorded
+        # too, before the failure is raised
         asked = state.get("drain_asked")
         earlier = bool(asked) and float(asked) < self._began and \
             not state.get("drain_audited")
-        if result.get("changed") or earlier:
+        if said.get("changed") or earlier:
             self.ctx.audit.record(self.name, "service", "in service", "drained",
                                   self.ctx.execution_id, self.ctx.user)
             state["drain_audited"] = True
             self.save(state)
-        return result
+        return self._ansible(results, "drain")
 
     @steps.step("kernel")
     def step_kernel(self, state: Dict[str, Any]) -> Dict[str, Any]:
@@ -587,6 +601,8 @@ class HostRun:
 
     @steps.step("wait")
     def step_wait(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The BMC shows the reset done: POST finished and the staged BIOS settings applied
+        (Redfish). The OS's own start is the probe step's first run, one over the wave."""
         timeouts = self.ctx.timeouts()
         stage = state.get("stage") or {}
         out: Dict[str, Any] = {}
@@ -606,11 +622,8 @@ class HostRun:
                 # the reboot as the BMC shows it: the reset to POST seen finished (what the
                 # next batches' looks are paced by, timeouts.observed_reboot)
                 out["post_after_reset"] = round(since_reset + (applied.post_seconds or 0.0), 1)
-                health = self._wait_os(state.get("boot_id_before"), timeouts.boot,
-                                       osgate.look_with(session, ctx))
         else:
-            health = self._wait_os(None, timeouts.boot)
-        out["boot_id"] = health["boot_id"]
+            out["reset"] = "none: nothing to wait for"
         return out
 
     def _reapplies_irq(self) -> bool:
@@ -628,11 +641,13 @@ class HostRun:
 
     @steps.step("probe")
     def step_probe(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        """The kernel the host booted has the profile's settings, IRQ affinity re-applied when
-        the profile says so, and the topology probe shows the profile's BIOS settings."""
+        """The host's OS is up again (after a reset: another boot than before it), the kernel
+        it booted has the profile's settings, IRQ affinity is re-applied when the profile says
+        so, and the topology probe shows the profile's BIOS settings."""
         from fleet_rollout.probe import VerifyPolicy, fingerprint_record, parse_output, verify
 
-        parts = self.side(self.wave_call("probe"))[self.name]
+        parts = self.side(self.wave_call("probe", {self.name: state}))[self.name]
+        health = self._ansible({self.name: parts.get("booted")}, "the wait for the OS")
         kernel = self._check_kernel_booted(parts.get("check"))
         if "reapply" in parts or self._reapplies_irq():
             self._ansible({self.name: parts.get("reapply")}, "kernel reapply")
@@ -658,7 +673,7 @@ class HostRun:
             raise HostError("probe verification failed: " + "; ".join(result.reasons),
                             self.name)
         self.ctx.state.add_fingerprint(fingerprint_record(parsed, self.name, batch=batch))
-        out: Dict[str, Any] = {"probe": result.to_dict()}
+        out: Dict[str, Any] = {"boot_id": health.get("boot_id"), "probe": result.to_dict()}
         if kernel is not None:
             out["kernel"] = kernel
         return out
@@ -769,6 +784,18 @@ class HostRun:
         put_kernel = bool((state.get("kernel") or {}).get("changed") or state.get(
             "kernel_snapshot") or state.get("kernel_asked"))
         before = self.ctx.hostside.health([self.name])[self.name]
+        if not before.ok and state.get("needs_reboot") and \
+                (state["steps"].get("reboot") or {}).get("ok") and \
+                not (state["steps"].get("probe") or {}).get("ok"):
+            # the change's reset: the host's OS may still be starting (the wait step saw POST
+            # end; the probe step's wait for the OS had not seen it up), waited for as the
+            # probe step would; an OS that does not come back leaves the restore to go on
+            # without it
+            try:
+                before = HostResult(self.name, ok=True, result=self._wait_os(
+                    state.get("boot_id_before"), timeouts_.boot))
+            except HostError:
+                pass
         boot_before = state.get("restore_boot_id_before")
         if boot_before is None and before.ok:
             boot_before = before.result["boot_id"]

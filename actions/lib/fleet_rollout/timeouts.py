@@ -3,9 +3,9 @@ does itself, so StackStorm's runner never kills a step in the middle of a reset 
 
 StackStorm's python runner kills an action after its `timeout` (600 s unless given); the profile
 says how long a BMC may take to shut down (graceful_timeout, then force_timeout), to boot and
-apply settings (boot_timeout, waited for twice: settings applied, then the OS back), and how long
-a drain may take. batch_info and changed_hosts hand these to the workflows, which pass them to
-each task as its `timeout`.
+apply settings (boot_timeout, waited for twice: settings applied in the wait step, then the
+OS back in the probe step), and how long a drain may take. batch_info and changed_hosts hand
+these to the workflows, which pass them to each task as its `timeout`.
 """
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def step_work(profile: Dict[str, Any], redfish_timeout: float = 30.0) -> Dict[st
         "kernel": 2 * ANSIBLE,  # the snapshot, the settings
         "stage": 2 * bmc,
         "reboot": reset + ANSIBLE,
-        # settings applied (boot), then the OS (boot)
-        "wait": 2 * boot + bmc + ANSIBLE,
+        # settings applied (boot; a BMC without restart evidence of its own: the host asked)
+        "wait": boot + bmc + ANSIBLE,
         "verify": bmc,  # the BIOS read back
-        # the kernel check, IRQ affinity re-applied, the probe
-        "probe": 3 * ANSIBLE + probe,
+        # the OS back (boot), the kernel check, IRQ affinity re-applied, the probe
+        "probe": boot + 4 * ANSIBLE + probe,
         "undrain": ANSIBLE,
         # health, kernel restore, BIOS restore with its reset and apply wait, a reset for the
         # kernel, the OS back, the read-back, undrain

@@ -82,7 +82,8 @@ class WaveRun:
         results: Dict[str, Any] = {}
         if ready[0][0].wave_runs(step):
             try:
-                results = ready[0][0].wave_call(step)(names)
+                results = ready[0][0].wave_call(step, {
+                    host_run.name: state for host_run, state in ready})(names)
             except FleetRolloutError as err:  # the run could not start: every host fails
                 results = {name: HostResult(name, error=str(err)) for name in names}
         for host_run, state in ready:

@@ -147,7 +147,8 @@ def test_action_timeouts_outlast_the_waits_inside_them(name, profile):
     got = timeouts.action_timeouts(profile, 30)
     # the waits each action does itself, stated here independently of the module
     assert got["reboot"] > r["graceful_timeout"] + r["force_timeout"]
-    assert got["wait"] > 2 * r["boot_timeout"]          # settings applied, then the OS back
+    assert got["wait"] > r["boot_timeout"]   # settings applied
+    assert got["probe"] > r["boot_timeout"]  # the OS back, then the checks and the probe
     assert got["drain"] > profile["drain"]["timeout"]
     assert got["restore"] > 2 * (r["graceful_timeout"] + r["force_timeout"]) + \
         2 * r["boot_timeout"]
@@ -158,8 +159,10 @@ def test_a_profile_with_long_boots_gets_longer_timeouts():
     base = validate_profile({"name": "p", "bios": {"snoop_mode": "home"}}, "p")
     slow = validate_profile({"name": "p", "bios": {"snoop_mode": "home"},
                              "redfish": {"boot_timeout": 3600}}, "p")
-    assert timeouts.action_timeouts(slow)["wait"] >= timeouts.action_timeouts(base)["wait"] + \
-        2 * (3600 - base["redfish"]["boot_timeout"])
+    longer = 3600 - base["redfish"]["boot_timeout"]
+    for step in ("wait", "probe"):  # settings applied, then the OS back
+        assert timeouts.action_timeouts(slow)[step] >= \
+            timeouts.action_timeouts(base)[step] + longer
 
 
 def test_the_state_dir_itself_is_made_private(tmp_path):

@@ -220,6 +220,10 @@ def _record(entry: HostResult, kind: str, data: Dict[str, Any]) -> None:
     elif kind == "runner_on_failed" and not data.get("ignore_errors"):
         entry.failed_task = entry.failed_task or task
         entry.error = entry.error or _error_text(res)
+        if role == "fleet_result" and entry.result is None:
+            # what the host said it did before it failed (a drain that timed out: the flag
+            # it set); the entry stays failed
+            entry.result = _stdout_doc(res)
     elif kind == "runner_on_unreachable":
         entry.unreachable = True
         entry.failed_task = entry.failed_task or task
@@ -416,13 +420,13 @@ def run_spec(spec: RunSpec, names: List[str]) -> Dict[str, HostResult]:
 def run_limit(spec: RunSpec, hosts: int) -> int:
     """Seconds a run may take when its caller set no timeout: what the host steps' own
     timeouts allow one run (fleet_rollout.timeouts.ANSIBLE, plus a drain's or probe's own wait,
-    or a counter window's wait for its samples), for each wave of `forks` hosts. A run that
-    hangs on a host (a command that never returns) is ended by then: its hosts without a result
-    get an error, the batch is not held."""
+    a counter window's wait for its samples, or the wait for an OS to start), for each wave of
+    `forks` hosts. A run that hangs on a host (a command that never returns) is ended by then:
+    its hosts without a result get an error, the batch is not held."""
     extra = spec.extravars
     wait = float(extra.get("fleet_drain_timeout") or 0) + \
         4 * float(extra.get("fleet_probe_budget_ms") or 0) / 1000.0 + \
-        float(extra.get("fleet_window_wait") or 0)
+        float(extra.get("fleet_window_wait") or 0) + float(extra.get("fleet_boot_wait") or 0)
     waves = -(-max(1, hosts) // max(1, min(spec.forks, hosts or 1)))
     return int((timeouts.ANSIBLE + wait) * waves)
 

@@ -50,6 +50,17 @@ class HostSide:
         """Boot id, uptime, maintenance flag, connections (reads only)."""
         return self._run("health", hosts)
 
+    def booted(self, hosts: Iterable[str], boot_ids_before: Dict[str, str],
+               wait: float = 900, poll: float = 2) -> Dict[str, HostResult]:
+        """The health read once each host's OS is up again: it accepts connections and, for a
+        host named in `boot_ids_before`, runs another boot than that one; each host is tried
+        every `poll` seconds (at least 1) for `wait` seconds."""
+        poll = max(1, int(round(poll)))
+        return self._run("booted", hosts, {
+            "fleet_boot_ids_before": {name: str(boot) for name, boot in
+                                      boot_ids_before.items() if boot},
+            "fleet_boot_wait": int(max(poll, wait)), "fleet_boot_poll": poll})
+
     def drain(self, hosts: Iterable[str], timeout: float = 300, threshold: int = 0,
               after_window: Optional[Tuple[str, float]] = None) -> Dict[str, HostResult]:
         """The drain; `after_window` (a counter window's id, seconds): each host first waits
