@@ -203,6 +203,7 @@ def test_a_runner_killed_mid_step_the_step_is_retried_on_the_other_without_a_sec
         kinds = [(e["setting"], e["action"]) for e in entries if e["host"] == host]
         assert ("service", "change") in kinds and ("execution", "stale_execution") in kinds
         assert sum(1 for s, a in kinds if s.startswith("bios.") and a == "change") >= 1
+        assert kinds.count(("power", "change")) == 1  # one reset, in the trail once
         assert lab.kv("killed", f"host.{host}")["status"] == "done"
     finally:
         lab.down()

@@ -244,6 +244,28 @@ def test_a_step_run_again_is_skipped_and_sends_no_second_reset(run: Any, fleet: 
     again = host_run.run("reboot")
     assert again["skipped"] is True
     assert len(state(fleet, 0)["resets"]) == resets
+    # the reset is in the audit trail once, as the change's
+    power = [(e["old"], e["new"], e["action"]) for e in host_run.ctx.audit.entries()
+             if e["setting"] == "power"]
+    assert power == [("running", "reset", "change")]
+
+
+def test_every_reset_of_a_restore_is_in_the_audit_trail_once(run: Any, fleet: Any) -> None:
+    """The change's reset and each reset of its restores: one audit entry each, as many as the
+    BMC received, the restore's marked as the restore's."""
+    host_run, _side = run
+    _steps(host_run, _upto("wait"))
+    set_faults(fleet, 0, pending_never_applied=True)
+    with pytest.raises(HostError, match="restore failed"):
+        host_run.restore()
+    set_faults(fleet, 0, pending_never_applied=False)
+    deadline = time.monotonic() + 30
+    while state(fleet, 0)["host_boot_id"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_run.restore()["status"] == RESTORED
+    power = [e["action"] for e in host_run.ctx.audit.entries() if e["setting"] == "power"]
+    assert power == ["change", "restore", "restore"]
+    assert len(state(fleet, 0)["resets"]) == 3
 
 
 def test_a_failed_drain_is_recorded_and_changes_no_bios(run: Any, fleet: Any) -> None:

@@ -525,9 +525,14 @@ class HostRun:
 
             def remember(before: rf_power.BootMarker) -> None:
                 # the very marker the reset is judged against, taken once the system settled
-                # (never mid-boot), saved before the POST: a rerun never sends a second one
+                # (never mid-boot), saved before the POST: a rerun never sends a second one;
+                # the reset is in the audit trail once, as asked for, before it is sent
                 state[key] = before.to_dict()
                 self.save(state)
+                self.ctx.audit.record(self.name, "power", "running", "reset",
+                                      self.ctx.execution_id, self.ctx.user,
+                                      action="restore" if key.startswith("restore") else
+                                      "change")
 
             result = reset_once(session, ctx, timeouts, self.ctx.sleep, state.get(key),
                                 remember, self._boot_id_via(session, ctx), boot_id_before)
