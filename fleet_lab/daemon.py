@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+from fleet_lab.bmcsim.bmc_state import Timing
 from fleet_lab.bmcsim.fleet import BmcFleet, FleetConfig
 from fleet_lab.hosts import BootConfig, DispatchBackend
 from fleet_lab.lab import LabConfig, load_config, paths
@@ -30,12 +31,11 @@ from fleet_lab.traffic import SimCounters, TrafficSettings, UdpSender
 class SimLabBackend(SimBackend):
     """SimBackend whose boots also reset the host's counter model (a reboot zeroes counters)."""
 
-    def __init__(self, root: str, counters: SimCounters) -> None:
-        super().__init__(root)
+    def __init__(self, root: str, counters: SimCounters, os_boot: float = 0.0) -> None:
+        super().__init__(root, os_boot)
         self.counters = counters
 
-    def power_on(self, config: BootConfig) -> None:
-        super().power_on(config)
+    def booted(self, config: BootConfig) -> None:
         self.counters.booted(config)
 
     def power_off(self, host: str) -> None:
@@ -85,6 +85,11 @@ class Daemon:
             handle.write(line + "\n")
         print(line, flush=True)
 
+    def reboot_seconds(self) -> float:
+        """The simulated servers' reboot (the lab's setting, else the backend's default)."""
+        config = self.config
+        return config.reboot_seconds or (4.0 if config.backend == "vm" else 3.0)
+
     def _backend(self) -> DispatchBackend:
         """The servers' backends (vm, sim or both), each host routed to the one that runs it."""
         config = self.config
@@ -98,7 +103,10 @@ class Daemon:
                                        **vm_options(config))
         if "sim" in kinds:
             self.counters = SimCounters(self.p["hosts"])
-            backends["sim"] = SimLabBackend(self.p["hosts"], self.counters)
+            # the OS starts as long after POST as the BMC simulator's timing says (the
+            # BMC shows OSRunning then): until then the host answers with its last boot
+            backends["sim"] = SimLabBackend(self.p["hosts"], self.counters,
+                                            Timing(self.reboot_seconds()).os_boot)
         routes = {name: config.backend_of(index)
                   for index, name in enumerate(config.host_names())}
         return DispatchBackend(backends, routes)
@@ -151,7 +159,7 @@ class Daemon:
             loop.add_signal_handler(sig, self.stopping.set)
         config = self.config
         backend = await loop.run_in_executor(None, self._backend)
-        reboot = config.reboot_seconds or (4.0 if config.backend == "vm" else 3.0)
+        reboot = self.reboot_seconds()
         total = config.total_hosts()
         base = config.base_port or free_port_range(total)
         fleet = BmcFleet(FleetConfig(

@@ -18,7 +18,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from fleet_lab.hosts import BootConfig, cpu_ranges
 from fleet_lab.vm.persist import cmdline_from_grub
@@ -166,11 +166,17 @@ def reset_counters(root: str, cpus: list[int], iface: str = "eth0") -> None:
 
 
 class SimBackend:
-    """HostBackend writing one fake tree per host under `root`."""
+    """HostBackend writing one fake tree per host under `root`.
 
-    def __init__(self, root: str) -> None:
+    `os_boot`: seconds the OS takes to start after power on (a real server's kernel and init:
+    its SSH answers only then). Until then the host keeps the tree of its last boot (its old
+    boot id) and is not up; 0 (the default): the tree is written at power on."""
+
+    def __init__(self, root: str, os_boot: float = 0.0) -> None:
         self.root = root
+        self.os_boot = max(0.0, float(os_boot))
         self._up: Dict[str, bool] = {}
+        self._starting: Dict[str, threading.Timer] = {}
         self._lock = threading.Lock()
         os.makedirs(root, exist_ok=True)
 
@@ -181,6 +187,27 @@ class SimBackend:
         return os.path.join(self.root, f"{host}.hardware.json")
 
     def power_on(self, config: BootConfig) -> None:
+        if self.os_boot <= 0:
+            self._start(config)
+            return
+        timer = threading.Timer(self.os_boot, lambda: self._start(config, timer))
+        timer.daemon = True
+        with self._lock:
+            self._up[config.host] = False
+            earlier = self._starting.pop(config.host, None)
+            self._starting[config.host] = timer
+        if earlier is not None:
+            earlier.cancel()
+        timer.start()
+
+    def _start(self, config: BootConfig, timer: Optional[threading.Timer] = None) -> None:
+        """The OS is up: the tree of this boot (a new boot id), then booted(). `timer`: the
+        power on's wait, which a later power on or a power off takes over."""
+        with self._lock:
+            if timer is not None:
+                if self._starting.get(config.host) is not timer:
+                    return
+                del self._starting[config.host]
         root = self.sysroot(config.host)
         if os.path.exists(self.hardware_path(config.host)):
             with open(self.hardware_path(config.host)) as handle:
@@ -191,13 +218,20 @@ class SimBackend:
                 for a, row in enumerate(config.distances)])
         write_tree(root, config)
         _write(root, "run/fleet-sim/power", "on\n")
+        self.booted(config)
         with self._lock:
             self._up[config.host] = True
 
+    def booted(self, config: BootConfig) -> None:
+        """Called once a boot's tree is written (subclasses: what else a boot resets)."""
+
     def power_off(self, host: str) -> None:
-        _write(self.sysroot(host), "run/fleet-sim/power", "off\n")
         with self._lock:
+            starting = self._starting.pop(host, None)
             self._up[host] = False
+        if starting is not None:
+            starting.cancel()
+        _write(self.sysroot(host), "run/fleet-sim/power", "off\n")
 
     def is_up(self, host: str) -> bool:
         with self._lock:

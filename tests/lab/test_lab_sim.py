@@ -313,3 +313,30 @@ def test_a_sim_server_unlike_its_peers_shows_another_cross_socket_distance(tmp_p
     assert open(distances).read().split() == ["10", "31"]
     backend.power_on(boot_config("odd", "cod", "disabled"))  # same die stays near
     assert open(distances).read().split() == ["10", "11", "31", "31"]
+
+
+def test_a_sim_servers_os_answers_with_its_new_boot_only_once_it_has_started(tmp_path):
+    """With an OS start time, a power on leaves the host down with its last boot (its old boot
+    id) until that time has passed; a power off while it starts cancels that start."""
+    from fleet_lab.hosts import boot_config
+    from fleet_lab.simhost import SimBackend
+
+    backend = SimBackend(str(tmp_path), os_boot=1.0)
+    boot_id = os.path.join(backend.sysroot("slow"), "proc/sys/kernel/random/boot_id")
+    backend.power_on(boot_config("slow", "early", "disabled"))
+    while not backend.is_up("slow"):
+        time.sleep(0.05)
+    first = open(boot_id).read()
+    backend.power_off("slow")
+    started = time.monotonic()
+    backend.power_on(boot_config("slow", "home", "disabled"))
+    assert not backend.is_up("slow") and open(boot_id).read() == first
+    while not backend.is_up("slow"):
+        time.sleep(0.05)
+    assert time.monotonic() - started >= 0.9
+    assert open(boot_id).read() != first
+    second = open(boot_id).read()
+    backend.power_on(boot_config("slow", "early", "disabled"))
+    backend.power_off("slow")  # before its OS started: that start never comes
+    time.sleep(1.5)
+    assert not backend.is_up("slow") and open(boot_id).read() == second
