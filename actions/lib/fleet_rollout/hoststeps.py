@@ -789,13 +789,14 @@ class HostRun:
         put_kernel = bool((state.get("kernel") or {}).get("changed") or state.get(
             "kernel_snapshot") or state.get("kernel_asked"))
         before = self.ctx.hostside.health([self.name])[self.name]
-        if not before.ok and state.get("needs_reboot") and \
-                (state["steps"].get("reboot") or {}).get("ok") and \
-                not (state["steps"].get("probe") or {}).get("ok"):
+        if state.get("needs_reboot") and (state["steps"].get("reboot") or {}).get("ok") and \
+                not (state["steps"].get("probe") or {}).get("ok") and \
+                (not before.ok or before.result.get("boot_id") == state.get("boot_id_before")):
             # the change's reset: the host's OS may still be starting (the wait step saw POST
-            # end; the probe step's wait for the OS had not seen it up), waited for as the
-            # probe step would; an OS that does not come back leaves the restore to go on
-            # without it
+            # end; the probe step's wait for the OS had not seen it up), or still be the boot
+            # before that reset: never the restore's baseline. Waited for as the probe step
+            # would; an OS that does not come back leaves the restore to go on with what it
+            # read
             try:
                 before = HostResult(self.name, ok=True, result=self._wait_os(
                     state.get("boot_id_before"), timeouts_.boot))
