@@ -5,9 +5,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import requests
 from locations import FIXTURES, ROOT
 
 from fleet_runtime.engine import Runtime
@@ -133,10 +135,6 @@ def api_call(rt: Runtime, method: str, path: str, body: Any = None,
              user: str = "operator") -> Any:
     """An st2 API request to `rt`'s API as `user`, the engine driven in this thread while it
     is answered (the API's PUT of a completed status answers once the engine recorded it)."""
-    import threading
-
-    import requests
-
     answer: Dict[str, Any] = {}
 
     def call() -> None:
