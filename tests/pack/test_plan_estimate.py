@@ -125,8 +125,10 @@ def test_window_runs_follow_the_collected_hosts_and_the_forks() -> None:
     assert max(r["collected"] for r in est["batches"]) > SAMPLE_FORKS
     few, many = (estimate_plan(small, assume, forks=f)["totals"] for f in (5, 500))
     assert few["window_runs"] > many["window_runs"] > 0
+    # fewer forks: longer counter runs, and each wave's Ansible runs in more rounds
+    assert few["host_work"] > many["host_work"]
     assert few["expected"] - many["expected"] == pytest.approx(
-        few["window_runs"] - many["window_runs"])
+        few["window_runs"] - many["window_runs"] + few["host_work"] - many["host_work"])
     # a run that ends within the lead adds nothing but the pre window's start
     quick = estimate_plan(small, Assumptions(ansible_run=lead / 2), forks=500)
     assert max(r["collected"] for r in quick["batches"]) <= 500  # one run's forks
@@ -324,6 +326,8 @@ def test_host_work_is_never_faster_than_the_controller() -> None:
     assert largest["host_work"] > largest["waves"] * est["per_host"]
     roomy = estimate_plan(plan, replace(busy, controller_cores=100000))
     wide = max(roomy["batches"], key=lambda r: r["hosts"])
-    assert wide["host_work"] == round(wide["waves"] * roomy["per_host"], 1)
+    # the wave of 200 runs its Ansible steps in ceil(200 / forks) rounds
+    assert wide["host_work"] == round(wide["waves"] * roomy["wave_seconds"], 1)
+    assert roomy["wave_seconds"] > roomy["per_host"]
     assert "10 CPU-s per host on 2 core(s)" in render_estimate(est)
     assert estimate_plan(plan)["assumptions"]["controller_cores"] >= 1  # this machine's

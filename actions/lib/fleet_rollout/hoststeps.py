@@ -28,7 +28,7 @@ import contextlib
 import copy
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from fleet_rollout import claims
@@ -91,6 +91,9 @@ class NotApproved(FleetRolloutError):
     """The host's batch has no recorded approval: no step may touch it."""
 
 
+HOST_FIELDS = frozenset(f.name for f in fields(FleetHost))  # a plan's host info has more
+
+
 @dataclass
 class RolloutContext:
     store: Store
@@ -118,7 +121,7 @@ class RolloutContext:
         info = self.plan["hosts"].get(name)  # a PlanView reads only this host's bucket
         if info is None:
             raise HostError(f"not part of rollout {self.rollout_id}", name)
-        return FleetHost(**info)
+        return FleetHost(**{k: v for k, v in info.items() if k in HOST_FIELDS})
 
     def timeouts(self) -> Timeouts:
         """The profile's waits, and the reboot time batch_info learned from the hosts of the

@@ -45,7 +45,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.paths import private_dir
 
-SCHEMA = 3  # caches of another schema are built again
+SCHEMA = 4  # caches of another schema are built again
 JINJA_MARKERS = ("{{", "{%", "{#")
 GROUP_SAMPLE = 10
 DEFAULT_TTL = 900.0

@@ -41,13 +41,17 @@ class FleetHost:
     rack: str = "default"
     hardware_model: str = "unknown"
     groups: List[str] = field(default_factory=list)
+    # the site's time zone and maintenance hours (maintenance.py); None: the profile's
+    timezone: Optional[str] = None
+    maintenance_hours: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         # asdict(self), without its deep copy (20,000 hosts at plan time)
         return {"name": self.name, "bmc_address": self.bmc_address,
                 "bmc_vendor": self.bmc_vendor, "bmc_credential": self.bmc_credential,
                 "site": self.site, "rack": self.rack, "hardware_model": self.hardware_model,
-                "groups": list(self.groups)}
+                "groups": list(self.groups), "timezone": self.timezone,
+                "maintenance_hours": self.maintenance_hours}
 
 
 def _load(source: str) -> Any:
@@ -278,8 +282,27 @@ def _fleet_host(name: str, merged: Dict[str, Any], groups: Any, where: str) -> F
               for field_name, default in (("site", "default"), ("rack", "default"),
                                           ("hardware_model", "unknown"), ("bmc_vendor", None),
                                           ("bmc_credential", "default"))}
+    timezone, hours = _site_schedule(merged, where)
     return FleetHost(
         name=name, bmc_address=address, bmc_vendor=labels["bmc_vendor"],
         bmc_credential=labels["bmc_credential"] or "default", site=labels["site"] or "default",
         rack=labels["rack"] or "default", hardware_model=labels["hardware_model"] or "unknown",
-        groups=sorted(g.name for g in groups if g.name != "all"))
+        groups=sorted(g.name for g in groups if g.name != "all"), timezone=timezone,
+        maintenance_hours=hours)
+
+
+def _site_schedule(merged: Dict[str, Any], where: str) -> Tuple[Optional[str], Optional[str]]:
+    """The host's `timezone` (an IANA name) and `maintenance_hours` ("01:00-06:00", or a list
+    of them) variables, checked; None where the inventory gives none."""
+    from fleet_rollout import maintenance
+
+    zone = merged.get("timezone")
+    if zone is not None:
+        if not isinstance(zone, str):
+            raise ConfigError(f"{where}: timezone must be a string (an IANA time zone name)")
+        maintenance.load_zone(zone, f"{where}: timezone")
+    hours = merged.get("maintenance_hours")
+    if hours is None:
+        return zone, None
+    parsed = maintenance.parse_hours(hours, f"{where}: maintenance_hours")
+    return zone, ",".join(maintenance.hours_text(parsed))

@@ -11,11 +11,26 @@ import math
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+)
 
+from fleet_rollout import site_limits
 from fleet_rollout.errors import ConfigError, FleetRolloutError
+from fleet_rollout.estimate import Assumptions, BatchModel, PlanClock
 from fleet_rollout.inventory import FleetHost
-from fleet_rollout.profile import Profile
+from fleet_rollout.profile import DEFAULT_FORKS, Profile
+from fleet_rollout.site_limits import Caps, fixed
 from fleet_rollout.store import PlanView
 
 # host -> {"compliant": bool} or {"error": "..."}
@@ -60,15 +75,30 @@ def choose_controls(targets: List[FleetHost], others: List[FleetHost], canary: L
     return controls, reserved
 
 
+class Scheduler(Protocol):
+    """Picks the window group (site_limits.window_groups) the next batch takes its hosts from,
+    and learns each batch made: the plan's clock (estimate.PlanClock)."""
+
+    def pick(self, groups: List[int], size: int) -> int: ...
+
+    def placed(self, hosts: List[FleetHost]) -> None: ...
+
+
 def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_batch: int,
-                 max_per_site: int, max_per_rack: int) -> List[List[FleetHost]]:
+                 max_per_site: Union[int, Caps], max_per_rack: int = 1,
+                 group_of: Optional[Mapping[str, int]] = None,
+                 scheduler: Optional[Scheduler] = None) -> List[List[FleetHost]]:
     """Greedy batches: sizes canary_size, x growth, ... <= max_batch; spread over sites/racks.
 
     Each batch takes the remaining hosts in order (round-robin over sites), each one unless the
-    batch is full or its site or rack already has its maximum. Computed per rack: a rack gives
-    at most max_per_rack hosts, the first of its queue, so only those are looked at (all of one
-    site: once one is refused the rest of that rack is too); 20,000 hosts plan in well under a
-    second."""
+    batch is full, its site or rack already has its cap (`max_per_site`: a count for every
+    site, or site_limits.Caps with each site's and rack's own and the sites changing at once),
+    or the batch has its sites already. With `group_of` (site -> window group) a batch takes
+    hosts of one group only, the one `scheduler` picks. Computed per rack: a rack gives at most
+    its cap, the first of its queue, so only those are looked at; 20,000 hosts plan in well
+    under a second."""
+    limits = max_per_site if isinstance(max_per_site, Caps) else fixed(max_per_site,
+                                                                       max_per_rack)
     by_site: Dict[str, List[FleetHost]] = defaultdict(list)
     for host in sorted(hosts, key=lambda h: (h.site, h.rack, h.name)):
         by_site[host.site].append(host)
@@ -82,12 +112,16 @@ def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_ba
     batches: List[List[FleetHost]] = []
     cap = max(1, int(max_batch))
     size = float(min(max(1, canary_size), cap))
-    rack_cap = max(0, int(max_per_rack))
     while racks:
         limit = max(1, min(cap, int(size)))
+        group = None
+        if group_of is not None and scheduler is not None:
+            group = scheduler.pick(sorted({group_of[r[0]] for r in racks}), limit)
         candidates: List[Tuple[int, Tuple[str, str]]] = []
         for rack, queue in racks.items():
-            for i in range(min(rack_cap, len(queue))):
+            if group is not None and group_of is not None and group_of[rack[0]] != group:
+                continue
+            for i in range(min(limits.rack_cap(*rack), len(queue))):
                 candidates.append((queue[i][0], rack))
         candidates.sort()
         batch: List[FleetHost] = []
@@ -95,14 +129,21 @@ def make_batches(hosts: List[FleetHost], canary_size: int, growth: float, max_ba
         for _position, rack in candidates:
             if len(batch) >= limit:
                 break
-            if sites[rack[0]] >= max_per_site:
+            if sites[rack[0]] >= limits.site_cap(rack[0]):
+                continue
+            if limits.max_sites and rack[0] not in sites and len(sites) >= limits.max_sites:
                 continue
             host = racks[rack].popleft()[1]
             batch.append(host)
             sites[rack[0]] += 1
         for rack in [r for r, q in racks.items() if not q]:
             del racks[rack]
+        if not batch:  # every cap at 0: the hosts left cannot be batched
+            raise ConfigError(f"{sum(len(q) for q in racks.values())} host(s) fit in no batch: "
+                              "their site or rack allows no host out at once")
         batches.append(batch)
+        if scheduler is not None:
+            scheduler.placed(batch)
         size = next_batch_size(size, growth, cap)
     return batches
 
@@ -117,7 +158,13 @@ def next_batch_size(size: float, growth: float, cap: int) -> float:
 
 def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[FleetHost],
                everyone: List[FleetHost], compliance: Compliance,
-               rollout_id: Optional[str] = None, started_by: str = "") -> Dict[str, Any]:
+               rollout_id: Optional[str] = None, started_by: str = "",
+               forks: int = DEFAULT_FORKS, start: Optional[float] = None) -> Dict[str, Any]:
+    """The plan: batches within the profile's limits (site_limits.py: counts or shares of each
+    site's and rack's inventory hosts, sites at once) and, when sites have maintenance windows,
+    each batch of sites whose windows open together, in the order they can start from `start`
+    (now); also the batches the limits allow at most (`bound_batches`, for the estimate's
+    capacity bound)."""
     errors = {h: c["error"] for h, c in compliance.items() if c.get("error")}
     if errors:
         listing = "; ".join(f"{h}: {e}" for h, e in sorted(errors.items()))
@@ -126,29 +173,44 @@ def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[
     missing = [h.name for h in hosts if h.name not in compliance]
     if missing:
         raise ConfigError(f"no precheck result for {', '.join(missing)}")
+    created = time.time() if start is None else float(start)
     compliant = sorted(h.name for h in hosts if compliance[h.name].get("compliant"))
     targets = [h for h in hosts if h.name not in compliant]
     b = profile.section("batches")
+    limits = site_limits.caps(b, everyone)
+    site_schedules = site_limits.schedules(profile.data, targets)
     target_names = {h.name for h in targets}
     others = [h for h in everyone if h.name not in target_names]
-    first = make_batches(targets, b["canary_size"], b["growth"], b["max_batch"],
-                         b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+    first = make_batches(targets, b["canary_size"], b["growth"], b["max_batch"], limits)
     canary = first[0] if first else []
     controls, reserved = choose_controls(targets, others, canary, b["control_ratio"])
     reserved_names = {h.name for h in reserved}
     main = [h for h in targets if h.name not in reserved_names]
-    batches = make_batches(main, b["canary_size"], b["growth"], b["max_batch"],
-                           b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+
+    def batched(chosen: List[FleetHost], canary_size: int, growth: float,
+                required: bool = True) -> List[List[FleetHost]]:
+        if not site_limits.restricted(site_schedules):
+            return make_batches(chosen, canary_size, growth, b["max_batch"], limits)
+        data = profile.data if required else dict(
+            profile.data, approval=dict(profile.data["approval"], required=False))
+        clock = PlanClock(BatchModel(data, Assumptions(), forks), site_schedules,
+                          site_limits.window_groups(site_schedules, created), created,
+                          len(controls))
+        return make_batches(chosen, canary_size, growth, b["max_batch"], limits,
+                            group_of=clock.group_of, scheduler=clock)
+
+    batches = batched(main, b["canary_size"], b["growth"])
     if reserved:
-        batches += make_batches(reserved, len(reserved), 1, b["max_batch"],
-                                b["max_unavailable_per_site"], b["max_unavailable_per_rack"])
+        batches += batched(reserved, len(reserved), 1)
+    # no canary ramp, no approval: every batch as large as the limits allow
+    ideal = batched(targets, b["max_batch"], 1, required=False)
     info = {h.name: h for h in everyone}
     plan = {
         "rollout_id": rollout_id or new_rollout_id(profile.name),
         "profile": profile.to_dict(),
         "inventory": inventory_source,
         "limit": limit,
-        "created": time.time(),
+        "created": created,
         "started_by": started_by,
         "targets": len(targets),
         "skipped_compliant": compliant,
@@ -157,8 +219,14 @@ def build_plan(profile: Profile, inventory_source: str, limit: str, hosts: List[
         "batches": [{"index": i, "hosts": [h.name for h in batch],
                      "sites": sorted({h.site for h in batch}), "canary": i == 0}
                     for i, batch in enumerate(batches)],
-        "hosts": {name: info[name].to_dict() for name in
-                  sorted({h.name for h in targets} | {h.name for h in controls})},
+        "bound_batches": [{"hosts": len(batch), "sites": sorted({h.site for h in batch})}
+                          for batch in ideal],
+        "limits": {"max_sites": limits.max_sites, "in_flight": limits.in_flight,
+                   "site": {s: limits.site_cap(s) for s in sorted({h.site for h in targets})}},
+        "hosts": {name: dict(info[name].to_dict(),
+                             site_cap=limits.site_cap(info[name].site),
+                             rack_cap=limits.rack_cap(info[name].site, info[name].rack))
+                  for name in sorted({h.name for h in targets} | {h.name for h in controls})},
     }
     return plan
 
@@ -184,18 +252,37 @@ def controls_for_batch(plan: Mapping[str, Any], index: int) -> List[str]:
     return [h for h in plan["control"] if h not in changed]
 
 
-def render_plan(plan: Dict[str, Any]) -> str:
+CHAT_ROWS = 12  # batch rows render_plan shows; the plan's batch_table and the report have all
+
+
+def render_plan(plan: Dict[str, Any], estimate: Optional[Dict[str, Any]] = None) -> str:
+    """The plan in short, for chat: the first CHAT_ROWS batches, and the estimate's totals
+    and capacity bound when given."""
     lines = [f"rollout {plan['rollout_id']}: profile {plan['profile']['name']}, "
              f"{plan['targets']} host(s) to change in {len(plan['batches'])} batch(es); "
              f"{len(plan['skipped_compliant'])} already compliant",
-             f"control group: {', '.join(plan['control']) or 'none'}"]
+             f"control group: {', '.join(plan['control'][:10]) or 'none'}"
+             + (f" (+{len(plan['control']) - 10})" if len(plan["control"]) > 10 else "")]
     lines.append(f"{'BATCH':<6}{'HOSTS':>6}  {'SITES':<20} MEMBERS")
-    for batch in plan["batches"]:
+    for batch in plan["batches"][:CHAT_ROWS]:
         names = batch["hosts"]
         shown = ", ".join(names[:6]) + (f" ... (+{len(names) - 6})" if len(names) > 6 else "")
         label = f"{batch['index']}{'*' if batch['canary'] else ''}"
-        lines.append(f"{label:<6}{len(names):>6}  {','.join(batch['sites']):<20} {shown}")
+        sites = ",".join(batch["sites"][:4]) + (f",+{len(batch['sites']) - 4}"
+                                               if len(batch["sites"]) > 4 else "")
+        lines.append(f"{label:<6}{len(names):>6}  {sites:<20} {shown}")
+    if len(plan["batches"]) > CHAT_ROWS:
+        rest = plan["batches"][CHAT_ROWS:]
+        lines.append(f"... {len(rest)} more batch(es) of {sum(len(b['hosts']) for b in rest)} "
+                     "host(s): the plan's batch_table and the report list them all")
     lines.append("* canary batch")
+    if estimate is not None:
+        t = estimate["totals"]
+        lines.append(f"estimate: {t['expected_hours']:.1f} h (approval waits "
+                     f"{t['approval_wait'] / 3600.0:.1f} h, maintenance window waits "
+                     f"{t['window_wait'] / 3600.0:.1f} h)"
+                     + (f"; capacity bound {t['bound_hours']:.1f} h, ratio "
+                        f"{t['bound_ratio']:.2f}" if t.get("bound") else ""))
     return "\n".join(lines)
 
 

@@ -64,6 +64,15 @@ def _tokens() -> Dict[str, Any]:
 _NAME = {"type": "string", "pattern": PROFILE_NAME_PATTERN}
 _COUNT = _int(1, MAX_COUNT)
 _SECONDS = _num(0, DAY)
+# a share of a site's or rack's hosts in the inventory ("5%", "12.5%"; capacity.py), or a count
+SHARE_PATTERN = "^(100|[1-9]?[0-9](\\.[0-9]{1,2})?)%\\Z"
+_LIMIT = {"type": ["integer", "string"], "minimum": 1, "maximum": MAX_COUNT,
+          "pattern": SHARE_PATTERN}
+_OPTIONAL_COUNT = {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_COUNT}
+HOURS_PATTERN = "^[0-9]{2}:[0-9]{2}-[0-9]{2}:[0-9]{2}\\Z"
+DATE_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}\\Z"
+MAX_WINDOWS = 8  # maintenance.hours entries
+MAX_AVOID_DATES = 366
 
 SCHEMA: Dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-04/schema#",
@@ -112,15 +121,22 @@ SCHEMA: Dict[str, Any] = {
             "policy": {"type": "object"}}},
         "batches": {"type": "object", "additionalProperties": False, "properties": {
             "canary_size": _COUNT, "growth": _num(1, 10),
-            "max_batch": _COUNT, "max_unavailable_per_site": _COUNT,
-            "max_unavailable_per_rack": _COUNT, "parallel": _int(1, 1000),
-            "control_ratio": _num(2, 1000)}},
+            "max_batch": _COUNT, "max_unavailable_per_site": _LIMIT,
+            "max_unavailable_per_rack": _LIMIT, "max_sites": _int(0, MAX_COUNT),
+            "parallel": _int(1, 1000), "control_ratio": _num(2, 1000)}},
         "failure_budget": {"type": "object", "additionalProperties": False, "properties": {
             "per_batch": _int(0, MAX_COUNT), "total": _int(0, MAX_COUNT),
             "on_host_failure": {"enum": ["restore", "leave_drained"]}}},
         "approval": {"type": "object", "additionalProperties": False, "properties": {
             "required": {"type": "boolean"}, "auto_approve_canary": {"type": "boolean"},
+            "manual_batches": _OPTIONAL_COUNT, "manual_above_hosts": _OPTIONAL_COUNT,
             "ttl_minutes": _int(1, DAY // 60)}},
+        "maintenance": {"type": "object", "additionalProperties": False, "properties": {
+            "hours": {"type": "array", "maxItems": MAX_WINDOWS,
+                      "items": {"type": "string", "pattern": HOURS_PATTERN}},
+            "avoid_dates": {"type": "array", "maxItems": MAX_AVOID_DATES,
+                            "items": {"type": "string", "pattern": DATE_PATTERN}},
+            "timezone": {"type": "string", "maxLength": 64}}},
         "redfish": {"type": "object", "additionalProperties": False, "properties": {
             "clear_foreign": {"type": "boolean"}, "graceful_timeout": _SECONDS,
             "force_timeout": _SECONDS, "boot_timeout": _SECONDS, "poll": _num(0.05, 60)}},
@@ -136,10 +152,12 @@ DEFAULTS: Dict[str, Any] = {
     "canary": {"window_seconds": 60, "window_steps": 4, "pre_windows": 3, "soak_seconds": 30,
                "metric": {}, "policy": {}},
     "batches": {"canary_size": 1, "growth": 2.0, "max_batch": 50,
-                "max_unavailable_per_site": 2, "max_unavailable_per_rack": 1, "parallel": 10,
-                "control_ratio": 2},
+                "max_unavailable_per_site": 2, "max_unavailable_per_rack": 1, "max_sites": 0,
+                "parallel": 10, "control_ratio": 2},
     "failure_budget": {"per_batch": 0, "total": 0, "on_host_failure": "restore"},
-    "approval": {"required": True, "auto_approve_canary": False, "ttl_minutes": 240},
+    "approval": {"required": True, "auto_approve_canary": False, "manual_batches": None,
+                 "manual_above_hosts": None, "ttl_minutes": 240},
+    "maintenance": {"hours": [], "avoid_dates": [], "timezone": "UTC"},
     "redfish": {"clear_foreign": False, "graceful_timeout": 300, "force_timeout": 120,
                 "boot_timeout": 900, "poll": 2},
     "drain": {"timeout": 300, "threshold": 0},
@@ -347,6 +365,7 @@ def validate_profile(data: Any, where: str) -> Dict[str, Any]:
     """The profile with defaults filled in; ConfigError naming `where` and the field."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: field (top level): a profile is a YAML mapping")
+    data = _dates_as_text(data)
     _check_plain(data, [], where)
     _check_schema(data, where)
     _check_names(data.get("bios_extra"), BIOS_ATTRIBUTE_PATTERN, ["bios_extra"], where,
@@ -359,7 +378,37 @@ def validate_profile(data: Any, where: str) -> Dict[str, Any]:
     validate_desired(data["bios"], where=f"{where}: field bios")
     merged = _merge(DEFAULTS, data)
     _check_canary(merged["canary"], where)
+    _check_limits(merged["batches"], where)
+    _check_maintenance(merged["maintenance"], where)
     return merged
+
+
+def _dates_as_text(data: Dict[str, Any]) -> Dict[str, Any]:
+    """maintenance.avoid_dates as YAML reads an unquoted 2026-12-24 (a date): ISO text."""
+    import datetime
+
+    section = data.get("maintenance")
+    if not isinstance(section, dict) or not isinstance(section.get("avoid_dates"), list):
+        return data
+    dates = [d.isoformat() if isinstance(d, datetime.date) else d
+             for d in section["avoid_dates"]]
+    return dict(data, maintenance=dict(section, avoid_dates=dates))
+
+
+def _check_limits(batches: Dict[str, Any], where: str) -> None:
+    for key in ("max_unavailable_per_site", "max_unavailable_per_rack"):
+        value = batches[key]
+        if isinstance(value, str) and float(value[:-1]) <= 0:
+            raise ConfigError(f"{where}: field batches.{key}: {value!r} is no share of hosts "
+                              "(more than 0%, at most 100%, or a count)")
+
+
+def _check_maintenance(maintenance: Dict[str, Any], where: str) -> None:
+    from fleet_rollout import maintenance as windows
+
+    windows.parse_hours(maintenance["hours"], f"{where}: field maintenance.hours")
+    windows.parse_dates(maintenance["avoid_dates"], f"{where}: field maintenance.avoid_dates")
+    windows.load_zone(maintenance["timezone"], f"{where}: field maintenance.timezone")
 
 
 def _profiles_dir() -> str:

@@ -10,7 +10,15 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import approvals, connection, gate, questions, timeouts, wavesteps
+from fleet_rollout import (
+    approvals,
+    connection,
+    gate,
+    questions,
+    site_limits,
+    timeouts,
+    wavesteps,
+)
 from fleet_rollout.audit import ROLLOUT
 from fleet_rollout.config import PackConfig, load_pack_config
 from fleet_rollout.errors import ConfigError
@@ -157,7 +165,8 @@ def planned(config: PackConfig, plan: Dict[str, Any]) -> Dict[str, Any]:
     estimate = estimate_plan(plan, forks=config.ansible_forks)
     return {"rollout_id": plan["rollout_id"], "batches": len(plan["batches"]),
             "targets": plan["targets"], "skipped_compliant": plan["skipped_compliant"],
-            "control": plan["control"], "table": render_plan(plan), "route": config.chat_route,
+            "control": plan["control"], "table": render_plan(plan, estimate),
+            "route": config.chat_route,
             "channel": config.chat_channel, "estimate": estimate,
             "batch_table": render_estimate(estimate)}
 
@@ -199,21 +208,91 @@ def profile_dir(config: PackConfig, name: str) -> str:
 
 
 def approval_message(ctx: RolloutContext, batch: int, hosts: List[str],
-                     previous: Optional[Dict[str, Any]]) -> str:
-    """The batch's announcement: its hosts, and what it needs from people (an answer, or
-    none when the profile approves it by itself)."""
+                     previous: Optional[Dict[str, Any]],
+                     reasons: Optional[List[str]] = None) -> str:
+    """The batch's announcement: its hosts, and what it needs from people (an answer and why,
+    or none when the judge or the profile promotes it)."""
     rollout_id = ctx.state.id
     shown = ", ".join(hosts[:10]) + (f" (+{len(hosts) - 10} more)" if len(hosts) > 10 else "")
     prev = (f" Previous batch: {previous['verdict']}." if previous else "")
-    if needs_approval(ctx.profile, batch):
-        ask = (f" Approve with `rollout approve {rollout_id}` or reject with `rollout reject "
-               f"{rollout_id}`.")
+    if reasons is None:
+        reasons = approval_reasons(ctx, batch, len(hosts))
+    if reasons:
+        ask = (f" Needs an approver: {'; '.join(reasons)}. Approve with `rollout approve "
+               f"{rollout_id}` or reject with `rollout reject {rollout_id}`.")
     else:
-        ask = (f" Approved by the profile: it starts now (stop it with `rollout abort "
-               f"{rollout_id}`).")
+        ask = (f" {promotion(ctx, batch)['text']}: it starts now (pause with `rollout pause "
+               f"{rollout_id}`, stop with `rollout abort {rollout_id}`).")
     return (f"Rollout {rollout_id} ({ctx.profile['name']}): batch {batch_label(batch)} of "
             f"{len(ctx.plan['batches'])}{' (canary)' if batch == 0 else ''}: {len(hosts)} "
             f"host(s): {shown}.{prev}{ask}")
+
+
+def approval_reasons(ctx: RolloutContext, batch: int, count: int) -> List[str]:
+    """Why batch `batch` (of `count` hosts) waits for a human; [] when it goes on by itself:
+    the profile's rule (estimate.approval_needed), a pause, a batch before it that did not
+    PASS without a human's `proceed`, and hosts of the rollout still out that would take a
+    site or rack over its limit with this batch."""
+    reasons: List[str] = []
+    approval = ctx.profile["approval"]
+    if needs_approval(ctx.profile, batch, count):
+        manual = approval.get("manual_batches")
+        above = approval.get("manual_above_hosts")
+        if manual is not None and batch >= int(manual) and above is not None and \
+                count > int(above):
+            reasons.append(f"more than {above} hosts")
+        elif manual is not None:
+            reasons.append(f"the first {manual} batch(es) are approved by a human")
+        else:
+            reasons.append("the profile has every batch approved by a human")
+    paused = ctx.state.meta().get("paused")
+    if isinstance(paused, dict):
+        reasons.append(f"paused by {paused.get('by') or '?'}")
+    if batch > 0 and promotion(ctx, batch)["by"] == "":
+        reasons.append(f"batch {batch_label(batch - 1)} has no PASS verdict")
+    over = capacity_excess(ctx, batch)
+    if over:
+        reasons.append("with hosts still out: " + "; ".join(over[:5]))
+    return reasons
+
+
+def promotion(ctx: RolloutContext, batch: int) -> Dict[str, str]:
+    """Who lets a batch that needs no human go on: the profile (the first batch), the judge
+    (the batch before passed) or the approver who chose `proceed` after its INCONCLUSIVE
+    verdict; `by` "" when none of them did."""
+    before = ctx.state.batch(batch - 1) if batch > 0 else {}
+    verdict = (before.get("verdict") or {}).get("verdict")
+    if verdict is None:  # the first batch (a batch runs after the one before it has ended)
+        return {"by": "profile", "via": "profile", "text": "Approved by the profile"}
+    if verdict == "PASS":
+        return {"by": "judge", "via": "promotion", "verdict": "PASS",
+                "text": f"Promoted by the judge (batch {batch_label(batch - 1)}: PASS)"}
+    answers = [a for a in before.get("answers") or [] if a.get("approved")]
+    if verdict == "INCONCLUSIVE" and answers and answers[-1].get("choice") == "proceed":
+        who = str(answers[-1].get("by") or "")
+        return {"by": who, "via": "proceed", "verdict": "INCONCLUSIVE",
+                "text": f"Promoted by {who} (batch {batch_label(batch - 1)}: INCONCLUSIVE, "
+                        "proceed)"}
+    return {"by": "", "via": "", "text": f"batch {batch_label(batch - 1)}: {verdict or 'none'}"}
+
+
+OUT_OF_SERVICE = (FAILED, RESTORING, RESTORE_FAILED, LEFT_DRAINED)
+
+
+def capacity_excess(ctx: RolloutContext, batch: int) -> List[str]:
+    """Sites and racks this batch would take over their limit together with the rollout's
+    hosts still out of service (failed, left drained, being restored: site_limits)."""
+    hosts = gate.batch_hosts(ctx, batch)
+    out = [h for h, st in ctx.state.hosts().items()
+           if st.get("status") in OUT_OF_SERVICE and h not in hosts]
+    if not out:
+        return []
+    infos = {h: ctx.plan["hosts"].get(h) or {} for h in list(hosts) + out}
+    limits = site_limits.Caps(
+        site={str(i.get("site")): int(i.get("site_cap") or 1) for i in infos.values()},
+        rack={(str(i.get("site")), str(i.get("rack"))): int(i.get("rack_cap") or 1)
+              for i in infos.values()})
+    return site_limits.over_limit([infos[h] for h in hosts], [infos[h] for h in out], limits)
 
 
 def check_batch_workflow(api: Any, state: RolloutState, rollout_id: str, batch: int) -> None:
@@ -248,9 +327,13 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
     hosts = gate.batch_hosts(ctx, batch)
     approval = ctx.profile["approval"]
     previous = ctx.state.batch(batch - 1).get("verdict") if batch > 0 else None
-    needs = needs_approval(ctx.profile, batch)
+    reasons = approval_reasons(ctx, batch, len(hosts))
+    needs = bool(reasons)
     users, roles = approvals.inquiry_acl(ctx.config)
-    message = approval_message(ctx, batch, hosts, previous)
+    message = approval_message(ctx, batch, hosts, previous, reasons)
+    started = time.time()
+    ctx.state.update_batch(batch, lambda b: b.update(
+        started_at=b.get("started_at") or started, approval_reasons=reasons))
     learned = {}
     if batch > 0:  # the reboots of the batch before pace this batch's waits (Pacer)
         observed = timeouts.observed_reboot(ctx.state.host(h)
@@ -277,7 +360,9 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
             "last": batch == len(plan["batches"]) - 1,
             # the next batch's pre window starts in this one's post window (gate.py): only when
             # no approval will hold the next batch (its pre_start would start it again)
-            "early_pre": early_pre(ctx.profile, batch + 1, len(plan["batches"])),
+            "early_pre": batch + 1 < len(plan["batches"]) and early_pre(
+                ctx.profile, batch + 1, len(plan["batches"]),
+                len(plan["batches"][batch + 1]["hosts"])),
             "controls": len(controls_for_batch(plan, batch)),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout,
                                                  ctx.config.ansible_forks)}
@@ -296,8 +381,8 @@ def whole_seconds(seconds: Any) -> int:
     return int(math.ceil(float(seconds)))
 
 
-def needs_approval(profile: Dict[str, Any], batch: int) -> bool:
-    return approval_needed(profile, batch)
+def needs_approval(profile: Dict[str, Any], batch: int, hosts: int = 0) -> bool:
+    return approval_needed(profile, batch, hosts)
 
 
 BATCH_WORKFLOW = "fleet_rollout.rollout_batch"
@@ -435,10 +520,17 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
     asking_workflow(api, rollout_id, batch)
     try:
         if outcome == "auto":
-            if question != "approval" or needs_approval(ctx.profile, batch):
+            reasons = approval_reasons(ctx, batch, len(gate.batch_hosts(ctx, batch))) \
+                if question == "approval" else ["not an approval"]
+            if reasons:
                 raise ConfigError(f"batch {batch_label(batch)} of rollout {rollout_id} needs an "
-                                  "approval by an approver; it cannot be recorded as automatic")
-            record.update(approved=True, by="auto")
+                                  f"approval by an approver ({'; '.join(reasons)}); it cannot "
+                                  "be recorded as automatic")
+            promoted = promotion(ctx, batch)
+            record.update(approved=True, by=promoted["by"], via=promoted["via"],
+                          promoted=promoted["text"])
+            if promoted.get("verdict"):
+                record["verdict"] = promoted["verdict"]
         elif outcome == "timed_out":
             record.update(approved=False, by="nobody (the question timed out)")
         elif outcome == "unasked":
@@ -475,6 +567,8 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
 
     ctx.state.update_batch(batch, put)
     what = "approval" if question == "approval" else f"inconclusive: {record['choice']}"
+    if record.get("promoted"):
+        what = f"promotion: {record['promoted']}"
     ctx.audit.record(ROLLOUT, f"batch.{batch_label(batch)}.{question}", None, what,
                      api.execution_id, record["by"] or "nobody", action="answer",
                      approved_by=record["by"] if record["approved"] else None)
@@ -826,3 +920,94 @@ def settle_stale(raw_config: Any, datastore: Any, rollout_id: str, stale: str, p
                  by=approvals.trusted(approvals.caller(own), config).name)
     out.update({"route": config.chat_route, "channel": config.chat_channel})
     return out
+
+
+def _may_pause(ctx: RolloutContext, caller: approvals.Identity, what: str) -> str:
+    """The name of `caller` when an operator or an approver; refused otherwise, and for a
+    rollout that has ended or is halted."""
+    who = approvals.trusted(caller, ctx.config)
+    try:
+        approvals.require_operator(who, ctx.config, what)
+    except approvals.NotAnOperator:
+        try:
+            approvals.check_may_answer(who, ctx.config)
+        except approvals.ApprovalRefused:
+            raise approvals.NotAnOperator(f"Refused: {who.name or 'an unknown caller'} is "
+                                          f"neither an operator nor an approver; {what} is "
+                                          "refused") from None
+    meta = ctx.state.meta()
+    if meta.get("status") in END_RANK or ctx.state.halted():
+        raise ConfigError(f"Refused: rollout {ctx.rollout_id} has ended or is halted "
+                          f"({meta.get('status')}); there is nothing to {what.split()[0]}")
+    return who.name
+
+
+def pause(raw_config: Any, datastore: Any, rollout_id: str, caller: approvals.Identity,
+          execution_id: str = "") -> Dict[str, Any]:
+    """Pause a rollout between batches: the batch running goes on to its verdict; the next
+    one waits for an approver (its question says why) until the rollout is resumed. Who may:
+    an operator or an approver (the authenticated caller)."""
+    ctx = context(raw_config, datastore, rollout_id)
+    who = _may_pause(ctx, caller, "pausing the rollout")
+    paused = ctx.state.meta().get("paused")
+    if isinstance(paused, dict):
+        return {"rollout_id": rollout_id, "paused": True, "by": paused.get("by"),
+                "already": True, "message": f"Rollout {rollout_id} is paused already (by "
+                                            f"{paused.get('by')})."}
+    ctx.state.update_meta(paused={"by": who, "at": time.time()})
+    ctx.audit.record(ROLLOUT, "paused", False, True, execution_id, who, action="pause")
+    current = ctx.state.meta().get("current_batch")
+    where = f"after batch {batch_label(int(current))}" if isinstance(current, int) else \
+        "before its first batch"
+    return {"rollout_id": rollout_id, "paused": True, "by": who,
+            "message": f"Rollout {rollout_id} paused by {who}: no batch starts {where} until "
+                       f"`rollout resume {rollout_id}`."}
+
+
+def resume(raw_config: Any, datastore: Any, rollout_id: str, caller: approvals.Identity,
+           api: Any = None, execution_id: str = "") -> Dict[str, Any]:
+    """Resume a paused rollout. A batch that waits for an approver only because of the pause
+    is approved by the caller (fleet_rollout.respond's checks: an approver); one that needs an
+    approval for another reason still waits for it."""
+    from fleet_rollout import inquiries
+
+    ctx = context(raw_config, datastore, rollout_id)
+    who = _may_pause(ctx, caller, "resuming the rollout")
+    meta = ctx.state.meta()
+    paused = meta.get("paused")
+    if not isinstance(paused, dict):
+        return {"rollout_id": rollout_id, "paused": False,
+                "message": f"Rollout {rollout_id} is not paused."}
+    ctx.state.update_meta(paused=None)
+    ctx.audit.record(ROLLOUT, "paused", True, False, execution_id, who, action="resume")
+    out: Dict[str, Any] = {"rollout_id": rollout_id, "paused": False, "by": who,
+                           "message": f"Rollout {rollout_id} resumed by {who}."}
+    current = meta.get("current_batch")
+    if not isinstance(current, int):
+        return out
+    state = ctx.state.batch(current)
+    waiting = state.get("approval") is None and bool(state.get("approval_reasons"))
+    others = [r for r in state.get("approval_reasons") or [] if not r.startswith("paused by")]
+    if not waiting:
+        return out
+    if others:
+        out["message"] += (f" Batch {batch_label(current)} still needs an approval "
+                           f"({'; '.join(others)}): `rollout approve {rollout_id}`.")
+        return out
+    if api is None:
+        api = ActionApi.from_env()
+    answered = inquiries.respond(ctx.config, rollout_id, "approve", api, ctx.store)
+    out.update(answered=answered)
+    out["message"] += f" Batch {batch_label(current)} approved: {answered['message']}."
+    return out
+
+
+def maintenance_window(raw_config: Any, datastore: Any, rollout_id: str, batch: int = -1,
+                       hosts: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Whether a batch (`batch`) or a wave (`hosts`) may start now (windows.py)."""
+    from fleet_rollout import windows
+
+    ctx = context(raw_config, datastore, rollout_id)
+    if hosts:
+        return windows.wave_window(ctx, list(hosts))
+    return windows.batch_window(ctx, int(batch))
