@@ -2,11 +2,14 @@
 """make bench-fleet: fleet-size figures, on sim servers through the embedded
 runtime (real Redfish over HTTPS to the lab's BMC simulators, real Ansible, the real conductor).
 
-1. A 2,000-host rollout: batches up to 500 hosts, 100 in flight; wall time against the critical
-   path (per batch: waves x the slowest host's reset -> verified, plus windows and soak; target
-   <= 1.2) and against the pure bound (the sim's reboot + probe budget per wave); controller CPU
-   per changed host (the engine's whole process tree: engine, action processes, Ansible; the sim
-   hosts' side of Ansible's local connection included); the plan's estimate against it.
+1. A 2,000-host rollout with a fleet profile (compressed times): 10 sites of 200 servers, at
+   most 5% of a site and half a rack out at once, batches of 1, 10, then as large as those
+   limits allow (100), the first 3 approved (the bench answers at once), the rest promoted on
+   PASS; wall time against the critical path (per batch: waves x the slowest host's reset ->
+   verified, plus windows and soak) and against the capacity bound (the plan's, with the
+   assumptions fitted to this run), and the plan's estimate against both; controller CPU per
+   changed host (the engine's whole process tree: engine, action processes, Ansible; the sim
+   hosts' side of Ansible's local connection included).
 2. `--big-batch`: one batch of 1,000 hosts with 200 in flight (and a batch of the rest).
 3. Planning 20,000 inventory hosts (< 2 s from the host-vars cache) and judging 20,000 hosts
    (< 1 s); one host step with a 20,000-host inventory against a 10-host one (ratio <= 1.2).
@@ -33,11 +36,13 @@ from bench_rollout import (
 
 
 def fleet_bench(hosts: int, reboot: float) -> RolloutBench:
-    """Batches 20, 80, 320, then 500 at a time; 100 in flight; 4 sites of racks of 20 hosts,
-    at most 5 down per rack and 125 per site (a batch of 500 needs 100 racks)."""
-    return RolloutBench(hosts=hosts, reboot=reboot, canary=20, growth=4, max_batch=500,
-                        per_site=125, per_rack=5, parallel=100, window=10.0, soak=5.0,
-                        sites=4, hosts_per_rack=20, rate_scale=0.2)
+    """10 sites of racks of 20 servers, 5% of a site and 50% of a rack out at once: batches of
+    1, 10, then 100 (the limits) with 100 in flight and 100 Ansible forks; the first 3 batches
+    approved, the rest promoted on PASS; a pre window of one window."""
+    return RolloutBench(hosts=hosts, reboot=reboot, canary=1, growth=10, max_batch=2000,
+                        per_site="5%", per_rack="50%", parallel=100, forks=100,
+                        manual_batches=3, pre_windows=1, window=10.0, soak=5.0,
+                        sites=10, hosts_per_rack=20, rate_scale=0.2)
 
 
 def big_batch_bench(reboot: float) -> RolloutBench:
@@ -51,7 +56,7 @@ def big_batch_bench(reboot: float) -> RolloutBench:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=2000)
-    parser.add_argument("--reboot-seconds", type=float, default=120.0)
+    parser.add_argument("--reboot-seconds", type=float, default=10.0)
     parser.add_argument("--big-batch", action="store_true",
                         help="also one batch of 1,000 hosts with 200 in flight")
     parser.add_argument("--skip-rollout", action="store_true")

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -165,9 +165,12 @@ class RolloutBench:
     canary: int = 10
     growth: int = 2
     max_batch: int = 80
-    per_site: int = 40
-    per_rack: int = 10
+    per_site: Any = 40  # a count, or a share of a site's servers ("5%")
+    per_rack: Any = 10
     parallel: int = 40  # batches.parallel: hosts in flight
+    manual_batches: Optional[int] = None  # approval.manual_batches (None: no approval at all)
+    pre_windows: int = 3  # canary.pre_windows
+    forks: int = 0  # the pack config's ansible_forks (0: its default)
     window: float = 10.0
     soak: float = 5.0
     sites: int = 4
@@ -202,7 +205,8 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                              hosts_per_rack=bench.hosts_per_rack, rate_scale=bench.rate_scale),
                state, inventory, progress=lambda _m: None, timeout=3600)
         lab_seconds = time.monotonic() - t_lab
-        _set_profiles_dir(env["FLEET_ROLLOUT_HOME"], os.path.dirname(profile))
+        _set_profiles_dir(env["FLEET_ROLLOUT_HOME"], os.path.dirname(profile),
+                          bench.forks)
         _set_workers(env["FLEET_ROLLOUT_HOME"], bench.workers or bench.parallel + 16,
                      bench.runners)
         with open(profile, "w") as handle:
@@ -212,13 +216,15 @@ def rollout_scale(bench: RolloutBench) -> Dict[str, Any]:
                 # steps of at least 5 s (the profile's rule): 2 in a 10 s window
                 "canary": {"window_seconds": bench.window, "soak_seconds": bench.soak,
                            "window_steps": max(1, min(4, int(bench.window // 5))),
+                           "pre_windows": bench.pre_windows,
                            "policy": {"min_canary_hosts": 3, "min_control_hosts": 5}},
                 "batches": {"canary_size": bench.canary, "growth": bench.growth,
                             "max_batch": bench.max_batch,
                             "max_unavailable_per_site": bench.per_site,
                             "max_unavailable_per_rack": bench.per_rack,
                             "parallel": bench.parallel},
-                "approval": {"required": False},
+                "approval": {"required": False} if bench.manual_batches is None else {
+                    "required": True, "manual_batches": bench.manual_batches},
                 "redfish": {"graceful_timeout": bench.reboot * 3, "poll": 1}}, handle)
         cpu = CpuAccount()
         try:
@@ -308,13 +314,15 @@ def _host_side_account(home: str, tmp: str) -> Any:
     return account
 
 
-def _set_profiles_dir(home: str, directory: str) -> None:
+def _set_profiles_dir(home: str, directory: str, forks: int = 0) -> None:
     """Profiles are named, never paths: the bench's own lives in the pack config's
-    profiles_dir (as a site's profiles would)."""
+    profiles_dir (as a site's profiles would); `forks`: its ansible_forks (0: as it is)."""
     path = os.path.join(home, "configs", "fleet_rollout.yaml")
     with open(path) as handle:
         doc = yaml.safe_load(handle)
     doc["profiles_dir"] = directory
+    if forks:
+        doc["ansible_forks"] = int(forks)
     with open(path, "w") as handle:
         yaml.safe_dump(doc, handle)
 
@@ -534,11 +542,13 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     from dataclasses import asdict
 
     from fleet_rollout.estimate import Assumptions, estimate_plan
+    from fleet_rollout.profile import DEFAULT_FORKS
 
     if not plan:
         return {}
+    forks = bench.forks or DEFAULT_FORKS
     stated = estimate_plan(plan, Assumptions(approval_response=0.0, reboot=bench.reboot,
-                                             drain=1.0))
+                                             drain=1.0), forks=forks)
     median = _median([max(s["at"] for s in h["steps"].values()) -
                       min(s["started"] for s in h["steps"].values())
                       for h in hosts.values() if h.get("steps")])
@@ -546,8 +556,9 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
     t = stated["totals"]
     model = t["expected"] - t["host_work"] + t["host_work"] * median / per_host
     fitted = fitted_assumptions(hosts, cpu_per_host)
-    fitted_estimate = estimate_plan(plan, fitted)
+    fitted_estimate = estimate_plan(plan, fitted, forks=forks)
     fit = fitted_estimate["totals"]["expected"]
+    bound = float(fitted_estimate["totals"].get("bound") or 0.0)
     # what the counter windows took beyond their length (pre: its windows; post: the soak and
     # its window), against the estimate's window runs with the fitted assumptions
     canary = plan["profile"]["canary"]
@@ -558,6 +569,11 @@ def _estimate_check(plan: Dict[str, Any], hosts: Dict[str, Dict[str, Any]],
             "estimate_vs_measured": round(t["expected"] / total, 2) if total else None,
             "fitted_assumptions": asdict(fitted), "fitted_seconds": fit,
             "fitted_vs_measured": round(fit / total, 2) if total else None,
+            # the capacity bound (every batch as large as the limits allow, no approval), with
+            # the fitted assumptions, and the measured duration against it
+            "fitted_bound_seconds": bound,
+            "measured_vs_bound": round(total / bound, 2) if bound else None,
+            "fitted_estimate_vs_bound": round(fit / bound, 2) if bound else None,
             "measured_host_median": round(median, 1),
             "model_with_measured_host_seconds": round(model, 1),
             "model_vs_measured": round(model / total, 2) if total else None,
@@ -669,6 +685,9 @@ def describe(r: Dict[str, Any]) -> str:
         f"{e.get('model_vs_measured')} x measured; with every assumption fitted to this run "
         f"{e.get('fitted_seconds')} s = {e.get('fitted_vs_measured')} x measured "
         f"({json.dumps(e.get('fitted_assumptions'))})",
+        f"  capacity bound with the fitted assumptions {e.get('fitted_bound_seconds')} s: "
+        f"measured {e.get('measured_vs_bound')} x the bound, the fitted estimate "
+        f"{e.get('fitted_estimate_vs_bound')} x the bound",
         f"  counter windows beyond their length per batch: measured "
         f"{e.get('windows_beyond_length')} s, the fitted estimate's window runs "
         f"{e.get('fitted_window_runs')} s",
@@ -698,7 +717,12 @@ def rollout_figures(label: str, r: Dict[str, Any]) -> List[Tuple[str, Any, str]]
              "bytes"),
             (f"{at}: largest workflow context", r["largest_context_bytes"]["context"], "bytes"),
             (f"{at}: estimate with fitted assumptions / measured",
-             r["estimate"].get("fitted_vs_measured"), "")]
+             r["estimate"].get("fitted_vs_measured"), "")] + ([
+                (f"{at}: measured / capacity bound (fitted assumptions)",
+                 r["estimate"]["measured_vs_bound"], ""),
+                (f"{at}: fitted estimate / capacity bound",
+                 r["estimate"]["fitted_estimate_vs_bound"], "")]
+                if r["estimate"].get("measured_vs_bound") else [])
 
 
 def scale_figures(plan: Dict[str, Any], judged: Dict[str, Any]) -> List[Tuple[str, Any, str]]:

@@ -83,6 +83,19 @@ class SimLab:
         assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
         return self.settle(json.loads(out.stdout)["id"])
 
+    def run_proceeding(self, action: str, **params: Any) -> Dict[str, Any]:
+        """run, answering: each INCONCLUSIVE verdict's question (it asks a human) is answered
+        `proceed` by the runtime's user, an approver; the background engine is stopped at the
+        end, as run leaves none."""
+        execution = self.ask_run(action, **params)
+        while self.waiting(execution):
+            for inquiry in self.pending():
+                self.cli("inquiry", "respond", inquiry["id"], "-r", '{"choice": "proceed"}')
+            execution = self.settle(execution["id"])
+        self.wait_idle()
+        self.stop_engine()
+        return execution
+
     def waiting(self, doc: Dict[str, Any]) -> bool:
         """The execution is under way with a question waiting for an answer."""
         return doc["status"] in ("running", "paused") and bool(self.pending())

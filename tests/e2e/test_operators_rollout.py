@@ -24,14 +24,14 @@ def test_an_ended_rollout_is_rolled_back_only_with_force_and_keeps_later_changes
     quick = {"approval": {"required": False},
              "batches": {"canary_size": 2, "max_unavailable_per_rack": 2,
                          "max_unavailable_per_site": 4}}
-    a = sim.run("fleet_rollout.rollout", profile=sim.profile("home-snoop", **quick),
-                targets=f"{first}:{second}")
+    a = sim.run_proceeding("fleet_rollout.rollout", profile=sim.profile("home-snoop", **quick),
+                           targets=f"{first}:{second}")
     assert a["status"] == "succeeded", error_text(a)
     rollout_a = output(a)["rollout_id"]
     assert sim.bmc(first)["logical"] == HOME and sim.bmc(second)["logical"] == HOME
     # a later rollout changes the first host again (interleaving on)
-    b = sim.run("fleet_rollout.rollout", profile=sim.profile("interleave-on", **quick),
-                targets=first)
+    b = sim.run_proceeding("fleet_rollout.rollout",
+                           profile=sim.profile("interleave-on", **quick), targets=first)
     assert b["status"] == "succeeded", error_text(b)
     rollout_b = output(b)["rollout_id"]
     changed_by_b = sim.bmc(first)["logical"]

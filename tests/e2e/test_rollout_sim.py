@@ -163,7 +163,14 @@ def test_host_failure_within_budget_is_restored_and_the_rollout_goes_on(small_la
                           batches={"canary_size": 2, "max_unavailable_per_rack": 2,
                                    "max_unavailable_per_site": 4},
                           approval={"required": False})
-    execution = sim.run("fleet_rollout.rollout", profile=profile, targets="lab-001:lab-002")
+    execution = sim.ask_run("fleet_rollout.rollout", profile=profile,
+                            targets="lab-001:lab-002")
+    # one canary left to judge: INCONCLUSIVE, which asks a human; the SRE proceeds
+    while sim.waiting(execution):
+        rollout_id = sim.kv_ids()[-1]
+        said = sim.cli("chat", "--user", "alice", f"rollout approve {rollout_id}")
+        assert "answered approve" in said.stdout, said.stdout[-2000:] + said.stderr[-2000:]
+        execution = sim.settle(execution["id"])
     result = output(execution)
     assert result.get("status") == "completed", error_text(execution)
     state = sim.kv(result["rollout_id"], "host.lab-001")

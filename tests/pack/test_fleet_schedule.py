@@ -340,3 +340,34 @@ def test_the_inventory_gives_each_site_its_time_zone_and_hours() -> None:
         profile_with(maintenance={"timezone": "Mars/Olympus"})
     with pytest.raises(ConfigError, match="maintenance.hours"):
         profile_with(maintenance={"hours": ["25:00-03:00"]})
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_the_report_shows_approval_and_window_waits_apart_from_work(tmp_path: Path) -> None:
+    from fleet_rollout.audit import Audit
+    from fleet_rollout.report import render_report
+    from fleet_rollout.report.schedule import batch_spans
+
+    profile = profile_with(batches={"canary_size": 2, "growth": 1},
+                           approval={"manual_batches": 1})
+    plan, store, _config = stored(tmp_path, profile, site_fleet(2, 10, racks=2))
+    state = RolloutState(store, "fleet-1")
+    state.update_meta(estimate_table="BATCH HOSTS ... estimate table")
+    state.update_batch(0, lambda b: b.update(
+        started_at=1000.0, approval={"at": 1600.0, "by": "bob", "via": "chat",
+                                     "approved": True, "response": True},
+        window={"since": 1600.0, "opened": 4000.0}, judged_at=5000.0))
+    state.update_batch(1, lambda b: b.update(
+        started_at=5001.0, approval={"at": 5001.0, "by": "judge", "via": "promotion",
+                                     "approved": True, "response": True}, judged_at=6000.0))
+    spans = batch_spans(state.batch(0), plan["batches"][0]["hosts"], {})
+    assert spans == [("approval", 1000.0, 1600.0), ("window", 1600.0, 4000.0),
+                     ("work", 4000.0, 5000.0)]
+    assert batch_spans(state.batch(1), plan["batches"][1]["hosts"], {}) == [
+        ("work", 5001.0, 6000.0)]
+    html = render_report(state, Audit(store, "fleet-1"), now=7000.0)
+    assert "<h2>Schedule</h2>" in html and "estimate table" in html
+    assert "batch 1: window 40m00s" in html and "batch 1: approval 10m00s" in html
+    assert "batch 2: work 16m39s" in html

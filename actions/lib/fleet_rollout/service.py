@@ -142,7 +142,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
         return {"compliant": result["compliant"] and not extra, "vendor": result["vendor"]}
 
     compliance = precheck_hosts(hosts, check)
-    plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user)
+    plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user,
+                      forks=config.ansible_forks)
     check_connections(config, source, list(plan["control"]))
     store = as_store(datastore, config)
     state = RolloutState(store, plan["rollout_id"])
@@ -154,10 +155,14 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     state.save_plan(plan)
     # workflow: the rollout workflow that planned it, whose batch workflows alone may ask,
     # record answers and change hosts (batch_info checks)
+    result = planned(config, plan)
+    # the estimate as the plan gave it, for the report (the rollout's schedule beside it)
     state.update_meta(status=PLANNED, planned_at=time.time(), started=time.time(),
                       planned_by=user, started_by=user, workflow=workflow,
-                      profile=prof.name, batches=len(plan["batches"]))
-    return planned(config, plan)
+                      profile=prof.name, batches=len(plan["batches"]),
+                      estimate_table=result["batch_table"],
+                      estimate_totals=result["estimate"]["totals"])
+    return result
 
 
 def planned(config: PackConfig, plan: Dict[str, Any]) -> Dict[str, Any]:
@@ -364,6 +369,9 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
                 ctx.profile, batch + 1, len(plan["batches"]),
                 len(plan["batches"][batch + 1]["hosts"])),
             "controls": len(controls_for_batch(plan, batch)),
+            # the batch's sites have maintenance windows: each wave waits for them too
+            "maintenance": site_limits.restricted(site_limits.schedules(
+                ctx.profile, [dict(plan["hosts"].get(h) or {}, name=h) for h in hosts])),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout,
                                                  ctx.config.ansible_forks)}
 

@@ -12,6 +12,7 @@ from fleet_rollout.report.audit_trail import audit_section
 from fleet_rollout.report.batches import batch_section, overview_section
 from fleet_rollout.report.format import esc, fmt_time
 from fleet_rollout.report.header import header_section
+from fleet_rollout.report.schedule import schedule_section
 from fleet_rollout.report.status import rollout_status
 from fleet_rollout.report.style import CSS
 from fleet_rollout.states import RUNNING
@@ -37,7 +38,8 @@ def render_report(state: RolloutState, audit: Audit, now: Optional[float] = None
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>",
              header_section(plan, meta, halt, hosts, status, generated),
-             overview_section(plan, hosts, batches)]
+             overview_section(plan, hosts, batches),
+             schedule_section(plan, meta, batches, hosts)]
     for info, batch in zip(batch_infos, batches):
         parts.append(batch_section(info, batch, hosts, halt, generated, live))
     parts.append(audit_section(audit))
