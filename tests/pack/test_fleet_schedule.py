@@ -371,3 +371,19 @@ def test_the_report_shows_approval_and_window_waits_apart_from_work(tmp_path: Pa
     assert "<h2>Schedule</h2>" in html and "estimate table" in html
     assert "batch 1: window 40m00s" in html and "batch 1: approval 10m00s" in html
     assert "batch 2: work 16m39s" in html
+
+
+def test_the_chat_plan_is_short_and_carries_the_estimate(example: Dict[str, Any]) -> None:
+    from fleet_rollout.plan import CHAT_ROWS, render_plan
+
+    est = estimate_plan(example, EXAMPLE_ASSUMPTIONS, forks=EXAMPLE_FORKS)
+    text = render_plan(example, est)
+    rows = [line for line in text.splitlines() if line[:1].isdigit()]
+    assert len(rows) == CHAT_ROWS < len(example["batches"])
+    assert f"{len(example['batches']) - CHAT_ROWS} more batch(es)" in text
+    assert f"estimate: {est['totals']['expected_hours']:.1f} h" in text
+    assert f"ratio {est['totals']['bound_ratio']:.2f}" in text
+    assert len(text) < 2500  # a chat message, not the whole table
+    # the whole table (the plan's batch_table, the report) has every batch
+    whole = render_estimate(est)
+    assert sum(1 for line in whole.splitlines() if line[:1].isdigit()) == len(example["batches"])
