@@ -226,8 +226,8 @@ def test_every_st2_run_in_the_readme_names_an_action_and_its_parameters() -> Non
 
 
 CHAT_ACTIONS = {"plan": "plan", "start": "rollout", "status": "status", "approve": "respond",
-                "reject": "respond", "extend": "respond", "abort": "abort",
-                "rollback": "rollback"}
+                "reject": "respond", "extend": "respond", "pause": "pause",
+                "resume": "resume", "abort": "abort", "rollback": "rollback"}
 
 
 def test_every_chat_command_in_the_readme_matches_the_packs_alias() -> None:

@@ -24,7 +24,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tupl
 from fleet_rollout.errors import ConfigError
 
 try:
-    import zoneinfo
+    import zoneinfo  # novermin: Python 3.8 takes the backport below
 except ImportError:  # Python 3.8: the backport (requirements.txt)
     from backports import zoneinfo  # type: ignore[no-redef]
 
