@@ -451,6 +451,9 @@ def render_estimate(estimate: Dict[str, Any]) -> str:
                  f"takes {duration(a['reboot'])}, a drain {duration(a['drain'])}; one host "
                  f"{duration(estimate['per_host'])} (steps "
                  + ", ".join(f"{k} {duration(v)}" for k, v in estimate["host_steps"].items())
+                 + f"; a wave of {min(estimate['parallel'], t['hosts'] or 1)}: "
+                 f"{duration(estimate['wave_seconds'])}, its Ansible runs on "
+                 f"{estimate['forks']} host(s) at once"
                  + f"); the controller {a['controller_cpu_per_host']:g} CPU-s per host on "
                  f"{a['controller_cores']:g} core(s); no failures, retries or INCONCLUSIVE "
                  "extensions")
