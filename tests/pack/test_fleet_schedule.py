@@ -387,3 +387,44 @@ def test_the_chat_plan_is_short_and_carries_the_estimate(example: Dict[str, Any]
     # the whole table (the plan's batch_table, the report) has every batch
     whole = render_estimate(est)
     assert sum(1 for line in whole.splitlines() if line[:1].isdigit()) == len(example["batches"])
+
+
+class BatchApi:
+    """The st2 API as record_answer sees it from a task of the batch's workflow."""
+
+    def __init__(self, rollout_id: str, batch: int) -> None:
+        self.execution_id = "task-1"
+        self.workflow = {"id": "wf-1", "action": {"ref": service.BATCH_WORKFLOW},
+                         "parameters": {"rollout_id": rollout_id, "batch": batch}}
+
+    def own_execution(self) -> Dict[str, Any]:
+        return {"id": self.execution_id, "context": {"parent": {"execution_id": "wf-1"}}}
+
+    def execution(self, execution_id: str) -> Dict[str, Any]:
+        assert execution_id == "wf-1"
+        return self.workflow
+
+
+def test_a_pause_after_the_batch_started_holds_it_with_the_reason_resume_reads(
+        tmp_path: Path) -> None:
+    """batch_info saw no reason to wait; the pause comes before the automatic approval is
+    recorded: it is refused (the workflow then asks a human) and the batch keeps the reason,
+    so that resume knows the pause is what holds it."""
+    profile = profile_with(batches={"canary_size": 2, "growth": 1},
+                           approval={"required": False})
+    _plan, store, config = stored(tmp_path, profile, site_fleet(2, 20, racks=2))
+    state = RolloutState(store, "fleet-1")
+    state.update_batch(0, lambda b: b.update(verdict={"verdict": "PASS"}))
+    assert service.batch_info(config, store, "fleet-1", 1)["approval_required"] is False
+    assert state.batch(1)["approval_reasons"] == []
+    service.pause(config, store, "fleet-1", approvals.Identity("bob", "bob", "api"))
+    with pytest.raises(ConfigError, match="paused by bob"):
+        service.record_answer(config, store, "fleet-1", 1, "approval", "auto",
+                              api=BatchApi("fleet-1", 1))
+    assert state.batch(1)["approval_reasons"] == ["paused by bob"]
+    assert state.batch(1).get("approval") is None
+    # without the pause the same record is the judge's promotion
+    state.update_meta(paused=None)
+    record = service.record_answer(config, store, "fleet-1", 1, "approval", "auto",
+                                   api=BatchApi("fleet-1", 1))
+    assert (record["by"], record["via"], record["verdict"]) == ("judge", "promotion", "PASS")

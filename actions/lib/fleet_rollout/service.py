@@ -531,6 +531,8 @@ def record_answer(raw_config: Any, datastore: Any, rollout_id: str, batch: int, 
             reasons = approval_reasons(ctx, batch, len(gate.batch_hosts(ctx, batch))) \
                 if question == "approval" else ["not an approval"]
             if reasons:
+                # what the batch now waits for (a pause since batch_info): resume reads it
+                ctx.state.update_batch(batch, lambda b: b.update(approval_reasons=reasons))
                 raise ConfigError(f"batch {batch_label(batch)} of rollout {rollout_id} needs an "
                                   f"approval by an approver ({'; '.join(reasons)}); it cannot "
                                   "be recorded as automatic")
@@ -964,12 +966,9 @@ def pause(raw_config: Any, datastore: Any, rollout_id: str, caller: approvals.Id
                                             f"{paused.get('by')})."}
     ctx.state.update_meta(paused={"by": who, "at": time.time()})
     ctx.audit.record(ROLLOUT, "paused", False, True, execution_id, who, action="pause")
-    current = ctx.state.meta().get("current_batch")
-    where = f"after batch {batch_label(int(current))}" if isinstance(current, int) else \
-        "before its first batch"
     return {"rollout_id": rollout_id, "paused": True, "by": who,
-            "message": f"Rollout {rollout_id} paused by {who}: no batch starts {where} until "
-                       f"`rollout resume {rollout_id}`."}
+            "message": f"Rollout {rollout_id} paused by {who}: a batch under way goes on to its "
+                       f"verdict; no batch starts until `rollout resume {rollout_id}`."}
 
 
 def resume(raw_config: Any, datastore: Any, rollout_id: str, caller: approvals.Identity,
