@@ -68,7 +68,7 @@ from fleet_rollout.profile import (
     window_forks,
     window_steps,
 )
-from fleet_rollout.site_limits import schedules
+from fleet_rollout.site_limits import plan_schedules
 from fleet_rollout.states import HOST_STEPS
 
 BATCH_ACTIONS = 9  # batch_info, announce, ask/auto + record_answer, 4 x collect, judge, post
@@ -271,11 +271,6 @@ class PlanClock:
         self.index += 1
 
 
-def _schedules(plan: Mapping[str, Any]) -> Dict[str, Schedule]:
-    infos = plan.get("hosts") or {}
-    return schedules(plan["profile"], [dict(info, name=name) for name, info in infos.items()])
-
-
 def _simulate(model: BatchModel, batches: List[Dict[str, Any]], site_schedules: Mapping[
         str, Schedule], start: float, controls: List[str],
         notes: List[str]) -> List[Dict[str, Any]]:
@@ -336,7 +331,7 @@ def estimate_plan(plan: Dict[str, Any], assume: Optional[Assumptions] = None,
     profile = plan["profile"]
     model = BatchModel(profile, assume, forks)
     start = float(plan.get("created") or 0.0) if start is None else float(start)
-    site_schedules = _schedules(plan)
+    site_schedules = plan_schedules(plan["profile"], plan.get("hosts") or {})
     notes: List[str] = []
     rows = _simulate(model, list(plan["batches"]), site_schedules, start,
                      list(plan.get("control") or []), notes)

@@ -370,8 +370,8 @@ def batch_info(raw_config: Any, datastore: Any, rollout_id: str, batch: int,
                 len(plan["batches"][batch + 1]["hosts"])),
             "controls": len(controls_for_batch(plan, batch)),
             # the batch's sites have maintenance windows: each wave waits for them too
-            "maintenance": site_limits.restricted(site_limits.schedules(
-                ctx.profile, [dict(plan["hosts"].get(h) or {}, name=h) for h in hosts])),
+            "maintenance": site_limits.restricted(site_limits.plan_schedules(
+                ctx.profile, plan["hosts"], hosts)),
             "timeouts": timeouts.action_timeouts(ctx.profile, ctx.config.redfish_timeout,
                                                  ctx.config.ansible_forks)}
 

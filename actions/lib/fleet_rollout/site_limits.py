@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from fleet_rollout import maintenance
 from fleet_rollout.errors import ConfigError
@@ -105,6 +105,14 @@ def schedules(profile: Mapping[str, Any], hosts: Iterable[Any]) -> Dict[str, mai
             if own else hours
         out[site] = maintenance.Schedule(timezone=zone, hours=site_hours, avoid=avoid)
     return out
+
+
+def plan_schedules(profile: Mapping[str, Any], infos: Mapping[str, Any],
+                   names: Optional[Iterable[str]] = None) -> Dict[str, maintenance.Schedule]:
+    """schedules() of a plan's hosts (`infos`: plan["hosts"], host name -> info): of `names`
+    only (each read on its own from a stored plan), or of every host."""
+    chosen = list(infos) if names is None else list(names)
+    return schedules(profile, [dict(infos.get(h) or {}, name=h) for h in chosen])
 
 
 def restricted(schedules_by_site: Mapping[str, maintenance.Schedule]) -> bool:

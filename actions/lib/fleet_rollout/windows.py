@@ -23,8 +23,7 @@ MAX_DELAY = 3600  # seconds a workflow waits before it asks again
 
 
 def _schedules(ctx: RolloutContext, hosts: List[str]) -> Dict[str, maintenance.Schedule]:
-    infos = [dict(ctx.plan["hosts"].get(h) or {}, name=h) for h in hosts]
-    return site_limits.schedules(ctx.profile, infos)
+    return site_limits.plan_schedules(ctx.profile, ctx.plan["hosts"], hosts)
 
 
 def _delay(until: float, now: float) -> int:
