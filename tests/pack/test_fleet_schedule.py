@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 from zoneinfo import ZoneInfo
 
-from fleet_rollout import approvals, maintenance, service, windows
+from fleet_rollout import approvals, claims, gate, maintenance, service, windows
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.estimate import Assumptions, approval_needed, estimate_plan, render_estimate
 from fleet_rollout.inventory import FleetHost
@@ -225,6 +225,26 @@ def test_a_batch_after_a_pass_is_promoted_by_the_judge_and_after_inconclusive_by
                                                        "by": "bob"}]))
     assert service.approval_reasons(ctx, 2, 2) == []
     assert service.promotion(ctx, 2)["by"] == "bob"
+
+
+def test_a_batch_with_hosts_another_rollout_holds_asks_a_human_naming_them(
+        tmp_path: Path) -> None:
+    profile = profile_with(batches={"canary_size": 2, "growth": 1},
+                           approval={"required": False})
+    _plan, store, config = stored(tmp_path, profile, site_fleet(2, 20, racks=2))
+    ctx = service.context(config, store, "fleet-1")
+    hosts = gate.batch_hosts(ctx, 0)
+    assert service.approval_reasons(ctx, 0, len(hosts)) == []
+    claims.claim(store, hosts[0], "other-7")
+    reasons = service.approval_reasons(ctx, 0, len(hosts))
+    assert reasons == [f"1 host(s) held by another rollout, whose steps here are refused: "
+                       f"{hosts[0]} (rollout other-7)"]
+    info = service.batch_info(config, store, "fleet-1", 0)
+    assert info["approval_required"] is True and "other-7" in info["message"]
+    # a claim of this rollout's own is no reason; a released claim neither
+    claims.release(store, hosts[0], "other-7")
+    claims.claim(store, hosts[0], "fleet-1")
+    assert service.approval_reasons(ctx, 0, len(hosts)) == []
 
 
 def test_pause_holds_the_next_batch_for_a_human_and_resume_releases_it(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ claim held.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Dict, Iterable, Optional
 
 from fleet_rollout.errors import HostError
 from fleet_rollout.store import PREFIX, Store
@@ -48,6 +48,12 @@ def _rollout_in(store: Store, host: str, part: str) -> Optional[str]:
 def owner(store: Store, host: str) -> Optional[str]:
     """The rollout holding `host`, None when free."""
     return _rollout_in(store, host, "claim")
+
+
+def held_elsewhere(store: Store, hosts: Iterable[str], rollout_id: str) -> Dict[str, str]:
+    """The hosts of `hosts` another rollout holds now, each with that rollout (reads only)."""
+    held = {h: owner(store, h) for h in hosts}
+    return {h: str(o) for h, o in held.items() if o is not None and o != rollout_id}
 
 
 def claim(store: Store, host: str, rollout_id: str) -> None:

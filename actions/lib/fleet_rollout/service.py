@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fleet_rollout import (
     approvals,
+    claims,
     connection,
     gate,
     questions,
@@ -236,8 +237,9 @@ def approval_message(ctx: RolloutContext, batch: int, hosts: List[str],
 def approval_reasons(ctx: RolloutContext, batch: int, count: int) -> List[str]:
     """Why batch `batch` (of `count` hosts) waits for a human; [] when it goes on by itself:
     the profile's rule (estimate.approval_needed), a pause, a batch before it that did not
-    PASS without a human's `proceed`, and hosts of the rollout still out that would take a
-    site or rack over its limit with this batch."""
+    PASS without a human's `proceed`, hosts of the rollout still out that would take a
+    site or rack over its limit with this batch, and hosts of the batch another rollout
+    holds (their steps would be refused)."""
     reasons: List[str] = []
     approval = ctx.profile["approval"]
     if needs_approval(ctx.profile, batch, count):
@@ -258,6 +260,12 @@ def approval_reasons(ctx: RolloutContext, batch: int, count: int) -> List[str]:
     over = capacity_excess(ctx, batch)
     if over:
         reasons.append("with hosts still out: " + "; ".join(over[:5]))
+    held = claims.held_elsewhere(ctx.store, gate.batch_hosts(ctx, batch), ctx.rollout_id)
+    if held:
+        shown = ", ".join(f"{h} (rollout {o})" for h, o in sorted(held.items())[:5])
+        more = f" and {len(held) - 5} more" if len(held) > 5 else ""
+        reasons.append(f"{len(held)} host(s) held by another rollout, whose steps here are "
+                       f"refused: {shown}{more}")
     return reasons
 
 
