@@ -122,7 +122,7 @@ class Daemon:
             if kind == "vm":
                 ports = backend.backends["vm"].ports(bmc.name)
                 entry.update({"ssh_port": ports.ssh, "health_port": ports.health,
-                              "udp_port": ports.udp})
+                              "udp_port": ports.udp, "exporter_port": ports.exporter})
             else:
                 entry["sysroot"] = backend.backends["sim"].sysroot(bmc.name)
             hosts.append(entry)

@@ -20,7 +20,9 @@ judge compares the changed VMs with (`targets=lab_vm`, the inventory group of th
 Environment: DEMO_HOSTS (6: the target servers), DEMO_SIM_HOSTS (10: the control servers, on the
 sim backend beside them), DEMO_STATE_DIR (.lab/demo), DEMO_INVENTORY (inventory/lab.yml),
 DEMO_BACKEND (vm; sim for a quick run: the targets are sim servers too, and the rollouts name
-them), DEMO_KEEP_LAB=1 keeps the lab
+them), DEMO_COUNTERS (collector: the hosts sample their own counters; prometheus: the lab also
+runs a node_exporter per server and a Prometheus scraping them, and the judge reads every
+window from that Prometheus), DEMO_KEEP_LAB=1 keeps the lab
 and its chat running afterwards (`fleet-rollout lab status --state-dir .lab/demo` shows the IRC
 server, the st2 API and the st2 CLI config files), FLEET_ROLLOUT_HOME (default .lab/demo/runtime:
 like the lab, a fresh one each run, so an engine never resumes a rollout of an earlier demo on the
@@ -291,9 +293,11 @@ def summary(watch: Watch, rollout_ids: List[str]) -> None:
           f"{stack.ST2_CLI} execution list")
 
 
-def lab_config(hosts: int, backend: str, sim_hosts: int) -> lab.LabConfig:
+def lab_config(hosts: int, backend: str, sim_hosts: int,
+               counters: str = "collector") -> lab.LabConfig:
     """The demo's lab: `hosts` target servers on `backend`, then `sim_hosts` sim servers (the
-    controls), one rack per server and site; a sim demo is all sim servers in one backend."""
+    controls), one rack per server and site; a sim demo is all sim servers in one backend.
+    `counters`: where the judge's windows come from (prometheus: the lab's Prometheus)."""
     # rates and traffic at 10% of the lab's model: the same drop fractions for far less CPU
     # (TCG guests pay for every packet). At 15% a CI run that loaded both cores starved the
     # guests below even Early Snoop's rate: the canaries dropped 35% under either setting and
@@ -304,7 +308,8 @@ def lab_config(hosts: int, backend: str, sim_hosts: int) -> lab.LabConfig:
     # showed no improvement (1.10x)
     common: Dict[str, Any] = dict(vendors=["dell-idrac8"], sites=2, hosts_per_rack=1,
                                   rate_scale=0.1, approvers=[SRE], chatops=True,
-                                  guest_rcvbuf=lab.GUEST_RCVBUF_MAX)
+                                  guest_rcvbuf=lab.GUEST_RCVBUF_MAX,
+                                  prometheus=counters == "prometheus", counters=counters)
     if backend == "sim":
         return lab.LabConfig(hosts=hosts + sim_hosts, backend="sim", **common)
     return lab.LabConfig(hosts=hosts, backend=backend, sim_hosts=sim_hosts, **common)
@@ -340,7 +345,11 @@ def lab_up(config: lab.LabConfig, hosts: int) -> stack.ChatopsInfo:
 def main() -> int:
     hosts = int(os.environ.get("DEMO_HOSTS", "6"))
     backend = os.environ.get("DEMO_BACKEND", "vm")
-    config = lab_config(hosts, backend, int(os.environ.get("DEMO_SIM_HOSTS", "10")))
+    counters = os.environ.get("DEMO_COUNTERS", "collector")
+    if counters not in lab.COUNTER_SOURCES:
+        raise SystemExit(f"demo: DEMO_COUNTERS={counters!r}: one of "
+                         f"{', '.join(lab.COUNTER_SOURCES)}")
+    config = lab_config(hosts, backend, int(os.environ.get("DEMO_SIM_HOSTS", "10")), counters)
     targets = targets_of(config, hosts)
     started = time.monotonic()
     os.environ["FLEET_ROLLOUT_HOME"] = HOME

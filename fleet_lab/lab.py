@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import yaml
 
+from fleet_lab import monitoring
 from fleet_lab.chatops import stack
 from fleet_runtime.paths import REPO_ROOT
 
@@ -38,6 +39,8 @@ MODELS = {"dell-idrac8": "PowerEdge R630", "dell-idrac9": "PowerEdge R640",
 
 
 BACKENDS = ("sim", "vm")
+COUNTER_SOURCES = ("collector", "prometheus")
+MAX_MONITORED = 500  # servers whose node_exporters one lab runs (about 15 MB each)
 GUEST_RCVBUF_MAX = 212992  # a guest's net.core.rmem_max: what SO_RCVBUF can ask for there
 
 
@@ -67,6 +70,12 @@ class LabConfig:
     # A larger buffer lets a guest that a busy host stalls for a second keep what arrived
     # meanwhile, so its drops come from its receive rate, not from the host's load
     guest_rcvbuf: int = 0
+    # a real node_exporter for every server and one real Prometheus scraping them
+    # (fleet_lab.monitoring)
+    prometheus: bool = False
+    # where the pack config the lab writes reads counter windows: collector (the hosts
+    # sample themselves, over Ansible) or prometheus (the lab's Prometheus; needs prometheus)
+    counters: str = "collector"
 
     def validate(self) -> None:
         """ValueError naming the field when this lab cannot be started."""
@@ -79,6 +88,15 @@ class LabConfig:
         if not 0 <= self.guest_rcvbuf <= GUEST_RCVBUF_MAX:
             raise ValueError(f"guest_rcvbuf {self.guest_rcvbuf}: 0 (the receiver's default) to "
                              f"{GUEST_RCVBUF_MAX} bytes")
+        if self.counters not in COUNTER_SOURCES:
+            raise ValueError(f"counters {self.counters!r}: one of {', '.join(COUNTER_SOURCES)}")
+        if self.prometheus and self.total_hosts() > MAX_MONITORED:
+            raise ValueError(f"prometheus: a lab of at most {MAX_MONITORED} servers runs a "
+                             f"node_exporter for each; {self.total_hosts()} asked (leave "
+                             "prometheus out)")
+        if self.counters == "prometheus" and not self.prometheus:
+            raise ValueError("counters 'prometheus' reads the lab's Prometheus: start it too "
+                             "(prometheus)")
         if self.sim_hosts and self.backend != "vm":
             raise ValueError("sim_hosts adds sim servers beside the VMs of a vm lab; a sim lab "
                              f"is all sim servers already: ask for {self.hosts + self.sim_hosts} "
@@ -214,6 +232,12 @@ def up(config: LabConfig, state_dir: str = DEFAULT_STATE_DIR,
     except BaseException:
         down(state_dir, progress=lambda _m: None)
         raise
+    if config.prometheus:
+        try:
+            monitoring.start(state_dir, manifest, progress)
+        except BaseException:
+            down(state_dir, progress=lambda _m: None)
+            raise
     write_inventory(manifest, config, inventory)
     write_pack_config(manifest, config, state_dir, inventory)
     if config.chatops:
@@ -257,6 +281,7 @@ def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = p
     """Stop the ChatOps processes and the daemon (which stops the servers); then clean up
     strays. True if something ran."""
     chat = stack.stop(state_dir, progress)
+    watching = monitoring.stop(state_dir, progress)
     pid = daemon_pid(state_dir)
     if pid:
         progress(f"stopping lab daemon {pid}")
@@ -278,7 +303,7 @@ def down(state_dir: str = DEFAULT_STATE_DIR, progress: Callable[[str], None] = p
     manifest = paths(state_dir)["manifest"]
     if os.path.exists(manifest):
         os.remove(manifest)
-    return bool(pid) or bool(chat)
+    return bool(pid) or bool(chat) or watching
 
 
 def host_backend(manifest: Dict[str, Any], host: Dict[str, Any]) -> str:
@@ -404,7 +429,21 @@ def pack_config_doc(manifest: Dict[str, Any], config: LabConfig, state_dir: str,
         "ansible_python_interpreter": "/usr/bin/python3",
         "ssh_retries": VM_SSH_RETRIES,
         "allow_local_hosts": True,
+        "counters": counters_config(state_dir, config),
     }
+
+
+def counters_config(state_dir: str, config: LabConfig) -> Dict[str, Any]:
+    """The pack config's `counters`: the collector, or the lab's Prometheus (its URL, the lab
+    CA, its basic auth as the secret header; node_exporter's instance label `<host>:9100`)."""
+    info = monitoring.read_info(state_dir) if config.counters == "prometheus" else None
+    if info is None:
+        return {"source": "collector"}
+    return {"source": "prometheus", "prometheus": {
+        "url": info["url"], "ca_bundle": info["ca"],
+        "auth_header": monitoring.auth_header(info), "host_label": "instance",
+        "strip_port": True, "resolution": info["scrape_seconds"],
+        "read_delay": 2 * info["scrape_seconds"] + 1}}
 
 
 def set_traffic(state_dir: str, enabled: bool, pps: Optional[int] = None) -> Dict[str, Any]:

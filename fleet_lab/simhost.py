@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import threading
+import time
 import uuid
 from typing import Dict, List, Optional
 
@@ -150,9 +151,37 @@ def _apply_sysctl_d(root: str) -> None:
                         _write(root, rel, value.strip() + "\n")
 
 
+def proc_net_dev(iface: str, rx_packets: int, rx_bytes: int, width: int = 0) -> str:
+    """/proc/net/dev with one interface (its receive packets and bytes; drops live in the UDP
+    counters of /proc/net/snmp here), each number `width` digits wide (zero-padded: the
+    traffic model overwrites the file in place, and node_exporter reads zeros as the
+    kernel's numbers)."""
+    def n(value: int) -> str:
+        return f"{int(value):0{width}d}"
+
+    receive = [n(rx_bytes), n(rx_packets)] + [n(0)] * 6
+    transmit = [n(0)] * 8
+    return ("Inter-|   Receive                                                |  Transmit\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
+            "errs drop fifo colls carrier compressed\n"
+            f"  {iface}: " + " ".join(receive + transmit) + "\n")
+
+
+def proc_stat(cpus: list[int], booted: float) -> str:
+    """/proc/stat of a boot at `booted` (unix time): btime is what node_exporter exports as
+    node_boot_time_seconds, which a counter window read from Prometheus checks for reboots."""
+    zeros = " 0" * 10
+    return (f"cpu {zeros}\n" + "".join(f"cpu{c}{zeros}\n" for c in cpus) +
+            f"intr 0\nctxt 0\nbtime {int(booted)}\nprocesses 1\nprocs_running 1\n"
+            "procs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n")
+
+
 def reset_counters(root: str, cpus: list[int], iface: str = "eth0") -> None:
     for name in NET_STATS:
         _write(root, f"sys/class/net/{iface}/statistics/{name}", "0\n")
+    _write(root, "proc/net/dev", proc_net_dev(iface, 0, 0))
+    _write(root, "proc/net/netstat", "TcpExt: SyncookiesSent SyncookiesRecv\nTcpExt: 0 0\n")
+    _write(root, "proc/stat", proc_stat(cpus, time.time()))
     _write(root, f"sys/class/net/{iface}/device/numa_node", "0\n")
     _write(root, "proc/net/softnet_stat", "".join(
         "00000000 " * 12 + f"{cpu:08x}\n" for cpu in cpus))  # kernel 6.1: 13 columns

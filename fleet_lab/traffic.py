@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from fleet_lab.hosts import BootConfig
-from fleet_lab.simhost import SNMP_UDP_FIELDS, _write
+from fleet_lab.simhost import SNMP_UDP_FIELDS, _write, proc_net_dev
 from fleet_lab.vm.drop_model import receive_rate
 
 
@@ -186,15 +186,17 @@ class SimCounters:
             self._write(host, state)
 
     def _write(self, host: str, state: HostCounters) -> None:
-        """The host's counter files, every number WIDTH wide (right-aligned): a file keeps its
-        length, so it is overwritten in place (`_overwrite`). Replacing it (a new file renamed
+        """The host's counter files, every number WIDTH digits wide (zero-padded): a file keeps
+        its length, so it is overwritten in place (`_overwrite`). Replacing it (a new file renamed
         over the old one) made ext4 write each one back at once (its auto_da_alloc): 0.2-0.4 ms
-        of CPU a file, four files per host twice a second, against 0.02 ms in place. The
-        readers (the collector's parsers) allow the spaces, as they do the kernel's own."""
+        of CPU a file, five files per host twice a second, against 0.02 ms in place. The
+        readers (the collector's parsers, node_exporter) read the zeros as numbers."""
         root = os.path.join(self.root, host)
         stats = "sys/class/net/eth0/statistics"
         _overwrite(root, f"{stats}/rx_packets", f"{_n(state.rx_packets)}\n")
         _overwrite(root, f"{stats}/rx_bytes", f"{_n(state.rx_packets * 106)}\n")
+        _overwrite(root, "proc/net/dev", proc_net_dev("eth0", state.rx_packets,
+                                                      state.rx_packets * 106, WIDTH))
         values = {"InDatagrams": state.delivered, "InErrors": state.drops,
                   "RcvbufErrors": state.drops}
         header = "Udp: " + " ".join(SNMP_UDP_FIELDS)
@@ -211,7 +213,9 @@ WIDTH = 20  # digits of the largest 64-bit counter
 
 
 def _n(value: int) -> str:
-    return f"{int(value):>{WIDTH}}"
+    """A counter WIDTH digits wide, zero-padded: node_exporter splits /proc/net/snmp on single
+    spaces (as the kernel writes it), so the padding cannot be spaces."""
+    return f"{int(value):0{WIDTH}d}"
 
 
 def _overwrite(root: str, rel: str, text: str) -> None:

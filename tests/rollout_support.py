@@ -20,7 +20,10 @@ ROOT = str(REPO_ROOT)  # tests/locations.py's, as a str for os.path
 
 class SimLab:
     def __init__(self, tmp: str, hosts: int, vendors: Optional[List[str]] = None,
-                 approvers: Optional[List[str]] = None, reboot_seconds: float = 0.5) -> None:
+                 approvers: Optional[List[str]] = None, reboot_seconds: float = 0.5,
+                 prometheus: bool = False) -> None:
+        """`prometheus`: the lab's node_exporters and Prometheus run, and the pack config
+        reads counter windows from that Prometheus."""
         self.tmp = tmp
         self.home = os.path.join(tmp, "home")
         self.state = os.path.join(tmp, "lab")
@@ -31,7 +34,9 @@ class SimLab:
                                              vendors=vendors or ["generic"],
                                              reboot_seconds=reboot_seconds, hosts_per_rack=4,
                                              approvers=["alice"] if approvers is None
-                                             else approvers),
+                                             else approvers, prometheus=prometheus,
+                                             counters="prometheus" if prometheus
+                                             else "collector"),
                                self.state, self.inventory, progress=lambda _m: None)
         self.config = yaml.safe_load(open(lab.paths(self.state)["pack_config"]))
         self.engine: Optional[subprocess.Popen] = None

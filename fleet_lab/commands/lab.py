@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import requests
 
-from fleet_lab import lab
+from fleet_lab import lab, monitoring
 from fleet_lab.bmcsim.vendors import VENDOR_KEYS
 from fleet_lab.chatops import stack
 
@@ -35,6 +35,14 @@ def register(subparsers: Any) -> None:
     up.add_argument("--chatops", action="store_true",
                     help="also IRC (ngircd), errbot + err-stackstorm and the st2 API for the "
                     "runtime home, with st2 users for the bot and each approver")
+    up.add_argument("--prometheus", dest="prometheus", action="store_true", default=None,
+                    help="a real node_exporter per server and one Prometheus scraping them "
+                    f"(the default for a lab of up to {lab.MAX_MONITORED} servers)")
+    up.add_argument("--no-prometheus", dest="prometheus", action="store_false",
+                    help="no node_exporters and no Prometheus")
+    up.add_argument("--counters", choices=["collector", "prometheus"], default="collector",
+                    help="where the pack config reads counter windows: collector (the hosts "
+                    "sample themselves, the default) or prometheus (the lab's Prometheus)")
     up.add_argument("--approver", action="append", default=[],
                     help="who may approve (repeat; default: the runtime's user)")
     up.add_argument("--state-dir", default=lab.DEFAULT_STATE_DIR)
@@ -65,19 +73,30 @@ def _vendors(values: List[str]) -> List[str]:
     return out or ["generic"]
 
 
+def _monitored(args: argparse.Namespace) -> bool:
+    """--prometheus / --no-prometheus, else on for a lab of up to MAX_MONITORED servers (and
+    always with --counters prometheus, which needs it)."""
+    if args.prometheus is not None:
+        return bool(args.prometheus)
+    return args.counters == "prometheus" or \
+        args.hosts + max(0, args.sim_hosts) <= lab.MAX_MONITORED
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     config = lab.LabConfig(hosts=args.hosts, backend=args.backend,
                            vendors=_vendors(args.vendor), sites=args.sites,
                            reboot_seconds=args.reboot_seconds, pps=args.pps,
                            rate_scale=args.rate_scale, chatops=args.chatops,
-                           approvers=list(args.approver), sim_hosts=args.sim_hosts)
+                           approvers=list(args.approver), sim_hosts=args.sim_hosts,
+                           prometheus=_monitored(args), counters=args.counters)
     if config.hosts < 1:
         print("lab up: --hosts must be at least 1", file=sys.stderr)
         return 2
     try:
         config.validate()
     except ValueError as err:
-        print(f"lab up: {str(err).replace('sim_hosts', '--sim-hosts')}", file=sys.stderr)
+        print(f"lab up: {str(err).replace('sim_hosts', '--sim-hosts')}".replace(
+            "leave prometheus out", "--no-prometheus"), file=sys.stderr)
         return 2
     try:
         manifest = lab.up(config, args.state_dir, args.inventory, timeout=args.timeout)
@@ -90,6 +109,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"inventory:   {args.inventory}")
     print(f"pack config: {lab.paths(args.state_dir)['pack_config']}")
     print(f"CA:          {manifest['ca']}")
+    for line in monitoring_lines(args.state_dir):
+        print(line)
     for line in chat_lines(args.state_dir):
         print(line)
     return 0
@@ -110,6 +131,44 @@ def chat_lines(state_dir: str) -> List[str]:
         lines.append(f"st2 as {user}: ST2_CONFIG_FILE={info.st2_config(user)} "
                      f"{stack.ST2_CLI} ...")
     return lines
+
+
+def monitoring_lines(state_dir: str) -> List[str]:
+    """The lab's Prometheus for people: where, what runs, its targets' health."""
+    info = monitoring.read_info(state_dir)
+    if info is None:
+        return []
+    now = monitoring.running(state_dir)
+    lines = [f"prometheus:  {info['url']} (pid {now['prometheus'] or 'not running'}; user "
+             f"{info['username']}, password in {monitoring.dirs(state_dir)['info']})",
+             f"exporters:   {len(now['exporters'])}/{len(info.get('exporters') or {})} "
+             f"node_exporter(s) on sim servers running"]
+    if now["prometheus"]:
+        try:
+            seen = monitoring.targets(info)
+            up = sorted(h for h, t in seen.items() if t["health"] == "up")
+            down = sorted(set(info["targets"]) - set(up))
+            lines.append(f"targets:     {len(up)}/{len(info['targets'])} up"
+                         + (f"; down: {', '.join(down[:8])}" if down else ""))
+        except (requests.RequestException, ValueError, KeyError) as err:
+            lines.append(f"targets:     unknown ({str(err)[:120]})")
+    return lines
+
+
+def monitoring_doc(state_dir: str) -> Optional[Dict[str, Any]]:
+    """The lab's Prometheus for machines (no password)."""
+    info = monitoring.read_info(state_dir)
+    if info is None:
+        return None
+    now = monitoring.running(state_dir)
+    doc: Dict[str, Any] = {"url": info["url"], "pid": now["prometheus"],
+                           "exporters": now["exporters"], "targets": None}
+    if now["prometheus"]:
+        try:
+            doc["targets"] = monitoring.targets(info)
+        except (requests.RequestException, ValueError, KeyError) as err:
+            doc["targets_error"] = str(err)[:200]
+    return doc
 
 
 def host_rows(state_dir: str) -> List[Dict[str, Any]]:
@@ -145,7 +204,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"running": bool(pid), "pid": pid,
                           "backend": manifest and manifest.get("backend"),
                           "backends": manifest and manifest.get("backends"), "hosts": rows,
-                          "chatops": chat}))
+                          "chatops": chat, "prometheus": monitoring_doc(args.state_dir)}))
         return 0 if pid else 1
     if not pid:
         print(f"no lab running (state dir {args.state_dir})")
@@ -158,6 +217,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("  ".join(c.upper().ljust(widths[c]) for c in cols))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in cols))
+    for line in monitoring_lines(args.state_dir):
+        print(line)
     for line in chat_lines(args.state_dir):
         print(line)
     return 0

@@ -249,7 +249,8 @@ class VmBackend:
         path = host_dir / "ports.json"
         try:
             data = json.loads(path.read_text())
-            return Ports(int(data["ssh"]), int(data["health"]), int(data["udp"]))
+            return Ports(int(data["ssh"]), int(data["health"]), int(data["udp"]),
+                         int(data["exporter"]))
         except (OSError, ValueError, KeyError, TypeError):
             pass
         taken = set()
@@ -261,7 +262,7 @@ class VmBackend:
                 continue
         picked: List[int] = []
         candidate = self.port_base
-        while len(picked) < 3:
+        while len(picked) < 4:  # ssh, health, udp (a UDP port), exporter
             kind = socket.SOCK_DGRAM if len(picked) == 2 else socket.SOCK_STREAM
             if candidate is None:
                 port = _free_port(kind, 0)

@@ -38,7 +38,7 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # update-grub writes on the VM's disk is what GRUB boots (not grub-pc, whose postinst installs
 # GRUB onto a disk; the lab installs it when it makes the disk).
 PACKAGES = ["python3", "openssh-server", "iproute2", "ethtool", "procps", "numactl", "kmod",
-            "grub2-common", "grub-pc-bin"]
+            "grub2-common", "grub-pc-bin", "prometheus-node-exporter"]
 KERNEL_PACKAGE = "linux-image-cloud-amd64"
 # Module files (relative to lib/modules/RELEASE/kernel, globs allowed) copied into the tree.
 MODULES = [

@@ -22,7 +22,7 @@ from fleet_lab.vm.drop_model import receive_rate, slowdown_active
 from fleet_rollout.errors import ConfigError
 
 QEMU = "qemu-system-x86_64"
-GUEST_SSH, GUEST_HEALTH, GUEST_UDP = 22, 8080, 9999
+GUEST_SSH, GUEST_HEALTH, GUEST_UDP, GUEST_EXPORTER = 22, 8080, 9999, 9100
 KVM_TEST_SECONDS = 20.0
 MIN_MEMORY_MB = 512  # the guest runs from RAM: about 135 MB of root tree plus the kernel
 # The BIOS settings the guest's services read (fleet.host, fleet.snoop, ...) reach it as firmware
@@ -48,9 +48,11 @@ class Ports:
     ssh: int
     health: int
     udp: int
+    exporter: int  # the guest's node_exporter (fleet_lab.monitoring scrapes it)
 
     def as_dict(self) -> Dict[str, int]:
-        return {"ssh": self.ssh, "health": self.health, "udp": self.udp}
+        return {"ssh": self.ssh, "health": self.health, "udp": self.udp,
+                "exporter": self.exporter}
 
 
 def qemu_binary() -> str:
@@ -193,7 +195,8 @@ def qemu_argv(config: BootConfig, disk: Path, console: Path, ports: Ports, accel
     cpus = config.sockets * config.cores_per_socket
     hostfwd = (f"hostfwd=tcp:127.0.0.1:{ports.ssh}-:{GUEST_SSH},"
                f"hostfwd=tcp:127.0.0.1:{ports.health}-:{GUEST_HEALTH},"
-               f"hostfwd=udp:127.0.0.1:{ports.udp}-:{GUEST_UDP}")
+               f"hostfwd=udp:127.0.0.1:{ports.udp}-:{GUEST_UDP},"
+               f"hostfwd=tcp:127.0.0.1:{ports.exporter}-:{GUEST_EXPORTER}")
     accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
                   else ["-accel", f"tcg,thread={TCG_THREAD}", "-cpu", "max"])
     return [

@@ -10,7 +10,9 @@ against them (and above the drop ceiling) and is rolled back automatically.
   settings), Ansible over SSH, the probe in the guests, UDP traffic and the guest kernels' own
   drop counters; the controls are sim servers beside them.
 - sim: the same flow with sim targets too (fake /sys trees that follow the BIOS, the lab's
-  counter model, Ansible with a local connection), for breadth and speed.
+  counter model, Ansible with a local connection), for breadth and speed, and with the judge's
+  windows read from the lab's real Prometheus (DEMO_COUNTERS=prometheus), which scrapes a real
+  node_exporter on every server.
 """
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ from process_support import at_base_priority
 from rollout_support import ROOT
 
 
-@pytest.mark.parametrize("backend", ["sim", "vm"])
-def test_make_demo_end_to_end(tmp_path, backend):
+@pytest.mark.parametrize("backend,counters", [("sim", "prometheus"), ("vm", "collector")])
+def test_make_demo_end_to_end(tmp_path, backend, counters):
     env = dict(os.environ, FLEET_ROLLOUT_HOME=str(tmp_path / "home"), DEMO_HOSTS="6",
                DEMO_SIM_HOSTS="10", DEMO_BACKEND=backend, DEMO_STATE_DIR=str(tmp_path / "lab"),
-               DEMO_INVENTORY=str(tmp_path / "inventory.yml"))  # not the repo's .lab/
+               DEMO_INVENTORY=str(tmp_path / "inventory.yml"),  # not the repo's .lab/
+               DEMO_COUNTERS=counters)
     # the VM demo's guests at the session's priority, above the other tests (conftest.py)
     proc = subprocess.run([sys.executable, "-m", "fleet_lab.demo"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=2700,
@@ -36,6 +39,9 @@ def test_make_demo_end_to_end(tmp_path, backend):
     out = proc.stdout
     assert proc.returncode == 0, out[-8000:] + proc.stderr[-3000:]
     assert "servers up: 16/16" in out  # the 6 targets and the 10 controls
+    if counters == "prometheus":  # lab status: the lab's Prometheus has every server up
+        assert re.search(r"prometheus:\s+https://127\.0\.0\.1:\d+", out)
+        assert "targets:     16/16 up" in out
     if backend == "vm":
         assert re.search(r"servers up: 16/16 \(vm 6/6, sim 10/10", out)
         assert "lab-001..lab-006 (6) on the vm backend" in out
@@ -88,6 +94,6 @@ def test_make_demo_end_to_end(tmp_path, backend):
     # this demo's own processes only (their command lines name its state dir): never anyone
     # else's QEMU, errbot or API
     for pattern in (f"qemu-system-x86_64 .*{state}/", f"errbot -c {state}/",
-                    f"ngircd .*{state}/", f"api serve .*{home}"):
+                    f"ngircd .*{state}/", f"api serve .*{home}", f"prometheus.* .*{state}/"):
         found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
         assert found.stdout.strip() == "", f"{pattern}: left behind: {found.stdout}"

@@ -102,3 +102,43 @@ def test_probe_sees_the_topology_change_after_a_redfish_reset(vm_lab):
     after = side.probe(["lab-002"], 2000)["lab-002"]
     assert after.ok, after
     assert len(after.result["topology"]["nodes"]) == 1
+
+
+def test_the_guests_node_exporter_is_scraped_by_a_real_prometheus(vm_lab):
+    """node_exporter inside each guest (the lab image's), through QEMU's forwarded port, and
+    a real Prometheus over the lab: every guest up, and a window read through it counts the
+    traffic the guest kernel's own counters show over SSH, within the scrape resolution."""
+    from fleet_lab import monitoring
+    from fleet_rollout.counter_source import PrometheusSettings
+    from fleet_rollout.counters.metric import DEFAULT_METRIC
+
+    state, inventory, manifest = vm_lab
+    side = lab_host_side(state, inventory)
+    info = monitoring.start(state, manifest, progress=lambda _m: None, timeout=180)
+    try:
+        assert info["exporters"] == {}  # the guests run their own
+        assert {h: t["health"] for h, t in monitoring.targets(info).items()} == {
+            "lab-001": "up", "lab-002": "up"}
+        prom = PrometheusSettings(info["url"], ca_bundle=info["ca"],
+                                  auth_header=monitoring.auth_header(info)).source()
+        first = _udp(side, "lab-002")
+        start = time.time()
+        time.sleep(20)
+        last = _udp(side, "lab-002")
+        end = time.time()
+        time.sleep(2 * monitoring.VM_SCRAPE_SECONDS + 1)
+        window = prom.window_counts(["lab-002"], DEFAULT_METRIC, start, end,
+                                    step=monitoring.VM_SCRAPE_SECONDS)["lab-002"]
+        assert window.usable, window
+        received = last["InDatagrams"] + last["RcvbufErrors"] - first["InDatagrams"] - \
+            first["RcvbufErrors"]
+        rate = received / (end - start)
+        # each end read up to a scrape (5 s) apart from the SSH read, plus the SSH reads' own
+        # time on a TCG guest
+        assert abs(window.detail["snmp:Udp.RcvbufErrors"] -
+                   (last["RcvbufErrors"] - first["RcvbufErrors"])) <= \
+            2.5 * monitoring.VM_SCRAPE_SECONDS * max(rate, 1.0)
+        assert window.packets > 0
+    finally:
+        monitoring.stop(state, progress=lambda _m: None)
+    assert monitoring.running(state)["prometheus"] is None

@@ -333,7 +333,8 @@ class FakeVmBackend:
         if host not in self._ports:
             self._ports[host] = Ports(_free_port(socket.SOCK_STREAM),
                                       _free_port(socket.SOCK_STREAM),
-                                      _free_port(socket.SOCK_DGRAM))
+                                      _free_port(socket.SOCK_DGRAM),
+                                      _free_port(socket.SOCK_STREAM))
         return self._ports[host]
 
     def power_on(self, config: BootConfig) -> None:

@@ -91,7 +91,7 @@ def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> No
     config = boot_config("web-01", "home", "disabled", sockets=2, cores_per_socket=4,
                          memory_mb=1024)
     argv = qemu_argv(config, tmp_path / "disk", tmp_path / "console.log",
-                     Ports(2201, 8001, 9001), "tcg", "fleet.host=web-01")
+                     Ports(2201, 8001, 9001, 9101), "tcg", "fleet.host=web-01")
     joined = " ".join(argv)
     # the guest boots from its disk (GRUB); the lab passes no kernel and no command line
     assert not {"-kernel", "-initrd", "-append"} & set(argv)
@@ -106,11 +106,12 @@ def test_qemu_argv_forwards_loopback_only_and_sizes_the_vm(tmp_path: Path) -> No
     assert "-m 1024M" in joined
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev == ("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:2201-:22,"
-                      "hostfwd=tcp:127.0.0.1:8001-:8080,hostfwd=udp:127.0.0.1:9001-:9999")
+                      "hostfwd=tcp:127.0.0.1:8001-:8080,hostfwd=udp:127.0.0.1:9001-:9999,"
+                      "hostfwd=tcp:127.0.0.1:9101-:9100")
     assert "-accel tcg,thread=single" in joined and "-no-reboot" not in joined
     with pytest.raises(ConfigError, match="web-01: memory_mb 256"):
         qemu_argv(boot_config("web-01", "home", "disabled", memory_mb=256), tmp_path / "d",
-                  tmp_path / "c", Ports(1, 2, 3), "tcg", "")
+                  tmp_path / "c", Ports(1, 2, 3, 4), "tcg", "")
 
 
 class _SlowSshd(LoopbackListener):

@@ -245,11 +245,16 @@ def test_every_chat_command_in_the_readme_matches_the_packs_alias() -> None:
         assert params.get("rollout_id") or params.get("profile"), (command, params)
 
 
-def test_the_readmes_minimal_config_is_a_valid_pack_config() -> None:
+def test_the_readmes_config_blocks_are_valid_pack_config() -> None:
+    """The README's minimal config (its first yaml block) is a valid pack config, and so is it
+    with each later block (a section to add) added."""
     text = (ROOT / "README.md").read_text()
-    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
-    config = yaml.safe_load(block)
+    first, *more = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
     schema = yaml.safe_load((ROOT / "config.schema.yaml").read_text())
-    assert set(config) <= set(schema), set(config) - set(schema)
-    loaded = load_pack_config(config, str(ROOT))
+    for block in [first] + more:
+        assert set(block) <= set(schema), set(block) - set(schema)
+    loaded = load_pack_config(first, str(ROOT))
     assert loaded.operators and loaded.approvers
+    assert more, "the README shows how to read counters from Prometheus"
+    for block in more:
+        assert load_pack_config(dict(first, **block), str(ROOT))

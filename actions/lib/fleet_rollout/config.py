@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from fleet_rollout import bmc_networks
 from fleet_rollout.connection import Connection, load_connection
+from fleet_rollout.counter_source import CounterSource, load_counter_source
 from fleet_rollout.errors import ConfigError
 from fleet_rollout.inventory import FleetHost
 from fleet_rollout.profile import DEFAULT_FORKS
@@ -56,6 +57,8 @@ class PackConfig:
     bmc_networks: List[bmc_networks.Network] = field(default_factory=list)
     # how Ansible reaches the hosts (connection.py); never from the inventory
     connection: Connection = field(default_factory=Connection)
+    # where counter windows come from: the hosts' own samplers, or a Prometheus
+    counters: CounterSource = field(default_factory=CounterSource)
     pack_dir: str = ""
 
     def __repr__(self) -> str:  # never print credentials
@@ -138,6 +141,8 @@ def load_pack_config(raw: Optional[Mapping[str, Any]], pack_dir: str = "") -> Pa
             bmc_networks=bmc_networks.parse_networks(data.get("bmc_networks"),
                                                      "bmc_networks"),
             connection=load_connection(data),
+            counters=load_counter_source(data.get("counters"),
+                                         bool(data.get("allow_insecure_http", False))),
             pack_dir=pack_dir)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"pack config: {err}") from None

@@ -41,9 +41,9 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from fleet_rollout import states
+from fleet_rollout import prometheus_windows, states
 from fleet_rollout.hoststeps import RolloutContext
 from fleet_rollout.plan import controls_for_batch
 from fleet_rollout.profile import (
@@ -205,10 +205,8 @@ def start_early_pre(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {"label": EARLY, "hosts": len(hosts), "anchor": anchor}
     if anchor <= time.time():  # too late to start before that window ended: pre_start will
         return dict(out, started=False, reason="the post window before it has ended")
-    results = ctx.hostside.start_window(hosts, window_id(ctx, index, "pre"), step, pre_steps,
-                                        anchor, first_at=anchor)
-    snapshots = {h: r.result for h, r in results.items() if r.ok}
-    errors = {h: r.error for h, r in results.items() if not r.ok}
+    snapshots, errors = _begin(ctx, hosts, window_id(ctx, index, "pre"), step, pre_steps,
+                               anchor, first_at=anchor)
     save_collection(ctx, index, "pre_start", time.time(), snapshots, errors, anchor, early=True)
     return dict(out, started=True, collected=len(snapshots), errors=errors)
 
@@ -230,15 +228,27 @@ def early_start(ctx: RolloutContext, index: int, hosts: List[str], step: float,
     at = float(head.get("time") or started)
     missing = [h for h in hosts if h not in snapshots]
     if missing:
-        results = ctx.hostside.start_window(missing, window_id(ctx, index, "pre"), step, steps,
-                                            started)
-        snapshots.update({h: r.result for h, r in results.items() if r.ok})
-        errors = {h: r.error for h, r in results.items() if not r.ok}
+        taken_now, errors = _begin(ctx, missing, window_id(ctx, index, "pre"), step, steps,
+                                   started)
+        snapshots.update(taken_now)
         at = time.time()
         save_collection(ctx, index, "pre_start", at, snapshots, errors, started, early=True)
     return {"label": "pre_start", "hosts": len(hosts), "collected": len(snapshots),
             "errors": errors, "early": True, "seconds": round(max(0.0, at - started), 1),
             "next_delay": next_delay(_next_due(started, 1, step, steps, "pre"), time.time())}
+
+
+def _begin(ctx: RolloutContext, hosts: List[str], name: str, step: float, steps: int,
+           anchor: float, first_at: Optional[float] = None) -> Tuple[Dict[str, Any],
+                                                                     Dict[str, str]]:
+    """A window's start on `hosts`: (entries, errors). The collector's run leaves a sampler
+    on each host (its first snapshot, or its claim); with Prometheus nothing runs on them
+    (prometheus_windows.begin)."""
+    if prometheus_windows.settings(ctx) is not None:
+        return prometheus_windows.begin(hosts, anchor), {}
+    results = ctx.hostside.start_window(hosts, name, step, steps, anchor, first_at=first_at)
+    return ({h: r.result for h, r in results.items() if r.ok},
+            {h: r.error for h, r in results.items() if not r.ok})
 
 
 def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
@@ -258,11 +268,8 @@ def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str]
     now = time.time()
     soak = float(ctx.profile["canary"].get("soak_seconds") or 0) if window == "post" else 0.0
     started = now + soak  # the window's anchor: when its first snapshot is due
-    wid = window_id(ctx, index, window)
-    results = ctx.hostside.start_window(hosts, wid, step, steps, started,
-                                        first_at=started if soak > 0 else None)
-    snapshots = {h: r.result for h, r in results.items() if r.ok}
-    errors = {h: r.error for h, r in results.items() if not r.ok}
+    snapshots, errors = _begin(ctx, hosts, window_id(ctx, index, window), step, steps,
+                               started, first_at=started if soak > 0 else None)
     ended = time.time()
     save_collection(ctx, index, f"{window}_start", ended, snapshots, errors, started)
     return {"label": f"{window}_start", "hosts": len(hosts), "collected": len(snapshots),
@@ -273,6 +280,9 @@ def _start_window(ctx: RolloutContext, index: int, window: str, hosts: List[str]
 def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
                  started: float, step: float, steps: int, lead: float) -> Dict[str, Any]:
     """Read every started host's samples; one collection per step stored, the end's last."""
+    prom = prometheus_windows.settings(ctx)
+    if prom is not None:
+        return _read_prometheus(ctx, index, window, hosts, started, step, steps, prom)
     head = load_collection(ctx, index, f"{window}_start")
     firsts = head.get("snapshots") or {}
     # how long after the anchor the start reached its last host (0 when it was done before)
@@ -327,6 +337,30 @@ def _read_window(ctx: RolloutContext, index: int, window: str, hosts: List[str],
     due = started + steps * step
     return {"label": f"{window}_end", "hosts": len(hosts), "collected": len(taken[-1]),
             "errors": missed[-1], "seconds": round(max(0.0, ended - due), 1), "next_delay": 0}
+
+
+def _read_prometheus(ctx: RolloutContext, index: int, window: str, hosts: List[str],
+                     started: float, step: float, steps: int, prom: Any) -> Dict[str, Any]:
+    """The window read from Prometheus once its last scrape has landed: each host's window
+    (drops, packets, per-step drops) stored as the end collection; the steps inside are
+    stored empty (they only keep the workflow's pace)."""
+    head = load_collection(ctx, index, f"{window}_start")
+    firsts = head.get("snapshots") or {}
+    started_here = [h for h in hosts if prometheus_windows.is_started(firsts.get(h))]
+    windows, errors = prometheus_windows.read(ctx, prom, started_here, started, step, steps)
+    for host in hosts:
+        if host not in started_here:
+            reason = (head.get("errors") or {}).get(host, "not collected")
+            errors[host] = f"the window did not start here: {reason}"
+    ended = time.time()
+    for number in range(steps - 1):
+        due = started + (number + 1) * step
+        save_collection(ctx, index, f"{window}_step_{number + 1}", due, {}, {}, due)
+    due = started + steps * step
+    save_collection(ctx, index, f"{window}_end", ended, windows, errors, due)
+    return {"label": f"{window}_end", "hosts": len(hosts), "collected": len(windows),
+            "errors": errors, "source": "prometheus",
+            "seconds": round(max(0.0, ended - due), 1), "next_delay": 0}
 
 
 def is_claim(doc: Any) -> bool:
@@ -448,6 +482,10 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
     hosts: Dict[str, Any] = {}
     for host in canary + control:
         snaps = [data[label].get("snapshots", {}).get(host) for label in LABELS]
+        if all(snaps) and prometheus_windows.is_started(snaps[2]):  # windows from Prometheus
+            hosts[host] = {"pre": snaps[1], "post": snaps[3]}
+            _labels(ctx, host, hosts[host])
+            continue
         if all(snaps) and not any(is_claim(doc) for doc in snaps):  # claims: a window not read
             hosts[host] = {"pre": {"start": snaps[0], "end": snaps[1]},
                            "post": {"start": snaps[2], "end": snaps[3]}}
@@ -455,14 +493,35 @@ def judge_input(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                 between = [c.get("snapshots", {}).get(host) for c in inside[window]]
                 if between and all(between):  # every step of the window, else none
                     hosts[host][window]["between"] = between
-            info = ctx.plan["hosts"].get(host) or {}  # the judge compares within site and model
-            for field, source in (("site", "site"), ("model", "hardware_model")):
-                if info.get(source):
-                    hosts[host][field] = str(info[source])
+            _labels(ctx, host, hosts[host])
     # batch: the label chat and the audit use ("batch 2 of 3" is index 1), not the index
     return {"schema_version": 1, "rollout": ctx.rollout_id, "batch": batch_label(index),
             "pre_windows": pre_windows(ctx.profile["canary"]),
             "canary": canary, "control": control, "hosts": hosts}
+
+
+def _labels(ctx: RolloutContext, host: str, entry: Dict[str, Any]) -> None:
+    """The host's site and model (the judge compares within site and model)."""
+    info = ctx.plan["hosts"].get(host) or {}
+    for field, source in (("site", "site"), ("model", "hardware_model")):
+        if info.get(source):
+            entry[field] = str(info[source])
+
+
+def unread(ctx: RolloutContext, index: int, doc: Dict[str, Any]) -> Optional[str]:
+    """With Prometheus: why no canary or no control host has both windows (the first error
+    of the post window's read, else the pre window's); None when both groups have some."""
+    if prometheus_windows.settings(ctx) is None:
+        return None
+    have = set(doc["hosts"])
+    if have & set(doc["canary"]) and have & set(doc["control"]):
+        return None
+    for label in ("post_end", "pre_end"):
+        errors = load_collection(ctx, index, label).get("errors") or {}
+        for host in doc["canary"] + doc["control"]:
+            if host in errors:
+                return f"{host}: {errors[host]}"
+    return "no window was read"
 
 
 def canary_verdict(ctx: RolloutContext, index: int) -> Dict[str, Any]:
@@ -480,6 +539,11 @@ def canary_verdict(ctx: RolloutContext, index: int) -> Dict[str, Any]:
                    "explanation": f"INCONCLUSIVE (batch {batch_label(index)}): "
                    f"{len(doc['canary'])} changed host(s) and {len(doc['control'])} "
                    "control host(s) left to compare; no verdict is possible."}
+    elif unread(ctx, index, doc) is not None:
+        verdict = {"verdict": INCONCLUSIVE, "reason": "counters_unread",
+                   "explanation": f"INCONCLUSIVE (batch {batch_label(index)}): the counter "
+                   f"windows could not be read ({unread(ctx, index, doc)}); no verdict is "
+                   "possible. The hosts keep their state: extend to read again, or decide."}
     else:
         verdict = judge(judge_input_from_dict(doc, metric), policy).to_dict()
     ctx.state.update_batch(index, lambda b: b.update(verdict=verdict, judged_at=time.time()))

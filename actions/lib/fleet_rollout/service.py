@@ -15,6 +15,7 @@ from fleet_rollout import (
     claims,
     connection,
     gate,
+    prometheus_windows,
     questions,
     site_limits,
     timeouts,
@@ -146,6 +147,8 @@ def plan_rollout(raw_config: Any, datastore: Any, profile: str, targets: str = "
     plan = build_plan(prof, source, targets, hosts, everyone, compliance, rollout_id, user,
                       forks=config.ansible_forks)
     check_connections(config, source, list(plan["control"]))
+    prometheus_windows.check_scraped(
+        config, [h for b in plan["batches"] for h in b["hosts"]] + list(plan["control"]))
     store = as_store(datastore, config)
     state = RolloutState(store, plan["rollout_id"])
     if state.plan_exists():

@@ -14,6 +14,14 @@ SERVICES = {
     "health": [PY, "-I", "-S", "/usr/local/sbin/fleet-health.py"],
     "udprecv": [PY, "-I", "-S", "/usr/local/sbin/fleet-udprecv.py"],
 }
+# node_exporter on the port QEMU forwards (the lab's Prometheus scrapes it), with the
+# collectors a counter window reads
+EXPORTER = "/usr/bin/prometheus-node-exporter"
+if os.path.exists(EXPORTER):
+    SERVICES["node_exporter"] = [
+        EXPORTER, "--web.listen-address=:9100", "--collector.disable-defaults",
+        "--collector.netdev", "--collector.netstat", "--collector.softnet", "--collector.stat",
+        "--collector.netdev.device-exclude=^lo$"]
 
 
 def console(message):

@@ -1,10 +1,9 @@
-"""Adversarial: Prometheus answers and host-side counter snapshots of the wrong shape.
+"""Adversarial: Prometheus answers and host-side counter snapshots of the wrong shape. Each is
+a clear PrometheusError / ConfigError naming the query or snapshot field (and the host when
+known), bodies are read with a cap, and NaN/Inf samples are missing samples, not numbers.
 
-Before: `data` as a list, a series that is not an object, labels that are not strings raised
-AttributeError/TypeError out of the judge's input; a 2 GB answer was read whole into memory; a
-collector snapshot with a list where an object belongs crashed the deltas. Now each is a clear
-PrometheusError / ConfigError naming the query or snapshot field (and the host when known),
-bodies are read with a cap, and NaN/Inf samples are missing samples, not numbers.
+The answers come from a stand-in HTTP server: a real Prometheus never sends them (malformed
+JSON, wrong types, huge bodies).
 """
 from __future__ import annotations
 

@@ -89,6 +89,7 @@ class WindowCounts:
     wraps: int = 0
     resets: int = 0
     detail: Dict[str, int] = field(default_factory=dict)
+    steps: Optional[List[int]] = None  # drops in each equal step of the window, in order
 
     @property
     def usable(self) -> bool:
@@ -109,6 +110,8 @@ class WindowCounts:
             out["resets"] = self.resets
         if self.detail:
             out["detail"] = dict(self.detail)
+        if self.steps is not None:
+            out["steps"] = list(self.steps)
         return out
 
 

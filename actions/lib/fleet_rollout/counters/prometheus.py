@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -215,7 +216,8 @@ class PrometheusSource:
     """Reads counter windows for hosts from one Prometheus server."""
 
     def __init__(self, url: str, timeout: float = 30.0, host_label: str = "instance",
-                 strip_port: bool = True, headers: Optional[Dict[str, str]] = None) -> None:
+                 strip_port: bool = True, headers: Optional[Dict[str, str]] = None,
+                 ca_bundle: Optional[str] = None) -> None:
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ConfigError(f"prometheus url {url!r}: must be http(s)://host[:port][/path]")
@@ -223,7 +225,16 @@ class PrometheusSource:
         self.timeout = timeout
         self.host_label = host_label
         self.strip_port = strip_port
+        # sent on this server's requests only, never to where a redirect points (secrets)
         self.headers = dict(headers or {})
+        # TLS is verified: against `ca_bundle` when given, else the system's CAs
+        try:
+            self.context = ssl.create_default_context(cafile=ca_bundle or None) \
+                if parsed.scheme == "https" else None
+        except (OSError, ssl.SSLError) as err:
+            raise ConfigError(f"prometheus {self.url}: ca_bundle {ca_bundle}: cannot read "
+                              f"the CA certificates: {getattr(err, 'strerror', None) or err}"
+                              ) from None
 
     # -- HTTP API ----------------------------------------------------------------------------
 
@@ -232,12 +243,15 @@ class PrometheusSource:
         request = urllib.request.Request(
             f"{self.url}/api/v1/{endpoint}", data=body, method="POST",
             headers={"Content-Type": "application/x-www-form-urlencoded",
-                     "Accept": "application/json", **self.headers},
+                     "Accept": "application/json"},
         )
+        for name, value in self.headers.items():
+            request.add_unredirected_header(name, value)
         where = (f"prometheus {self.url} /api/v1/{endpoint} "
                  f"(query {params.get('query', '')[:160]})")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout,
+                                        context=self.context) as response:
                 raw = read_capped(response, MAX_BODY_BYTES, where)
         except urllib.error.HTTPError as exc:
             raise PrometheusError(f"{where}: HTTP {exc.code}{_error_detail(exc)}") from None
@@ -281,19 +295,77 @@ class PrometheusSource:
             out.extend(fetch(self._selector(term_regex, chunk)))
         return out
 
+    def hosts_seen(self, hosts: Sequence[str], at: float) -> List[str]:
+        """The hosts of `hosts` with a node_boot_time_seconds series at `at` (node_exporter
+        scraped within the lookback), in chunks of HOSTS_PER_QUERY."""
+        seen = set()
+        for item in self._series(BOOT_TIME_METRIC, list(dict.fromkeys(hosts)),
+                                 lambda selector: self.query(selector, at)):
+            host = self._host_of(item.get("metric") or {})
+            if host is not None:
+                seen.add(host)
+        return [h for h in hosts if h in seen]
+
     # -- windows ---------------------------------------------------------------------------------
 
     def window_counts(self, hosts: Sequence[str], metric: MetricDefinition, start: float,
                       end: float, step: float = 60.0,
                       method: str = "range") -> Dict[str, WindowCounts]:
         """Drops and packets per host over [start, end] (unix seconds)."""
+        hosts = list(dict.fromkeys(hosts))
+        samples = self.samples(hosts, metric, start, end, step, method)
+        expected_points = (int((end - start) // step) + 1) if method == "range" else 2
+        counts = {host: WindowCounts(seconds=end - start) for host in hosts}
+        for host in hosts:
+            self._reduce(host, metric, samples[host], counts[host], expected_points, method)
+        return counts
+
+    def step_counts(self, hosts: Sequence[str], metric: MetricDefinition, start: float,
+                    end: float, steps: int, resolution: float) -> Dict[str, WindowCounts]:
+        """window_counts over [start, end] from one range query per term, with each host's
+        drops in each of `steps` equal steps (`WindowCounts.steps`, when every step has them;
+        the window's drops are then their sum). The query's resolution is `resolution` or
+        less, so that every step's bounds are points of its grid: consecutive steps share
+        their bound's sample, and their increases add up to the window's."""
+        if steps < 1:
+            raise ConfigError(f"prometheus window: steps {steps} is not 1 or more")
+        length = (end - start) / steps
+        per_step = max(1, math.ceil(length / max(resolution, 1e-3) - 1e-9))
+        grid = length / per_step
+        hosts = list(dict.fromkeys(hosts))
+        samples = self.samples(hosts, metric, start, end, grid, "range")
+        counts = {host: WindowCounts(seconds=end - start) for host in hosts}
+        for host in hosts:
+            self._reduce(host, metric, samples[host], counts[host], steps * per_step + 1, "range")
+            if steps == 1 or not counts[host].usable:
+                continue
+            drops: List[int] = []
+            for number in range(steps):
+                low, high = start + number * length, start + (number + 1) * length
+                part = {term: {key: [p for p in points if low - grid / 2 < p[0] < high + grid / 2]
+                               for key, points in series.items()}
+                        for term, series in samples[host].items()}
+                piece = WindowCounts(seconds=length)
+                self._reduce(host, metric, part, piece, per_step + 1, "range")
+                if piece.drops is None:
+                    break
+                drops.append(piece.drops)
+            if len(drops) == steps:
+                counts[host].steps = drops
+                counts[host].drops = sum(drops)
+        return counts
+
+    def samples(self, hosts: Sequence[str], metric: MetricDefinition, start: float,
+                end: float, step: float,
+                method: str) -> Dict[str, Dict[str, Dict[str, List[Tuple[float, float]]]]]:
+        """host -> term -> series key -> [(time, value)] of every term of `metric` and of
+        node_boot_time_seconds over [start, end] (NaN/Inf samples left out)."""
         if end <= start:
             raise ConfigError(f"prometheus window: end {end} is not after start {start}")
         if method not in ("range", "instant"):
             raise ConfigError(f"prometheus window method {method!r}: use 'range' or 'instant'")
         hosts = list(dict.fromkeys(hosts))
         wanted = set(hosts)
-        counts = {host: WindowCounts(seconds=end - start) for host in hosts}
         samples: Dict[str, Dict[str, Dict[str, List[Tuple[float, float]]]]] = {
             host: {} for host in hosts
         }
@@ -334,11 +406,11 @@ class PrometheusSource:
                     if method == "instant":
                         when = end if item.get("_end") else start
                     points.append((when, value))
-
-        expected_points = (int((end - start) // step) + 1) if method == "range" else 2
-        for host in hosts:
-            self._reduce(host, metric, samples[host], counts[host], expected_points, method)
-        return counts
+        for per_term in samples.values():
+            for series in per_term.values():
+                for points in series.values():
+                    points.sort()
+        return samples
 
     def _reduce(self, host: str, metric: MetricDefinition,
                 per_term: Dict[str, Dict[str, List[Tuple[float, float]]]], counts: WindowCounts,
@@ -357,7 +429,6 @@ class PrometheusSource:
                     continue
                 total = 0.0
                 for key, points in sorted(series.items()):
-                    points.sort()
                     values = [int(round(v)) for _, v in points]
                     if group == "packets":
                         coverage = max(coverage, min(1.0, len(values) / expected_points))
