@@ -448,3 +448,12 @@ def test_a_pause_after_the_batch_started_holds_it_with_the_reason_resume_reads(
     record = service.record_answer(config, store, "fleet-1", 1, "approval", "auto",
                                    api=BatchApi("fleet-1", 1))
     assert (record["by"], record["via"], record["verdict"]) == ("judge", "promotion", "PASS")
+
+
+def test_a_rollout_rejected_before_any_host_says_so_once(tmp_path: Path) -> None:
+    profile = profile_with(batches={"canary_size": 2, "growth": 1})
+    _plan, store, config = stored(tmp_path, profile, site_fleet(2, 20, racks=2))
+    first = service.finish(config, store, "fleet-1", "rejected")
+    assert "fleet-1 (home-snoop-fleet) rejected: no host touched; " in first["message"]
+    assert first["announce"] is True
+    assert service.finish(config, store, "fleet-1", "rejected")["announce"] is False

@@ -825,7 +825,8 @@ def finish(raw_config: Any, datastore: Any, rollout_id: str, status: str) -> Dic
             + (f" and {len(later) - 20} more" if len(later) > 20 else "") + "."
             if later else "")
     message = (f"Rollout {rollout_id} ({ctx.profile['name']}) {meta.get('status')}: "
-               + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+               + (", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+                  or "no host touched")
                + f"; {audit['entries']} audited change(s){damaged}.{kept}"
                + f" Report: `st2 run fleet_rollout.report rollout_id={rollout_id}`.")
     return {"rollout_id": rollout_id, "status": meta.get("status"), "hosts": counts,
