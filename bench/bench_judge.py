@@ -38,6 +38,12 @@ Small batches: 1-2 canaries against 20 controls, where only a change of ``large_
 or more decides (fleet_rollout.judge.large_change), over up to 3 fresh post windows (the
 rollout's INCONCLUSIVE -> another window): false decisions (FAIL or PASS without a change) over
 all windows, the share decided at 5x and 10x either way, and the windows a decision took.
+
+``--independent``: instead, the judge and the ``rank`` and ``poisson`` baselines on fleets from
+generators written apart from this bench's model (fleet_generators.GENERATORS), each in two
+input forms (with per-step drops, and window totals only), at no change (false alarms at 5, 8
+and 16 canaries) and at 2x with 8 canaries, 3x with 5 and 2x with 16, controls 4 x canaries;
+the table says which generators are held out of tuning (fleet_generators.HELD_OUT).
 """
 from __future__ import annotations
 
@@ -58,8 +64,8 @@ from fleet_rollout.judge.baselines import (
     pooled_poisson_rate_ratio,
     rank_test,
 )
-from fleet_rollout.judge.core import FAIL, INCONCLUSIVE, PASS, judge
-from fleet_rollout.judge.inputs import HostWindows, JudgeInput
+from fleet_rollout.judge.core import FAIL, INCONCLUSIVE, PASS, Verdict, judge
+from fleet_rollout.judge.inputs import HostWindows, JudgeInput, judge_input_from_dict
 from fleet_rollout.judge.policy import Policy
 from fleet_rollout.profile import DEFAULTS, MAX_PRE_WINDOWS
 
@@ -308,6 +314,105 @@ def record_results(args: argparse.Namespace, table: Dict[Any, Dict[str, Any]],
     bench_results.record("bench-judge", figures)
 
 
+INDEPENDENT_CELLS = ((5, 1.0), (8, 1.0), (16, 1.0), (8, 2.0), (5, 3.0), (16, 2.0))
+INDEPENDENT_FORMS = (("steps", False), ("totals", True))  # per-step drops; window totals only
+INDEPENDENT_METHODS = ("judge", "rank", "poisson")
+
+
+def _rank_fails(result: Verdict, policy: Policy) -> bool:
+    """The plain rank test behind the judge's own guards and ceiling (the `rank` baseline)."""
+    if result.reason == "ceiling":
+        return True
+    if result.reason == "guards":
+        return False
+    e = {g: [h.e for h in result.hosts if h.usable and h.group == g]
+         for g in ("canary", "control")}
+    return rank_test(e["canary"], e["control"], policy.alpha, policy.min_regression_ratio,
+                     policy.ci_level).verdict == "FAIL"
+
+
+def _pooled_poisson_fails(data: JudgeInput) -> bool:
+    """The pooled Poisson baseline on the post windows' totals of the hosts that have one."""
+    sums = []
+    for group in ("canary", "control"):
+        windows = [h.post for h in data.group(group) if h.post is not None]
+        sums += [sum(w.drops for w in windows), sum(w.packets for w in windows)]
+    return pooled_poisson_rate_ratio(*sums).verdict == "FAIL"
+
+
+def run_independent_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[str, Any]:
+    """One generator of fleet_generators at one size and effect: the same fleets in both input
+    forms through the judge and the `rank` and `poisson` baselines."""
+    from fleet_generators import GENERATORS, Layout
+
+    seed, name, m, effect, reps, pre_windows = args
+    key = [seed, 200 + list(GENERATORS).index(name), m, int(effect * 10)]
+    rng = np.random.default_rng(np.random.SeedSequence(key))
+    layout = Layout(m, CONTROL_RATIO * m, STEPS, pre_windows)
+    policy = Policy()
+    counts = {form: {method: 0 for method in INDEPENDENT_METHODS} for form, _ in
+              INDEPENDENT_FORMS}
+    inconclusive = {form: 0 for form, _ in INDEPENDENT_FORMS}
+    for _ in range(reps):
+        fleet = GENERATORS[name].sample(rng, layout, effect)
+        for form, totals_only in INDEPENDENT_FORMS:
+            data = judge_input_from_dict(fleet.document(totals_only), policy.metric)
+            result = judge(data, policy)
+            counts[form]["judge"] += result.verdict == FAIL
+            inconclusive[form] += result.verdict == INCONCLUSIVE
+            counts[form]["rank"] += _rank_fails(result, policy)
+            counts[form]["poisson"] += _pooled_poisson_fails(data)
+    return {"generator": name, "canaries": m, "controls": CONTROL_RATIO * m, "effect": effect,
+            "reps": reps,
+            "forms": {form: {"fail_rate": {k: v / reps for k, v in counts[form].items()},
+                             "inconclusive": inconclusive[form] / reps}
+                      for form, _ in INDEPENDENT_FORMS}}
+
+
+def run_independent(args: argparse.Namespace) -> int:
+    """The --independent table: judge and baselines on fleets from fleet_generators."""
+    from fleet_generators import GENERATORS, HELD_OUT
+
+    started = time.time()
+    cells = [(args.seed, name, m, effect, args.reps, args.pre_windows)
+             for name in GENERATORS for m, effect in INDEPENDENT_CELLS]
+    if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            results = pool.map(run_independent_cell, cells, chunksize=1)
+    else:
+        results = [run_independent_cell(cell) for cell in cells]
+    elapsed = time.time() - started
+    if args.json:
+        json.dump({"seed": args.seed, "reps": args.reps, "pre_windows": args.pre_windows,
+                   "seconds": round(elapsed, 1), "held_out": HELD_OUT, "cells": results},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"Canary judge on independent fleets: {args.reps} batches per cell, seed {args.seed}, "
+          f"controls = {CONTROL_RATIO} x canaries, {STEPS} steps per window, pre window "
+          f"{args.pre_windows} x post window")
+    for name, generator in GENERATORS.items():
+        print(f"  {name}: {generator.summary}")
+    for name, reason in HELD_OUT.items():
+        print(f"  held out of tuning: {name}: {reason}")
+    print("\n  generator              form    held out  cell                  judge FAIL"
+          "  inconclusive  rank FAIL  poisson FAIL")
+    for r in results:
+        what = "false alarms" if r["effect"] == 1.0 else f"power {r['effect']:g}x"
+        cell = f"{what} at {r['canaries']}"
+        for form, _ in INDEPENDENT_FORMS:
+            row = r["forms"][form]
+            rates = row["fail_rate"]
+            held = "yes" if r["generator"] in HELD_OUT else "no"
+            print(f"  {r['generator']:22s} {form:7s} {held:8s}  {cell:20s}"
+                  f"  {_pct(rates['judge']):>10s}  {_pct(row['inconclusive']):>12s}"
+                  f"  {_pct(rates['rank']):>9s}  {_pct(rates['poisson']):>12s}")
+    print("\nfalse alarms = FAIL without any change; power = FAIL with the regression "
+          "(INCONCLUSIVE counts as not detected); the same fleets in both forms.")
+    print(f"elapsed {elapsed:.0f} s")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=1000, help="fleets per cell (default 1000)")
@@ -318,7 +423,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="the pre window lasts K post windows (default: the profile's "
                         f"canary.pre_windows default, {DEFAULT_PRE_WINDOWS})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--independent", action="store_true",
+                        help="only the fleets of bench/fleet_generators.py (both input forms, "
+                        "held-out generators marked); nothing is written to RESULTS.md")
     args = parser.parse_args(argv)
+    if args.independent:
+        return run_independent(args)
 
     started = time.time()
     cells = [(args.seed, scenario, m, effect, args.reps, args.pre_windows)
