@@ -65,6 +65,19 @@ def test_mistakes_are_named_by_their_field(counters: Dict[str, Any], field: str)
         load_pack_config({"credentials": CREDS, "counters": counters})
 
 
+def test_an_unused_prometheus_section_with_st2s_defaults_is_left_alone() -> None:
+    """StackStorm fills a config's missing keys with the schema's defaults: a collector
+    config then holds a prometheus section without a url, which is not read."""
+    defaults = {"ca_bundle": "", "auth_header": "", "host_label": "instance",
+                "strip_port": True, "resolution": 15, "read_delay": 30, "timeout": 30}
+    config = load_pack_config({"credentials": CREDS, "counters": {
+        "source": "collector", "prometheus": defaults}})
+    assert config.counters == CounterSource("collector")
+    with pytest.raises(ConfigError, match="counters.prometheus.url must be"):
+        load_pack_config({"credentials": CREDS, "counters": {
+            "source": "prometheus", "prometheus": defaults}})
+
+
 def test_plain_http_only_where_the_config_allows_it() -> None:
     lab = {"source": "prometheus", "prometheus": {"url": "http://127.0.0.1:9090"}}
     assert load_counter_source(lab, allow_http=True).prometheus.url == "http://127.0.0.1:9090"

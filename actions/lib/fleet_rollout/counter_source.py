@@ -14,7 +14,8 @@
         read_delay: 30                    # seconds after a window's end before it is read
         timeout: 30                       # seconds per request
 
-Plain http:// is refused unless the pack config's allow_insecure_http is set.
+Plain http:// is refused unless the pack config's allow_insecure_http is set. The prometheus
+section is read only when the source is prometheus.
 """
 from __future__ import annotations
 
@@ -80,12 +81,14 @@ def load_counter_source(data: Any, allow_http: bool = False) -> CounterSource:
     if source not in SOURCES:
         raise ConfigError(f"pack config: counters.source {source!r}: one of "
                           f"{', '.join(SOURCES)}")
+    if source != "prometheus":
+        # the section is read only for source prometheus: StackStorm fills a config's missing
+        # keys with the schema's defaults, so an unused section holds them (and no url)
+        return CounterSource(source)
     raw = data.get("prometheus")
     if raw is None:
-        if source == "prometheus":
-            raise ConfigError("pack config: counters.source is prometheus but counters."
-                              "prometheus.url is not set")
-        return CounterSource(source)
+        raise ConfigError("pack config: counters.source is prometheus but counters."
+                          "prometheus.url is not set")
     if not isinstance(raw, Mapping):
         raise ConfigError("pack config: counters.prometheus must be an object (url, ...)")
     unknown = sorted(set(raw) - set(KEYS))
