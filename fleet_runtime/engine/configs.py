@@ -8,6 +8,7 @@ import copy
 from typing import Any, Dict, List
 
 from fleet_runtime import templating
+from fleet_runtime.engine.config_defaults import with_defaults
 from fleet_runtime.engine.model import EngineState
 from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import validate_instance
@@ -53,6 +54,8 @@ class ConfigsMixin(EngineState):
 
                 config = assign_default_values(config, full)
         config = self._render_dynamic_config(config, shown)
+        if schema:  # as st2's config loader gives it to an action: every section's defaults
+            config = with_defaults(schema, config)
         self._configs[pack_ref] = config
         self._config_secrets[pack_ref] = _secret_paths(schema)
         return config

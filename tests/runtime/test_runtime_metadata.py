@@ -241,6 +241,31 @@ def test_missing_config_file_gets_schema_defaults(tmp_path: Path) -> None:
         rt.close()
 
 
+def test_config_sections_get_their_defaults_as_st2s_config_loader_gives_them() -> None:
+    """st2common's ContentPackConfigLoader: a missing object section with properties becomes
+    {} with its items' defaults; additionalProperties and array items get theirs too."""
+    from fleet_runtime.engine.config_defaults import with_defaults
+
+    schema = {
+        "counters": {"type": "object", "properties": {
+            "source": {"type": "string", "default": "collector"},
+            "prometheus": {"type": "object", "properties": {
+                "url": {"type": "string"}, "host_label": {"type": "string",
+                                                          "default": "instance"}}}}},
+        "credentials": {"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"auth": {"type": "string", "default": "auto"}}}},
+        "hosts": {"type": "array", "items": {"type": "object", "properties": {
+            "port": {"type": "integer", "default": 22}}}},
+        "name": {"type": "string"},
+    }
+    config = with_defaults(schema, {"credentials": {"lab": {"auth": "basic"}, "other": {}},
+                                    "hosts": [{}, {"port": 2222}]})
+    assert config == {
+        "counters": {"source": "collector", "prometheus": {"host_label": "instance"}},
+        "credentials": {"lab": {"auth": "basic"}, "other": {"auth": "auto"}},
+        "hosts": [{"port": 22}, {"port": 2222}]}
+
+
 def test_duplicate_pack_ref(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(FIXTURE_PACK, copy)
