@@ -31,19 +31,24 @@ the same guards and ceiling, then Mann-Whitney on e, fleet_rollout.judge.baselin
 fleet_rollout.judge.baselines) and ``poisson`` (pooled Poisson rate-ratio test on summed
 post-window counts). Seeded: the same --seed prints the same table.
 
-Targets: false alarms <= 5% in every scenario and size; power >= 0.8 for 2x at 8 canaries in
-"busy"; in the harsh scenarios power >= 0.8 for 2x at 8 canaries and for 3x at 5.
-
 Small batches: 1-2 canaries against 20 controls, where only a change of ``large_change`` (5x)
 or more decides (fleet_rollout.judge.large_change), over up to 3 fresh post windows (the
 rollout's INCONCLUSIVE -> another window): false decisions (FAIL or PASS without a change) over
 all windows, the share decided at 5x and 10x either way, and the windows a decision took.
 
-``--independent``: instead, the judge and the ``rank`` and ``poisson`` baselines on fleets from
+Independent fleets: the judge and the ``rank`` and ``poisson`` baselines on fleets from
 generators written apart from this bench's model (fleet_generators.GENERATORS), each in two
 input forms (with per-step drops, and window totals only), at no change (false alarms at 5, 8
 and 16 canaries) and at 2x with 8 canaries, 3x with 5 and 2x with 16, controls 4 x canaries;
 the table says which generators are held out of tuning (fleet_generators.HELD_OUT).
+``--independent`` runs only these and records nothing.
+
+The yardstick (``best``, bench/yardstick.py): in every cell, the power of the most powerful
+test that knows the generating model (a likelihood-ratio test, each host's unknowns integrated
+over their prior), at the judge's false-alarm rate of the same size (at least 1%); the judge's
+power over it is its efficiency. Targets on every fleet and input form: false alarms <= 5%,
+power >= 0.8 and >= 80% of the best test's at 2x with 8 canaries and 3x with 5. The run writes
+its figures to bench/RESULTS.md and the summary table to docs/judge.md.
 """
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from yardstick import BenchYardstick, generator_yardstick, power, statistic, threshold
 
 from fleet_rollout.counters.deltas import WindowCounts
 from fleet_rollout.judge.baselines import (
@@ -116,6 +122,8 @@ SCENARIOS = {
                             harsh=True),
 }
 METHODS = ("judge", "rank", "kayenta", "poisson")
+BEST = "best"  # the yardstick: the most powerful test knowing the model (bench/yardstick.py)
+BEST_LEVEL_FLOOR = 0.01  # its level: the judge's false alarms at that size, at least this
 
 
 def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenario: str,
@@ -124,7 +132,9 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
     """Per-step packets and drops, shape (reps, hosts, pre_windows + windows - 1, STEPS),
     canaries first: the pre window (pre_windows windows of STEPS steps, one after the other:
     the fleet's traffic ramps on through them), then the post window(s), each post window a
-    fresh one after the change; site and model per host, shape (reps, hosts)."""
+    fresh one after the change; site and model per host, shape (reps, hosts); the fleet-wide
+    draws a yardstick may know: each host's site-burst multiplier per step (shape of drops)
+    and its hardware model's change of condition after the change (reps, hosts)."""
     sc = SCENARIOS[scenario]
     n = m + (CONTROL_RATIO * m if controls is None else controls)
     P = pre_windows
@@ -164,6 +174,7 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
     condition[:, :, P:] *= np.take_along_axis(model_change, model, axis=1)[..., None]
     intensity = (mu[..., None, None] / STEPS) * condition[..., None] * load ** (
         gamma[..., None, None])
+    site_multiplier = np.ones((reps, n, W, STEPS))
     if sc.site_burst > 0:  # a site-wide burst: a run of steps, every host of the site
         hit = rng.random((reps, SITES, W)) < sc.site_burst
         factor = rng.uniform(*sc.site_factor, (reps, SITES, W))
@@ -172,7 +183,8 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
         steps = np.arange(STEPS)
         inside = (steps >= first[..., None]) & (steps < (first + length)[..., None])
         multiplier = np.where(hit[..., None] & inside, factor[..., None], 1.0)
-        intensity *= multiplier[np.arange(reps)[:, None], site]  # (reps, hosts, W, STEPS)
+        site_multiplier = multiplier[np.arange(reps)[:, None], site]  # (reps, hosts, W, STEPS)
+        intensity *= site_multiplier
     intensity[:, :m, P:, :] *= effect
 
     bursts = rng.poisson(intensity / sc.burst_mean)
@@ -188,7 +200,10 @@ def simulate(rng: np.random.Generator, reps: int, m: int, effect: float, scenari
     partial = (rng.random((reps, n, W)) < 0.01) & ~missing
     coverage = np.where(partial, rng.uniform(0.5, 0.85, (reps, n, W)), 1.0)
     return {"packets": packets, "drops": drops, "missing": missing, "coverage": coverage,
-            "site": site, "model": model, "pre_windows": np.array(P)}
+            "site": site, "model": model, "pre_windows": np.array(P),
+            # the fleet-wide draws, for the yardstick (bench/yardstick.py)
+            "site_multiplier": site_multiplier,
+            "model_change": np.take_along_axis(model_change, model, axis=1)}
 
 
 def _judge_input(sim: Dict[str, np.ndarray], rep: int, m: int, post: int = 1) -> JudgeInput:
@@ -240,26 +255,45 @@ def run_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[str, Any]:
     policy = Policy()
     counts = {method: 0 for method in METHODS}
     inconclusive = 0
+    yardstick = BenchYardstick(SCENARIOS[scenario], STEPS)
+    alternatives = EFFECTS[1:] if effect == 1.0 else (effect,)
+    best: Dict[str, List[float]] = {str(e): [] for e in alternatives}
     for rep in range(reps):
+        marginals = yardstick.log_marginals(sim, rep, m, (1.0,) + tuple(alternatives))
+        for e in alternatives:
+            best[str(e)].append(statistic(marginals, (1.0,) + tuple(alternatives), e))
         result = judge(_judge_input(sim, rep, m), policy)
         verdict = result.verdict
         counts["judge"] += verdict == FAIL
         inconclusive += verdict == INCONCLUSIVE
-        if result.reason == "ceiling":
-            counts["rank"] += 1
-        elif result.reason != "guards":  # the same guards and ceiling, then a rank test
-            e = {g: [h.e for h in result.hosts if h.usable and h.group == g]
-                 for g in ("canary", "control")}
-            counts["rank"] += rank_test(e["canary"], e["control"], policy.alpha,
-                                        policy.min_regression_ratio,
-                                        policy.ci_level).verdict == "FAIL"
+        counts["rank"] += _rank_fails(result, policy)
         kayenta, poisson = _baselines(sim, rep, m)
         counts["kayenta"] += kayenta == "FAIL"
         counts["poisson"] += poisson == "FAIL"
     return {"scenario": scenario, "canaries": m, "controls": CONTROL_RATIO * m,
             "effect": effect, "reps": reps,
             "fail_rate": {k: v / reps for k, v in counts.items()},
-            "inconclusive": inconclusive / reps}
+            "inconclusive": inconclusive / reps, "best_statistics": best}
+
+
+def attach_best(null: Dict[str, Any], cells: List[Dict[str, Any]]) -> None:
+    """The yardstick's figures of one size: its level (the judge's false-alarm rate in the
+    no-change cell ``null``, at least BEST_LEVEL_FLOOR) as the null cell's ``best`` rate, and
+    in each power cell its power at that level (the threshold set on the null cell's batches);
+    the raw statistics are dropped."""
+    level = max(null["fail_rate"]["judge"], BEST_LEVEL_FLOOR)
+    for cell in cells:
+        limit = threshold(null["best_statistics"][str(cell["effect"])], level)
+        cell["fail_rate"][BEST] = power(cell["best_statistics"][str(cell["effect"])], limit)
+    null["fail_rate"][BEST] = level
+    for cell in [null] + cells:
+        cell.pop("best_statistics", None)
+
+
+def efficiency(cell: Dict[str, Any]) -> Optional[float]:
+    """The judge's power over the yardstick's (None when the yardstick sees nothing)."""
+    best = cell["fail_rate"][BEST]
+    return cell["fail_rate"]["judge"] / best if best > 0 else None
 
 
 SMALL_SIZES = (1, 2)
@@ -296,27 +330,12 @@ def _pct(value: float) -> str:
     return f"{100 * value:5.1f}%"
 
 
-def record_results(args: argparse.Namespace, table: Dict[Any, Dict[str, Any]],
-                   targets: Dict[str, Any]) -> None:
-    """This run's figures in bench/RESULTS.md (results.py): the worst false-alarm rate, the
-    power for 2x at 8 canaries and 3x at 5 per scenario, the small batches' false decisions."""
-    import results as bench_results
-
-    run = f"{args.reps} batches per cell, pre window {args.pre_windows}"
-    figures = [(f"false alarms, worst cell ({run})", round(targets["false_alarm_max"], 3),
-                "rate")]
-    for name in SCENARIOS:
-        for m, effect in ((8, 2.0), (5, 3.0)):
-            figures.append((f"power, {name}, {effect:g}x at {m} canaries",
-                            round(table[(name, m, effect)]["fail_rate"]["judge"], 3), "rate"))
-    figures.append(("small batches: false decisions, worst cell",
-                    round(targets["small_batch_false_decision_max"], 3), "rate"))
-    bench_results.record("bench-judge", figures)
-
-
 INDEPENDENT_CELLS = ((5, 1.0), (8, 1.0), (16, 1.0), (8, 2.0), (5, 3.0), (16, 2.0))
 INDEPENDENT_FORMS = (("steps", False), ("totals", True))  # per-step drops; window totals only
 INDEPENDENT_METHODS = ("judge", "rank", "poisson")
+TARGET_CELLS = ((8, 2.0), (5, 3.0))  # the power targets: 2x at 8 canaries, 3x at 5
+TARGET_FALSE_ALARMS, TARGET_POWER, TARGET_EFFICIENCY = 0.05, 0.8, 0.8
+DOCS_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "judge.md")
 
 
 def _rank_fails(result: Verdict, policy: Policy) -> bool:
@@ -340,9 +359,17 @@ def _pooled_poisson_fails(data: JudgeInput) -> bool:
     return pooled_poisson_rate_ratio(*sums).verdict == "FAIL"
 
 
+def _alternatives(m: int, effect: float) -> Tuple[float, ...]:
+    """The effects a cell's yardstick statistics are needed for: its own, or in a no-change
+    cell every effect measured at its size."""
+    if effect != 1.0:
+        return (effect,)
+    return tuple(e for size, e in INDEPENDENT_CELLS if size == m and e != 1.0)
+
+
 def run_independent_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[str, Any]:
     """One generator of fleet_generators at one size and effect: the same fleets in both input
-    forms through the judge and the `rank` and `poisson` baselines."""
+    forms through the judge, the `rank` and `poisson` baselines and the yardstick."""
     from fleet_generators import GENERATORS, Layout
 
     seed, name, m, effect, reps, pre_windows = args
@@ -350,9 +377,14 @@ def run_independent_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[st
     rng = np.random.default_rng(np.random.SeedSequence(key))
     layout = Layout(m, CONTROL_RATIO * m, STEPS, pre_windows)
     policy = Policy()
+    yardstick = generator_yardstick(name)
+    alternatives = _alternatives(m, effect)
+    effects = (1.0,) + alternatives
     counts = {form: {method: 0 for method in INDEPENDENT_METHODS} for form, _ in
               INDEPENDENT_FORMS}
     inconclusive = {form: 0 for form, _ in INDEPENDENT_FORMS}
+    best: Dict[str, Dict[str, List[float]]] = {
+        form: {str(e): [] for e in alternatives} for form, _ in INDEPENDENT_FORMS}
     for _ in range(reps):
         fleet = GENERATORS[name].sample(rng, layout, effect)
         for form, totals_only in INDEPENDENT_FORMS:
@@ -362,41 +394,123 @@ def run_independent_cell(args: Tuple[int, str, int, float, int, int]) -> Dict[st
             inconclusive[form] += result.verdict == INCONCLUSIVE
             counts[form]["rank"] += _rank_fails(result, policy)
             counts[form]["poisson"] += _pooled_poisson_fails(data)
+            marginals = yardstick.log_marginals(fleet, totals_only, effects)
+            for e in alternatives:
+                best[form][str(e)].append(statistic(marginals, effects, e))
     return {"generator": name, "canaries": m, "controls": CONTROL_RATIO * m, "effect": effect,
             "reps": reps,
-            "forms": {form: {"fail_rate": {k: v / reps for k, v in counts[form].items()},
-                             "inconclusive": inconclusive[form] / reps}
+            "forms": {form: {"canaries": m, "effect": effect,
+                             "fail_rate": {k: v / reps for k, v in counts[form].items()},
+                             "inconclusive": inconclusive[form] / reps,
+                             "best_statistics": best[form]}
                       for form, _ in INDEPENDENT_FORMS}}
 
 
-def run_independent(args: argparse.Namespace) -> int:
-    """The --independent table: judge and baselines on fleets from fleet_generators."""
+def attach_best_by_size(rows: List[Dict[str, Any]]) -> None:
+    """attach_best over rows of one fleet and input form, size by size."""
+    for m in sorted({row["canaries"] for row in rows}):
+        same = [row for row in rows if row["canaries"] == m]
+        null = next(row for row in same if row["effect"] == 1.0)
+        attach_best(null, [row for row in same if row["effect"] != 1.0])
+
+
+def summary_rows(table: Dict[Any, Dict[str, Any]], independent: List[Dict[str, Any]]
+                 ) -> List[Dict[str, Any]]:
+    """One row per fleet and input form: the worst false-alarm rates, and at each target cell
+    the judge's, the yardstick's and the baselines' power and the judge's efficiency."""
     from fleet_generators import GENERATORS, HELD_OUT
 
-    started = time.time()
-    cells = [(args.seed, name, m, effect, args.reps, args.pre_windows)
-             for name in GENERATORS for m, effect in INDEPENDENT_CELLS]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(run_independent_cell, cells, chunksize=1)
-    else:
-        results = [run_independent_cell(cell) for cell in cells]
-    elapsed = time.time() - started
-    if args.json:
-        json.dump({"seed": args.seed, "reps": args.reps, "pre_windows": args.pre_windows,
-                   "seconds": round(elapsed, 1), "held_out": HELD_OUT, "cells": results},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    print(f"Canary judge on independent fleets: {args.reps} batches per cell, seed {args.seed}, "
-          f"controls = {CONTROL_RATIO} x canaries, {STEPS} steps per window, pre window "
-          f"{args.pre_windows} x post window")
+    rows = []
+    for name in SCENARIOS:
+        cells = {(m, e): table[(name, m, e)] for m in SIZES for e in EFFECTS}
+        rows.append(_summary(name, "steps", "tuned on", cells))
+    for name in GENERATORS:
+        for form, _ in INDEPENDENT_FORMS:
+            cells = {(r["canaries"], r["effect"]): r["forms"][form] for r in independent
+                     if r["generator"] == name}
+            rows.append(_summary(name, form, "held out" if name in HELD_OUT else "tuned on",
+                                 cells))
+    return rows
+
+
+def _summary(name: str, form: str, role: str, cells: Dict[Tuple[int, float], Dict[str, Any]]
+             ) -> Dict[str, Any]:
+    nulls = [cell for (m, e), cell in cells.items() if e == 1.0]
+    row: Dict[str, Any] = {
+        "fleet": name, "form": form, "role": role,
+        "false_alarms": {method: max(c["fail_rate"][method] for c in nulls)
+                         for method in ("judge", "rank", "poisson")},
+        "cells": {}}
+    for m, effect in TARGET_CELLS:
+        cell = cells[(m, effect)]
+        row["cells"][f"{effect:g}x at {m}"] = {
+            "judge": cell["fail_rate"]["judge"], BEST: cell["fail_rate"][BEST],
+            "efficiency": efficiency(cell), "rank": cell["fail_rate"]["rank"],
+            "poisson": cell["fail_rate"]["poisson"]}
+    cellwise = row["cells"].values()
+    row["met"] = {
+        "false_alarms": row["false_alarms"]["judge"] <= TARGET_FALSE_ALARMS,
+        "power": all(c["judge"] >= TARGET_POWER for c in cellwise),
+        "efficiency": all(c["efficiency"] is not None and c["efficiency"] >= TARGET_EFFICIENCY
+                          for c in cellwise)}
+    return row
+
+
+def _share(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown_table(rows: List[Dict[str, Any]], args: argparse.Namespace) -> str:
+    """The summary as bench-judge writes it into docs/judge.md."""
+    head = ("| fleet | input | tuning | false alarms, worst size: judge / rank / poisson "
+            "| 2x at 8: judge / best test / judge÷best | 3x at 5: judge / best test / "
+            "judge÷best | 2x at 8: rank / poisson |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for row in rows:
+        fa = row["false_alarms"]
+        two, three = row["cells"]["2x at 8"], row["cells"]["3x at 5"]
+        lines.append(
+            f"| {row['fleet']} | {row['form']} | {row['role']} "
+            f"| {_pct(fa['judge']).strip()} / {_pct(fa['rank']).strip()} / "
+            f"{_pct(fa['poisson']).strip()} "
+            f"| {two['judge']:.2f} / {two[BEST]:.2f} / {_share(two['efficiency'])} "
+            f"| {three['judge']:.2f} / {three[BEST]:.2f} / {_share(three['efficiency'])} "
+            f"| {two['rank']:.2f} / {two['poisson']:.2f} |")
+    return (f"{args.reps} batches per cell (seed {args.seed}, pre window {args.pre_windows}, "
+            f"controls {CONTROL_RATIO} x canaries); the best test at the judge's false-alarm "
+            f"rate of the same size, at least {BEST_LEVEL_FLOOR:.0%}.\n\n" + head
+            + "\n".join(lines))
+
+
+def print_summary(rows: List[Dict[str, Any]]) -> None:
+    print(f"\ntargets on every fleet and input form: judge false alarms <= "
+          f"{TARGET_FALSE_ALARMS:.0%}; power >= {TARGET_POWER} and >= {TARGET_EFFICIENCY:.0%} of "
+          "the best test's at 2x with 8 canaries and 3x with 5")
+    print("  fleet                  input   tuning    false alarms  2x at 8: judge  best  "
+          "judge/best   3x at 5: judge  best  judge/best   met (alarms, power, efficiency)")
+    for row in rows:
+        two, three = row["cells"]["2x at 8"], row["cells"]["3x at 5"]
+        met = ", ".join("met" if row["met"][k] else "MISSED"
+                        for k in ("false_alarms", "power", "efficiency"))
+        print(f"  {row['fleet']:22s} {row['form']:7s} {row['role']:8s}  "
+              f"{_pct(row['false_alarms']['judge']):>12s}  {two['judge']:14.2f}  "
+              f"{two[BEST]:4.2f}  {_share(two['efficiency']):>10s}   {three['judge']:14.2f}  "
+              f"{three[BEST]:4.2f}  {_share(three['efficiency']):>10s}   {met}")
+
+
+def print_independent(results: List[Dict[str, Any]], reps: int, seed: int,
+                      pre_windows: int) -> None:
+    from fleet_generators import GENERATORS, HELD_OUT
+
+    print(f"\nIndependent fleets (bench/fleet_generators.py): {reps} batches per cell, seed "
+          f"{seed}, controls = {CONTROL_RATIO} x canaries, {STEPS} steps per window, pre window "
+          f"{pre_windows} x post window, each fleet in both input forms")
     for name, generator in GENERATORS.items():
         print(f"  {name}: {generator.summary}")
     for name, reason in HELD_OUT.items():
         print(f"  held out of tuning: {name}: {reason}")
     print("\n  generator              form    held out  cell                  judge FAIL"
-          "  inconclusive  rank FAIL  poisson FAIL")
+          "  inconclusive  rank FAIL  poisson FAIL  best test")
     for r in results:
         what = "false alarms" if r["effect"] == 1.0 else f"power {r['effect']:g}x"
         cell = f"{what} at {r['canaries']}"
@@ -406,9 +520,71 @@ def run_independent(args: argparse.Namespace) -> int:
             held = "yes" if r["generator"] in HELD_OUT else "no"
             print(f"  {r['generator']:22s} {form:7s} {held:8s}  {cell:20s}"
                   f"  {_pct(rates['judge']):>10s}  {_pct(row['inconclusive']):>12s}"
-                  f"  {_pct(rates['rank']):>9s}  {_pct(rates['poisson']):>12s}")
-    print("\nfalse alarms = FAIL without any change; power = FAIL with the regression "
-          "(INCONCLUSIVE counts as not detected); the same fleets in both forms.")
+                  f"  {_pct(rates['rank']):>9s}  {_pct(rates['poisson']):>12s}"
+                  f"  {_pct(rates[BEST]):>9s}")
+    print("  (best test: in a no-change row its level, the judge's false alarms at that size, "
+          f"at least {BEST_LEVEL_FLOOR:.0%})")
+
+
+def independent_cells(args: argparse.Namespace, pool: Any) -> List[Dict[str, Any]]:
+    """Every generator's cells, the yardstick attached."""
+    from fleet_generators import GENERATORS
+
+    cells = [(args.seed, name, m, effect, args.reps, args.pre_windows)
+             for name in GENERATORS for m, effect in INDEPENDENT_CELLS]
+    results = (pool.map(run_independent_cell, cells, chunksize=1) if pool is not None
+               else [run_independent_cell(cell) for cell in cells])
+    for name in GENERATORS:
+        for form, _ in INDEPENDENT_FORMS:
+            attach_best_by_size([r["forms"][form] for r in results if r["generator"] == name])
+    return results
+
+
+def record_results(args: argparse.Namespace, targets: Dict[str, Any],
+                   rows: List[Dict[str, Any]]) -> None:
+    """This run's figures in bench/RESULTS.md (results.py): the worst false-alarm rate of the
+    bench's scenarios, per fleet and input form the judge's power, the best test's and the
+    efficiency at the target cells, the small batches' false decisions; and the summary table
+    in docs/judge.md."""
+    import results as bench_results
+
+    run = f"{args.reps} batches per cell, pre window {args.pre_windows}"
+    figures = [(f"false alarms, worst cell of the bench's scenarios ({run})",
+                round(targets["false_alarm_max"], 3), "rate")]
+    for row in rows:
+        label = row["fleet"] if row["role"] == "tuned on" and row["form"] == "steps" and \
+            row["fleet"] in SCENARIOS else f"{row['fleet']} ({row['form']}, {row['role']})"
+        if row["fleet"] not in SCENARIOS:
+            figures.append((f"false alarms, worst size, {label}",
+                            round(row["false_alarms"]["judge"], 3), "rate"))
+        for cell, values in row["cells"].items():
+            figures.append((f"power, {label}, {cell} canaries", round(values["judge"], 3),
+                            "rate"))
+            figures.append((f"best test's power, {label}, {cell} canaries",
+                            round(values[BEST], 3), "rate"))
+    figures.append(("small batches: false decisions, worst cell",
+                    round(targets["small_batch_false_decision_max"], 3), "rate"))
+    bench_results.record("bench-judge", figures)
+    bench_results.write_section(DOCS_PAGE, "bench-judge", markdown_table(rows, args))
+
+
+def run_independent(args: argparse.Namespace) -> int:
+    """--independent: the fleets of fleet_generators only, printed, nothing recorded."""
+    started = time.time()
+    if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            results = independent_cells(args, pool)
+    else:
+        results = independent_cells(args, None)
+    elapsed = time.time() - started
+    if args.json:
+        from fleet_generators import HELD_OUT
+        json.dump({"seed": args.seed, "reps": args.reps, "pre_windows": args.pre_windows,
+                   "seconds": round(elapsed, 1), "held_out": HELD_OUT, "cells": results},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print_independent(results, args.reps, args.seed, args.pre_windows)
     print(f"elapsed {elapsed:.0f} s")
     return 0
 
@@ -425,7 +601,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--independent", action="store_true",
                         help="only the fleets of bench/fleet_generators.py (both input forms, "
-                        "held-out generators marked); nothing is written to RESULTS.md")
+                        "held-out generators marked); nothing is written")
     args = parser.parse_args(argv)
     if args.independent:
         return run_independent(args)
@@ -439,35 +615,33 @@ def main(argv: Optional[List[str]] = None) -> int:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
             results = pool.map(run_cell, cells, chunksize=1)
             small = pool.map(run_small_cell, small_cells, chunksize=1)
+            independent = independent_cells(args, pool)
     else:
         results = [run_cell(cell) for cell in cells]
         small = [run_small_cell(cell) for cell in small_cells]
+        independent = independent_cells(args, None)
     elapsed = time.time() - started
     table = {(r["scenario"], r["canaries"], r["effect"]): r for r in results}
+    for name in SCENARIOS:
+        for m in SIZES:
+            attach_best(table[(name, m, 1.0)], [table[(name, m, e)] for e in EFFECTS[1:]])
     small_table = {(r["scenario"], r["canaries"], r["effect"]): r for r in small}
     small_false = max(r["fail_rate"] + r["pass_rate"] for r in small if r["effect"] == 1.0)
+    rows = summary_rows(table, independent)
 
-    busy_8_2x = table[("busy", 8, 2.0)]["fail_rate"]["judge"]
     worst_fa = max(r["fail_rate"]["judge"] for r in results if r["effect"] == 1.0)
-    harsh = {name: {"2x_at_8": table[(name, 8, 2.0)]["fail_rate"]["judge"],
-                    "3x_at_5": table[(name, 5, 3.0)]["fail_rate"]["judge"]}
-             for name, scenario in SCENARIOS.items() if scenario.harsh}
     targets = {
         "false_alarm_max": worst_fa,
-        "false_alarm_ok": worst_fa <= 0.05,
-        "power_busy_8_canaries_2x": busy_8_2x,
-        "power_ok": busy_8_2x >= 0.8,
-        "power_harsh": harsh,
-        "power_harsh_ok": all(min(p.values()) >= 0.8 for p in harsh.values()),
+        "false_alarm_ok": worst_fa <= TARGET_FALSE_ALARMS,
         "small_batch_false_decision_max": small_false,
         "small_batch_false_decision_ok": small_false <= 0.05,
+        "fleets": rows,
     }
-    record_results(args, table, targets)
+    record_results(args, targets, rows)
     if args.json:
         json.dump({"seed": args.seed, "reps": args.reps, "pre_windows": args.pre_windows,
-                   "seconds": round(elapsed, 1),
-                   "cells": results, "small_batches": small, "targets": targets},
-                  sys.stdout, indent=2)
+                   "seconds": round(elapsed, 1), "cells": results, "small_batches": small,
+                   "independent": independent, "targets": targets}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
 
@@ -479,7 +653,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("  canaries controls  method    false alarm  power 1.5x  power 2x  power 3x"
               "  inconclusive (no change)")
         for m in SIZES:
-            for method in METHODS:
+            for method in METHODS + (BEST,):
                 row = [table[(name, m, e)] for e in EFFECTS]
                 rates = [_pct(r["fail_rate"][method]) for r in row]
                 incon = _pct(row[0]["inconclusive"]) if method == "judge" else "    -"
@@ -487,14 +661,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"{first}  {method:8s}  {rates[0]:>11s}  {rates[1]:>10s}  {rates[2]:>8s}"
                       f"  {rates[3]:>8s}  {incon:>12s}")
     print("\nfalse alarm = FAIL without any change; power = FAIL with the regression; the judge "
-          "counts INCONCLUSIVE as not detected.")
-    print(f"targets: judge false alarms <= 5% at every size: "
-          f"{'met' if targets['false_alarm_ok'] else 'MISSED'} (worst {_pct(worst_fa).strip()}); "
-          f"power >= 0.8 for 2x at 8 canaries (busy): "
-          f"{'met' if targets['power_ok'] else 'MISSED'} ({busy_8_2x:.2f})")
-    for name, power in harsh.items():
-        print(f"  {name}: power >= 0.8 for 2x at 8 canaries ({power['2x_at_8']:.2f}) and 3x at 5 "
-              f"({power['3x_at_5']:.2f}): {'met' if min(power.values()) >= 0.8 else 'MISSED'}")
+          "counts INCONCLUSIVE as not detected; best = the most powerful test knowing the "
+          "model (bench/yardstick.py) at the judge's false-alarm rate of that size, at least "
+          f"{BEST_LEVEL_FLOOR:.0%} (its false-alarm column: that level).")
     print(f"\nsmall batches: 1-2 canaries vs {SMALL_CONTROLS} controls, only a change of "
           f"{Policy().large_change:g}x or more decides, up to {SMALL_WINDOWS} post windows "
           "(INCONCLUSIVE -> another window)")
@@ -512,6 +681,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"  target: false decisions (FAIL or PASS without a change, over all windows) <= 5%: "
           f"{'met' if targets['small_batch_false_decision_ok'] else 'MISSED'} "
           f"(worst {_pct(small_false).strip()})")
+    print_independent(independent, args.reps, args.seed, args.pre_windows)
+    print_summary(rows)
     print(f"elapsed {elapsed:.0f} s")
     return 0
 

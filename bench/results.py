@@ -109,3 +109,28 @@ def figures(pairs: Sequence[Tuple[str, object, str]]) -> List[Figure]:
     """`pairs` without the figures that were not measured (value None)."""
     return [(name, value, unit) for name, value, unit in pairs  # type: ignore[misc]
             if value is not None]
+
+
+def write_section(path: str, name: str, text: str) -> Optional[str]:
+    """Replace the part of a document between ``<!-- bench:NAME:begin -->`` and
+    ``<!-- bench:NAME:end -->`` with ``text`` and a line naming the run (date, commit,
+    machine); returns the file written (None when FLEET_BENCH_RECORD=0). The markers must be
+    there: a bench writes only the part a page leaves to it."""
+    if os.environ.get("FLEET_BENCH_RECORD", "1") == "0":
+        return None
+    begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+    with open(path) as handle:
+        page = handle.read()
+    if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
+        raise ValueError(f"{path}: needs one {begin} ... {end} pair")
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    stamp = f"Written by the bench on {when} UTC, commit {commit()}, {machine()}."
+    head, rest = page.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".section-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{head}{begin}\n{text.rstrip()}\n\n{stamp}\n{end}{tail}")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    print(f"table written to {os.path.relpath(path)}")
+    return path
