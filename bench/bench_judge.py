@@ -564,8 +564,9 @@ def record_results(args: argparse.Namespace, targets: Dict[str, Any],
                             round(values[BEST], 3), "rate"))
     figures.append(("small batches: false decisions, worst cell",
                     round(targets["small_batch_false_decision_max"], 3), "rate"))
-    bench_results.record("bench-judge", figures)
-    bench_results.write_section(DOCS_PAGE, "bench-judge", markdown_table(rows, args))
+    head = bench_results.commit()  # before either file changes
+    bench_results.record("bench-judge", figures, head=head)
+    bench_results.write_section(DOCS_PAGE, "bench-judge", markdown_table(rows, args), head=head)
 
 
 def run_independent(args: argparse.Namespace) -> int:

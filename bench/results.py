@@ -84,14 +84,17 @@ def _bench_of(row: str) -> str:
     return row.split("|")[1].strip()
 
 
-def record(bench: str, figures: Iterable[Figure], path: Optional[str] = None) -> Optional[str]:
+def record(bench: str, figures: Iterable[Figure], path: Optional[str] = None,
+           head: Optional[str] = None) -> Optional[str]:
     """Replace `bench`'s rows in RESULTS.md with `figures`; returns the file written (None when
-    FLEET_BENCH_RECORD=0). Rows stay grouped by bench, benches in name order."""
+    FLEET_BENCH_RECORD=0). Rows stay grouped by bench, benches in name order. `head`: the
+    commit to name (default: the tree's now; a bench that writes more than one file names the
+    one it ran from, taken before its first write)."""
     if os.environ.get("FLEET_BENCH_RECORD", "1") == "0":
         return None
     path = path or RESULTS
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    where, head = _cell(machine()), commit()
+    where, head = _cell(machine()), head or commit()
     new = [f"| {bench} | {_cell(name)} | {_cell(value)} | {_cell(unit)} | {when} | {head} | "
            f"{where} |" for name, value, unit in figures]
     kept = [row for row in _rows(path) if _bench_of(row) != bench]
@@ -111,11 +114,12 @@ def figures(pairs: Sequence[Tuple[str, object, str]]) -> List[Figure]:
             if value is not None]
 
 
-def write_section(path: str, name: str, text: str) -> Optional[str]:
+def write_section(path: str, name: str, text: str, head: Optional[str] = None
+                  ) -> Optional[str]:
     """Replace the part of a document between ``<!-- bench:NAME:begin -->`` and
-    ``<!-- bench:NAME:end -->`` with ``text`` and a line naming the run (date, commit,
-    machine); returns the file written (None when FLEET_BENCH_RECORD=0). The markers must be
-    there: a bench writes only the part a page leaves to it."""
+    ``<!-- bench:NAME:end -->`` with ``text`` and a line naming the run (date, commit as in
+    `record`, machine); returns the file written (None when FLEET_BENCH_RECORD=0). The markers
+    must be there: a bench writes only the part a page leaves to it."""
     if os.environ.get("FLEET_BENCH_RECORD", "1") == "0":
         return None
     begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
@@ -124,7 +128,7 @@ def write_section(path: str, name: str, text: str) -> Optional[str]:
     if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
         raise ValueError(f"{path}: needs one {begin} ... {end} pair")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    stamp = f"Written by the bench on {when} UTC, commit {commit()}, {machine()}."
+    stamp = f"Written by the bench on {when} UTC, commit {head or commit()}, {machine()}."
     head, rest = page.split(begin, 1)
     tail = rest.split(end, 1)[1]
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".section-")
