@@ -80,8 +80,9 @@ def _midpoints(lo: float, hi: float, count: int) -> np.ndarray:
 class BenchYardstick:
     """bench_judge.simulate's model. Per host: the drop level ``mu`` (log-normal, or a floor
     times a half-normal factor), the traffic level ``base`` (log-normal; idle hosts uniform
-    50-700), the load exponent ``gamma`` (uniform 0.5-1.5), silent or not, a condition per
-    window (log-normal, sd ``drift``) and incidents. A step's intensity is
+    50-700, whose log is taken here as normal with that law's mean and sd), the load exponent
+    ``gamma`` (uniform 0.5-1.5), silent or not, a condition per window (log-normal, sd
+    ``drift``) and incidents. A step's intensity is
     ``mu / STEPS * c_w * (packets / base)^gamma * site multiplier * model change * E``, so with
     ``u = ln mu - gamma ln base`` it is ``exp(u) / STEPS * c_w * packets^gamma * ...``: the grid
     runs over ``u`` (its prior the convolution of the two, per gamma) and 5 values of gamma.
