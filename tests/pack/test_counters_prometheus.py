@@ -235,11 +235,11 @@ def test_prometheus_recorded_answers_parse(stand_in) -> None:
 
 
 def test_prometheus_unreachable_and_bad_url() -> None:
-    with socket.socket() as sock:  # a loopback port with nobody listening
+    with socket.socket() as sock:  # a loopback port held bound, nobody listening on it
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(PrometheusError, match="cannot connect"):
-        PrometheusSource(f"http://127.0.0.1:{port}", timeout=5).query("up", START)
+        with pytest.raises(PrometheusError, match="cannot connect"):
+            PrometheusSource(f"http://127.0.0.1:{port}", timeout=5).query("up", START)
     with pytest.raises(ConfigError, match="must be http"):
         PrometheusSource("127.0.0.1:9090")
     with pytest.raises(ConfigError, match="end 1.0 is not after start 2.0"):

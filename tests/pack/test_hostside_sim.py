@@ -19,23 +19,21 @@ from fleet_rollout.connection import Connection, local_python
 HOSTS = ["sim-001", "sim-002", "sim-003"]
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def lab(tmp_path):
     backend = SimBackend(str(tmp_path / "hosts"))
     for name in HOSTS:
         backend.power_on(boot_config(name, "early", "disabled"))
     hosts = {name: {"fleet_sysroot": backend.sysroot(name)} for name in HOSTS}
-    hosts["ghost"] = {"ansible_host": "127.0.0.1", "ansible_port": _closed_port(),
-                      "ansible_user": "root"}
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
-    return backend, LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
+    # the ghost's port stays bound and never listens for the whole test: a connection to it is
+    # refused, and no other test running alongside (an sshd on a free port) can take it
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        hosts["ghost"] = {"ansible_host": "127.0.0.1", "ansible_port": closed.getsockname()[1],
+                          "ansible_user": "root"}
+        inventory = tmp_path / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        yield backend, LabHostSide(str(inventory), forks=5, cache_dir=str(tmp_path / "cache"))
 
 
 def test_health_and_unreachable_host_is_a_per_host_error(lab):
