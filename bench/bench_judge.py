@@ -552,8 +552,8 @@ def record_results(args: argparse.Namespace, targets: Dict[str, Any],
     figures = [(f"false alarms, worst cell of the bench's scenarios ({run})",
                 round(targets["false_alarm_max"], 3), "rate")]
     for row in rows:
-        label = row["fleet"] if row["role"] == "tuned on" and row["form"] == "steps" and \
-            row["fleet"] in SCENARIOS else f"{row['fleet']} ({row['form']}, {row['role']})"
+        label = (row["fleet"] if row["fleet"] in SCENARIOS
+                 else f"{row['fleet']} ({row['form']}, {row['role']})")
         if row["fleet"] not in SCENARIOS:
             figures.append((f"false alarms, worst size, {label}",
                             round(row["false_alarms"]["judge"], 3), "rate"))

@@ -99,13 +99,18 @@ def record(bench: str, figures: Iterable[Figure], path: Optional[str] = None,
            f"{where} |" for name, value, unit in figures]
     kept = [row for row in _rows(path) if _bench_of(row) != bench]
     ordered = sorted(kept + new, key=_bench_of)  # stable: each bench's own order stays
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".results-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(HEADER + "".join(row + "\n" for row in ordered))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    _replace(path, HEADER + "".join(row + "\n" for row in ordered))
     print(f"figures recorded in {os.path.relpath(path)}")
     return path
+
+
+def _replace(path: str, text: str) -> None:
+    """Write `path` whole at once (a temporary file renamed over it), mode 0644."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bench-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def figures(pairs: Sequence[Tuple[str, object, str]]) -> List[Figure]:
@@ -129,12 +134,8 @@ def write_section(path: str, name: str, text: str, head: Optional[str] = None
         raise ValueError(f"{path}: needs one {begin} ... {end} pair")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     stamp = f"Written by the bench on {when} UTC, commit {head or commit()}, {machine()}."
-    head, rest = page.split(begin, 1)
-    tail = rest.split(end, 1)[1]
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".section-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f"{head}{begin}\n{text.rstrip()}\n\n{stamp}\n{end}{tail}")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    before, rest = page.split(begin, 1)
+    after = rest.split(end, 1)[1]
+    _replace(path, f"{before}{begin}\n{text.rstrip()}\n\n{stamp}\n{end}{after}")
     print(f"table written to {os.path.relpath(path)}")
     return path
