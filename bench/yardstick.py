@@ -31,7 +31,7 @@ from typing import Any, Dict, Sequence, Tuple
 import numpy as np
 from scipy.signal import fftconvolve
 from scipy.special import betaincinv, gammaln, logsumexp, xlogy
-from scipy.stats import norm
+from scipy.stats import nbinom, norm
 
 TINY = 1e-300
 
@@ -608,10 +608,110 @@ class MarkovYardstick:
         return out
 
 
+# --- fleet_generators: ring_overflow_fleet -------------------------------------------------
+
+class RingYardstick:
+    """ring_overflow_fleet: per host the mean backlog at load 1 ``B`` (log-normal about its
+    ring's share, 100 points over 5 sd each way) and the backlog's size ``k`` (uniform 0.7-3;
+    5 points), the ring read from the host's model label. With per-step drops, exact: a step
+    without drops has ``P(A <= C)``, a step with d drops ``P(A = C + d)``. With totals only: a
+    window's zero total has its exact probability (every step at most C); a positive total is
+    read as 1 plus a negative binomial with the exact mean and variance of the total given that
+    it is positive (from each step's ``E[(A - C)+]`` and ``E[(A - C)+^2]``, interpolated in the
+    backlog's log mean on a table). A missing window is left out. Each step's load (the fleet
+    level, the site surges, the host's traffic) is the fleet-wide draw it is given, and the
+    slowdown of R is the generator's drain_slowdown."""
+
+    POINTS, SIZES, TABLE = 100, 5, 600
+
+    def __init__(self) -> None:
+        import fleet_generators as fg
+        self.fg = fg
+        sd = fg.RO_BACKLOG_SD
+        self.z, dz = _grid(-5.0 * sd, 5.0 * sd, self.POINTS)
+        self.size = _midpoints(*fg.RO_SHAPE, self.SIZES)
+        self.log_prior = (np.log(norm.pdf(self.z, 0, sd) * dz)[:, None]
+                          - math.log(self.SIZES))  # (points, sizes)
+        self.log_mu = np.linspace(-8.0, 8.0, self.TABLE)
+        self.tables = {}  # per ring: log P(A <= C), log E[(A - C)+], log E[(A - C)+^2]
+        for ring in fg.RO_RING.values():
+            mean = np.exp(self.log_mu)[None, :] * ring
+            size = self.size[:, None]
+            first, second = fg.overflow_moments(mean, size, np.array(ring))
+            self.tables[ring] = (nbinom.logcdf(ring, size, size / (size + mean)),
+                                 np.log(np.maximum(first, TINY)),
+                                 np.log(np.maximum(second, TINY)))
+
+    def _interpolated(self, table: np.ndarray, log_share: np.ndarray) -> np.ndarray:
+        """A (sizes, TABLE) table of logs at log(mean backlog / ring), shape (..., sizes,
+        steps)."""
+        position = np.clip((log_share - self.log_mu[0]) / (self.log_mu[1] - self.log_mu[0]),
+                           0, self.TABLE - 1 - 1e-9)
+        row = np.floor(position).astype(np.int64)
+        frac = position - row
+        sizes = np.arange(self.SIZES)[:, None]
+        return (1 - frac) * table[sizes, row] + frac * table[sizes, row + 1]
+
+    def _window(self, drops: np.ndarray, log_share: np.ndarray, ring: np.ndarray,
+                missing: np.ndarray, totals_only: bool) -> np.ndarray:
+        """(hosts, points, sizes) log-likelihood of one window; log_share (hosts, points, 1,
+        steps) the log of each step's mean backlog over the ring."""
+        shape = log_share.shape[:2] + (self.SIZES, log_share.shape[-1])
+        log_zero, first, second = (np.empty(shape) for _ in range(3))
+        for ring_size, tables in self.tables.items():
+            rows = ring == ring_size
+            for out, table in list(zip((log_zero, first, second), tables))[
+                    :1 if not totals_only else 3]:
+                out[rows] = self._interpolated(table, log_share[rows])
+        if not totals_only:
+            size = self.size[None, None, :, None]
+            mean = np.exp(log_share) * ring[:, None, None, None]
+            x = drops[:, None, None, :]
+            value = np.where(x > 0, nb_logpmf(ring[:, None, None, None] + x, mean, size),
+                             log_zero).sum(axis=-1)
+        else:
+            first, second = np.exp(first), np.exp(second)
+            log_zero = log_zero.sum(axis=-1)  # every step at most C
+            total_mean = first.sum(axis=-1)
+            total_var = (second - first ** 2).sum(axis=-1)
+            positive = -np.expm1(np.minimum(log_zero, -TINY))
+            mean1 = total_mean / positive  # the total given that it is positive
+            var1 = np.maximum((total_var + total_mean ** 2) / positive - mean1 ** 2, TINY)
+            shifted = np.maximum(mean1 - 1.0, 1e-9)
+            excess = np.maximum(var1 - shifted, 1e-9 * shifted)
+            total = drops.sum(axis=1)[:, None, None]
+            value = np.where(total > 0,
+                             np.log(positive) + nb_logpmf(np.maximum(total - 1, 0), shifted,
+                                                          shifted ** 2 / excess),
+                             log_zero)
+        return np.where(missing[:, None, None], 0.0, value)
+
+    def log_marginals(self, fleet: Any, totals_only: bool,
+                      effects: Sequence[float]) -> np.ndarray:
+        fg, m, truth = self.fg, fleet.layout.canaries, fleet.truth
+        ring = np.array([fg.RO_RING[name] for name in fleet.model[:m]])
+        base = math.log(fg.RO_BACKLOG_SHARE) + self.z  # (points,)
+
+        def log_share(load: np.ndarray, slowdown: np.ndarray) -> np.ndarray:
+            return (base[None, :, None, None] + np.log(load[:m] * slowdown[:, None])
+                    [:, None, None, :])
+
+        pre = self._window(fleet.drops_pre[:m], log_share(truth["load_pre"], np.ones(m)),
+                           ring, fleet.missing_pre[:m], totals_only)
+        out = np.empty(len(effects))
+        for i, effect in enumerate(effects):
+            slowdown = np.array([fg.drain_slowdown(effect, int(c)) for c in ring])
+            post = self._window(fleet.drops_post[:m], log_share(truth["load_post"], slowdown),
+                                ring, fleet.missing_post[:m], totals_only)
+            out[i] = logsumexp(self.log_prior[None] + pre + post, axis=(1, 2)).sum()
+        return out
+
+
 GENERATOR_YARDSTICKS = {"lognormal_fleet": LognormalYardstick,
                         "pareto_bursts_fleet": ParetoYardstick,
                         "diurnal_missing_fleet": DiurnalYardstick,
-                        "markov_onoff_fleet": MarkovYardstick}
+                        "markov_onoff_fleet": MarkovYardstick,
+                        "ring_overflow_fleet": RingYardstick}
 
 
 @lru_cache(maxsize=None)

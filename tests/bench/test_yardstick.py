@@ -109,6 +109,8 @@ CASES = {
     "diurnal totals": lambda effect: generator_draw("diurnal_missing_fleet", 8, effect, True),
     "markov steps": lambda effect: generator_draw("markov_onoff_fleet", 8, effect, False),
     "markov totals": lambda effect: generator_draw("markov_onoff_fleet", 8, effect, True),
+    "ring steps": lambda effect: generator_draw("ring_overflow_fleet", 8, effect, False),
+    "ring totals": lambda effect: generator_draw("ring_overflow_fleet", 8, effect, True),
 }
 CALIBRATION, CHECK, POWER = 300, 300, 80
 
