@@ -36,12 +36,16 @@ CASES: List[Dict[str, Any]] = json.loads(
 
 
 def test_fixture_covers_the_hard_cases() -> None:
-    assert len(CASES) == GEN.CASES
+    assert len(CASES) == GEN.CASES + GEN.STEP_CASES
     verdicts = {c["result"]["verdict"] for c in CASES}
     assert verdicts == {"PASS", "FAIL", "INCONCLUSIVE"}
     assert any(c["n_canary"] == 1 for c in CASES)
     assert any(c["n_canary"] * c["n_control"] > 1_000_000 for c in CASES)
     assert any(c["result"]["test"] and c["result"]["test"]["ci_low"] is None for c in CASES)
+    tests = [c["result"]["test"] for c in CASES if c["result"]["test"]]
+    assert any(t["burst_size"] > 1 for t in tests)  # per-step drops, counted in bursts
+    assert any(t["measure"] == "size" for t in tests)  # drops per dropping step decided
+    assert any(t["measure"] == "size" and t["permutations"] == 0 for t in tests)
 
 
 @pytest.mark.parametrize("chunk", range(10))

@@ -70,6 +70,7 @@ class TestResult:
     tau: float = 0.0  # between-host sd of e with no change (fitted)
     phi: float = 1.0  # over-dispersion of what the test counts (fitted)
     burst_size: float = 1.0  # the fleet's mean burst size: the test counts bursts when > 1
+    measure: str = "count"  # what the estimate is of: "count" (bursts or drops) or "size"
     permutations: int = 0  # Monte Carlo relabellings; 0: normal approximation
     pre_windows: float = 1.0  # the pre window's length in post windows
 
@@ -210,7 +211,7 @@ def _test(inp: JudgeInput, canary: List[HostResult], control: List[HostResult],
         control_median_e=control_median,
         canary_above_control_median=int(sum(1 for v in x if v > control_median)),
         strata=result.strata, n_strata=result.n_strata, tau=result.tau, phi=result.phi,
-        burst_size=result.burst_size,
+        burst_size=result.burst_size, measure=result.measure,
         permutations=result.permutations, pre_windows=inp.pre_windows,
     )
 

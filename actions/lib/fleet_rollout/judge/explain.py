@@ -60,6 +60,15 @@ def _test_clause(verdict: Verdict) -> str:
             "control hosts)")
 
 
+def _measure(verdict: Verdict) -> str:
+    """What the estimate is of: the drop rate, or where the change showed more in it than in
+    how often hosts drop, the drops per dropping step."""
+    test = verdict.test
+    if test is not None and test.measure == "size":
+        return "drops per dropping step"
+    return "drop rate"
+
+
 def explain(verdict: Verdict) -> str:
     """One paragraph: the verdict, the numbers behind it and what follows."""
     where = ""
@@ -72,7 +81,8 @@ def explain(verdict: Verdict) -> str:
         text += (" The ceiling fails a batch at once; the comparison with the control hosts "
                  "alone would not have.")
         if test is not None:
-            text += f" For reference, the canaries' drop rate changed {_test_clause(verdict)}."
+            text += (f" For reference, the canaries' {_measure(verdict)} changed "
+                     f"{_test_clause(verdict)}.")
         return text
     second = f" Second reason: {_breaches(verdict)}" if verdict.ceiling_breaches else ""
     if verdict.large is not None:
@@ -112,14 +122,15 @@ def _by_comparison(verdict: Verdict, where: str) -> str:
             thin = (" Not every host had usable data ("
                     + "; ".join(g.message for g in verdict.failed_guards)
                     + "), but the usable ones show the regression.")
-        return (f"FAIL{where}: after the change the canaries' drop rate rose "
+        return (f"FAIL{where}: after the change the canaries' {_measure(verdict)} rose "
                 f"{_test_clause(verdict)}; {test.canary_above_control_median} of "
                 f"{test.n_canary} canaries changed more than the median control host. "
                 f"{_medians(verdict)} The regression is significant (p < {policy.alpha:g}) and "
                 f"at least the {policy.min_regression_ratio:g}x the policy counts, so the batch "
                 f"should not go on.{thin}")
     if verdict.reason == "small_regression":
-        return (f"PASS{where}: the canaries' drop rate changed {_test_clause(verdict)}. The rise "
+        return (f"PASS{where}: the canaries' {_measure(verdict)} changed "
+                f"{_test_clause(verdict)}. The rise "
                 f"is significant but below the {policy.min_regression_ratio:g}x the policy "
                 f"counts as a regression. {_medians(verdict)}")
     bound = ""
@@ -129,7 +140,7 @@ def _by_comparison(verdict: Verdict, where: str) -> str:
     elif not math.isinf(test.ci_high):
         bound = (f" At this confidence the data rule out a rise above "
                  f"{_ratio(test.ci_ratio[1])}.")
-    return (f"PASS{where}: no drop regression: the canaries' drop rate changed "
+    return (f"PASS{where}: no drop regression: the canaries' {_measure(verdict)} changed "
             f"{_test_clause(verdict)}. {_medians(verdict)}{bound}")
 
 
@@ -211,6 +222,7 @@ def render_text(verdict: Verdict, all_hosts: bool = False, width: int = 100) -> 
             ["noise: host spread tau / over-dispersion phi", f"{test.tau:.3f} / {test.phi:.2f}"],
             ["counted", f"bursts (mean size {test.burst_size:.1f} drops)"
              if test.burst_size > 1 else "drops"],
+            ["ratio of", _measure(verdict)],
             ["pre window", f"{test.pre_windows:g} x the post window"],
             ["median e canary / control",
              f"{test.canary_median_e:+.3f} / {test.control_median_e:+.3f}"],

@@ -35,7 +35,13 @@ under a real regression. So:
    p-value), or the normal approximation with the exact permutation moments from
    ``NORMAL_FROM`` canaries on.
 
-Everything in 1-4 is computed from all the hosts of a stratum, canary or not, so it is the
+5. A second measure. Where the hosts give per-step drops and their dropping steps are alike,
+   each host also brings its change of drops per dropping step (sizes.py), scored by 1-4 with
+   its own noise; z of each measure is its T standardised by its permutation moments, and the
+   p-value is that of the larger z under the same relabellings (or, from NORMAL_FROM
+   canaries, of the two z's joint normal law with their permutation correlation).
+
+Everything in 1-5 is computed from all the hosts of a stratum, canary or not, so it is the
 same under every relabelling: the test holds its level whenever the canaries are a random
 choice within their strata, whatever the distribution of drops (over-dispersed, heavy-tailed,
 mostly zero).
@@ -55,6 +61,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from fleet_rollout.judge.bursts import MIN_SIZE, burst_size, count_bursts
+from fleet_rollout.judge.sizes import MIN_SIZE_HOSTS, step_sizes
 
 
 def normal_sf(z: float) -> float:
@@ -78,6 +85,8 @@ INFORMATIVE = 2.0  # mean drops per window from which a host informs the noise m
 LEVELS = ("site+model", "site", "model", "none")
 TRANSIENT_HOSTS = 4  # dropping hosts a site needs for its per-step profile to say anything
 TRANSIENT_HOST_DROPS = 200.0  # a host's weight in its site's profile grows up to about this
+COUNT, SIZE = "count", "size"  # the measures: bursts (or drops), drops per dropping step
+TINY_WEIGHT = 1e-12  # a host without the size measure: no weight in it
 
 
 @dataclass
@@ -114,6 +123,7 @@ class WeightedResult:
     statistic: float
     weights: List[float]  # per host, in the order given
     burst_size: float = 1.0  # the fleet's mean burst size s (1.0: drops counted as they are)
+    measure: str = "count"  # which measure the estimate is of: COUNT or SIZE
 
     @property
     def ratio(self) -> float:
@@ -258,21 +268,21 @@ def _permutation_moments(b: np.ndarray, canary: np.ndarray, strata: np.ndarray
     return mean, var
 
 
-def _monte_carlo(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, observed: float,
-                 rng: np.random.Generator, count: int) -> float:
-    totals = np.zeros(count)
+def _monte_carlo(b: np.ndarray, canary: np.ndarray, strata: np.ndarray,
+                 rng: np.random.Generator, count: int) -> np.ndarray:
+    """The canaries' column sums of b (hosts, columns) under `count` random relabellings within
+    strata: shape (count, columns)."""
+    totals = np.zeros((count, b.shape[1]))
     for s in np.unique(strata):
         members = np.flatnonzero(strata == s)
         m = int(canary[members].sum())
         if m == 0:
             continue
         if m == members.size:
-            totals += b[members].sum()
+            totals += b[members].sum(axis=0)
             continue
         totals += b[members][_subsets(rng, count, members.size, m)].sum(axis=1)
-    # the observed labelling is one of the possible ones (+1): never p = 0
-    return float((1 + np.count_nonzero(totals >= observed - 1e-12 * max(1.0, abs(observed))))
-                 / (1 + count))
+    return totals
 
 
 def _subsets(rng: np.random.Generator, count: int, n: int, m: int) -> np.ndarray:
@@ -297,6 +307,7 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     canary = np.array([h.canary for h in hosts], dtype=bool)
     if not canary.any() or canary.all():
         raise ValueError("the weighted test needs canary and control hosts")
+    given = list(hosts)
     hosts, size = counted_in_bursts(hosts, pre_windows)
     e = np.array([h.e for h in hosts], dtype=float) - site_transients(hosts)
     d0 = np.array([h.drops_pre for h in hosts], dtype=float)
@@ -310,9 +321,30 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     centre = _centres(e, w, strata)
     phi, tau2 = noise_model(e - centre, v, lam, disp)
     w = sens / (phi * v + tau2)
-    sd = np.sqrt(phi * v + tau2)
-    clipped = np.clip((e - centre) / sd, -CLIP, CLIP) * sd
+    b, raw, n_strata = _scores(e, w, centre, np.sqrt(phi * v + tau2), canary, strata)
+    columns = [b]
+    sizes = _size_measure(given, strata, pre_windows) if size >= MIN_SIZE else None
+    if sizes is not None:
+        columns.append(sizes[0])
+    p, z = _p_value(np.stack(columns, axis=1), canary, strata, permutations,
+                    np.random.default_rng(_seed(e, canary)))
+    used = 0 if int(canary.sum()) >= NORMAL_FROM else permutations
+    measure = COUNT
+    if sizes is not None and z.size > 1 and z[1] > z[0]:
+        measure, raw, w = SIZE, sizes[1], sizes[2]
+    shift, half = _estimate(raw, w, canary, strata, ci_level)
+    return WeightedResult(p_value=p, shift=shift, ci_low=shift - half, ci_high=shift + half,
+                          ci_level=ci_level, strata=level, n_strata=n_strata,
+                          tau=math.sqrt(tau2), phi=phi, permutations=used,
+                          statistic=float(b[canary].sum()), weights=[float(x) for x in w],
+                          burst_size=size, measure=measure)
 
+
+def _scores(e: np.ndarray, w: np.ndarray, centre: np.ndarray, sd: np.ndarray,
+            canary: np.ndarray, strata: np.ndarray) -> Tuple[np.ndarray, np.ndarray, int]:
+    """Per host its part of T (w times its clipped residual less the stratum's weighted mean)
+    and of the estimate (the same, unclipped), and how many strata hold both groups."""
+    clipped = np.clip((e - centre) / sd, -CLIP, CLIP) * sd
     b = np.empty_like(e)
     raw = np.empty_like(e)
     n_strata = 0
@@ -323,24 +355,100 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
         raw[members] = ws * (e[members] - np.average(e[members], weights=ws))
         if canary[members].any() and not canary[members].all():
             n_strata += 1
-    observed = float(b[canary].sum())
-    mean, var = _permutation_moments(b, canary, strata)
-    used = 0
-    if var <= 0:
-        p = 1.0
-    elif int(canary.sum()) >= NORMAL_FROM:
-        p = normal_sf((observed - mean) / math.sqrt(var))
-    else:
-        used = permutations
-        p = _monte_carlo(b, canary, strata, observed, np.random.default_rng(_seed(e, canary)),
-                         permutations)
+    return b, raw, n_strata
 
-    shift, half = _estimate(raw, w, canary, strata, ci_level)
-    return WeightedResult(p_value=p, shift=shift, ci_low=shift - half, ci_high=shift + half,
-                          ci_level=ci_level, strata=level, n_strata=n_strata,
-                          tau=math.sqrt(tau2), phi=phi, permutations=used,
-                          statistic=observed, weights=[float(x) for x in w],
-                          burst_size=size)
+
+def _size_measure(hosts: Sequence[HostData], strata: np.ndarray, pre_windows: float
+                  ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The second measure's (scores, raw, weights) per host (sizes.py): hosts without it score
+    0; None when fewer than MIN_SIZE_HOSTS hosts of both groups together have it."""
+    traffic = []
+    for host in hosts:
+        if host.steps_pre is None or host.steps_post is None or not host.steps_post:
+            traffic.append(0.0)
+            continue
+        half = 0.5 * pre_windows
+        drops = math.log(host.drops_post + 0.5) - math.log(host.drops_pre + half)
+        traffic.append(drops - host.e
+                       - math.log(len(host.steps_post) / max(1, len(host.steps_pre))))
+    measured = step_sizes([h.steps_pre for h in hosts], [h.steps_post for h in hosts], traffic)
+    have = np.array([m is not None for m in measured], dtype=bool)
+    if have.sum() < MIN_SIZE_HOSTS:
+        return None
+    e = np.array([m.e if m is not None else 0.0 for m in measured])
+    v = np.array([m.v if m is not None else 1.0 for m in measured])
+    centre = np.zeros_like(e)
+    for s in np.unique(strata):
+        members = (strata == s) & have
+        if members.any():
+            centre[members] = weighted_median(e[members], 1.0 / v[members])
+    tau2 = between_host_variance((e - centre)[have], v[have])
+    w = np.where(have, 1.0 / (v + tau2), 0.0)
+    e = np.where(have, e, centre)
+    canary = np.array([h.canary for h in hosts], dtype=bool)
+    b, raw, _ = _scores(e, np.maximum(w, TINY_WEIGHT), centre, np.sqrt(v + tau2), canary,
+                        strata)
+    return np.where(have, b, 0.0), np.where(have, raw, 0.0), w
+
+
+def _p_value(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, permutations: int,
+             rng: np.random.Generator) -> Tuple[float, np.ndarray]:
+    """The p-value of M = max(z_count, z_size) under relabelling within strata (one column of
+    scores: z_count alone), z = each column's sum over the canaries standardised by its
+    permutation moments; and the observed z per column. The same relabellings score
+    every column, so M's p-value holds its level whatever the columns' correlation. From
+    NORMAL_FROM canaries: the normal approximation with the columns' permutation correlation."""
+    columns = b.shape[1]
+    moments = [_permutation_moments(b[:, k], canary, strata) for k in range(columns)]
+    observed = b[canary].sum(axis=0)
+    if moments[0][1] <= 0:
+        return 1.0, np.zeros(columns)
+    if columns > 1 and moments[1][1] <= 0:
+        return _p_value(b[:, :1], canary, strata, permutations, rng)
+    mean = np.array([m for m, _ in moments])
+    sd = np.sqrt([var for _, var in moments])
+    z = (observed - mean) / sd
+    worst = float(np.max(z))
+    if int(canary.sum()) >= NORMAL_FROM:
+        if columns == 1:
+            return normal_sf(worst), z
+        rho = _permutation_covariance(b[:, 0], b[:, 1], canary, strata) / (sd[0] * sd[1])
+        either = 2.0 * normal_sf(worst) - _both_above(worst, rho)
+        return min(1.0, max(either, normal_sf(worst))), z
+    totals = _monte_carlo(b, canary, strata, rng, permutations)
+    drawn = ((totals - mean) / sd).max(axis=1)
+    # the observed labelling is one of the possible ones (+1): never p = 0
+    hits = np.count_nonzero(drawn >= worst - 1e-12 * max(1.0, abs(worst)))
+    return float((1 + hits) / (1 + permutations)), z
+
+
+def _permutation_covariance(a: np.ndarray, b: np.ndarray, canary: np.ndarray,
+                            strata: np.ndarray) -> float:
+    """Covariance of the canaries' sums of a and of b under relabelling within strata."""
+    cov = 0.0
+    for s in np.unique(strata):
+        members = strata == s
+        n = int(members.sum())
+        m = int((members & canary).sum())
+        if 0 < m < n:
+            x, y = a[members], b[members]
+            cov += m * (n - m) / (n * (n - 1)) * float(((x - x.mean()) * (y - y.mean())).sum())
+    return cov
+
+
+def _both_above(x: float, rho: float, points: int = 400) -> float:
+    """P(Z1 > x and Z2 > x) for standard normals of correlation rho: the integral over z1 > x
+    of phi(z1) P(Z2 > x | z1), by the midpoint rule over 8 sd (exact in the far tail, where
+    1 - a joint cdf would lose every digit)."""
+    rho = min(max(rho, -0.999), 0.999)
+    spread = math.sqrt(1.0 - rho * rho)
+    width = 8.0 / points
+    total = 0.0
+    for i in range(points):
+        z1 = x + (i + 0.5) * width
+        density = math.exp(-0.5 * z1 * z1) / math.sqrt(2.0 * math.pi)
+        total += density * normal_sf((x - rho * z1) / spread)
+    return total * width
 
 
 def counted_in_bursts(hosts: Sequence[HostData], pre_windows: float = 1.0
@@ -397,6 +505,8 @@ def _estimate(raw: np.ndarray, w: np.ndarray, canary: np.ndarray, strata: np.nda
         if not c.any() or not k.any():
             continue
         wc, wk = float(w[c].sum()), float(w[k].sum())
+        if wc <= 0 or wk <= 0:  # no host of one group has this measure here
+            continue
         # raw = w * (e - stratum mean): the difference of the two groups' weighted means
         diff = float(raw[c].sum()) / wc - float(raw[k].sum()) / wk
         _, var_sum = _permutation_moments(raw[members], canary[members], strata[members])
