@@ -79,7 +79,9 @@ def test_the_wait_for_the_os_waits_for_a_new_boot_in_one_run(lab):
     assert not stuck.ok and f"boot id still {before['sim-002']}" in stuck.error
     ghost = results["ghost"]
     assert not ghost.ok and ghost.failed_task == "Wait until the host accepts connections"
-    assert "Connection refused" in ghost.error
+    # the port is bound with no listener: ssh is refused, or under load its connection
+    # multiplexer reports the same refusal as a broken pipe
+    assert "Connection refused" in ghost.error or "Broken pipe" in ghost.error, ghost.error
     assert took >= 8  # the host that never restarts is read for the whole wait
 
 
