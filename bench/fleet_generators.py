@@ -336,19 +336,29 @@ def compound_sums(rng: np.random.Generator, bursts: np.ndarray, alpha: float) ->
     return _as_counts(np.bincount(cell, weights=sizes, minlength=flat.size)).reshape(bursts.shape)
 
 
+def site_spans(rng: np.random.Generator, sites: int, units: int, steps: int, prob: float,
+               max_steps: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per site and post-window-long unit, whether a span happens (probability ``prob``), its
+    first step (uniform over the unit) and its length (uniform 1..max_steps, cut at the unit's
+    end); and each step's membership, shape (sites, units, steps)."""
+    happens = rng.random((sites, units)) < prob
+    first = rng.integers(0, steps, (sites, units))
+    length = rng.integers(1, max_steps + 1, (sites, units))
+    index = np.arange(steps)
+    inside = ((index >= first[..., None]) & (index < (first + length)[..., None])
+              & happens[..., None])
+    return happens, first, length, inside
+
+
 def site_episodes(rng: np.random.Generator, sites: int, units: int,
                   steps: int) -> Dict[str, np.ndarray]:
     """Site-wide episodes per site and post-window-long unit: whether one happens (probability
     PB_EPISODE_PROB), its first step (uniform over the unit), its length (uniform 1..4, cut at
     the unit's end) and its rate of extra bursts per step (log-uniform 0.5..4)."""
-    happens = rng.random((sites, units)) < PB_EPISODE_PROB
-    first = rng.integers(0, steps, (sites, units))
-    length = rng.integers(1, PB_EPISODE_MAX_STEPS + 1, (sites, units))
+    happens, first, length, inside = site_spans(rng, sites, units, steps, PB_EPISODE_PROB,
+                                                PB_EPISODE_MAX_STEPS)
     low, high = np.log(PB_EPISODE_RATE[0]), np.log(PB_EPISODE_RATE[1])
     rate = np.exp(rng.uniform(low, high, (sites, units)))
-    index = np.arange(steps)
-    inside = ((index >= first[..., None]) & (index < (first + length)[..., None])
-              & happens[..., None])
     per_step = np.where(inside, rate[..., None], 0.0).reshape(sites, units * steps)
     return {"happens": happens, "first": first, "length": length, "rate": rate,
             "per_step": per_step}
@@ -667,13 +677,8 @@ def site_surges(rng: np.random.Generator, sites: int, units: int, steps: int) ->
     unit, with probability RO_SURGE_PROB a surge of 1..RO_SURGE_MAX_STEPS steps (uniform, cut
     at the unit's end) from a uniform first step, its load factor Uniform(1.3, 2.0); 1
     elsewhere. Shape (sites, units * steps)."""
-    happens = rng.random((sites, units)) < RO_SURGE_PROB
-    first = rng.integers(0, steps, (sites, units))
-    length = rng.integers(1, RO_SURGE_MAX_STEPS + 1, (sites, units))
+    inside = site_spans(rng, sites, units, steps, RO_SURGE_PROB, RO_SURGE_MAX_STEPS)[3]
     factor = rng.uniform(*RO_SURGE_LOAD, (sites, units))
-    index = np.arange(steps)
-    inside = ((index >= first[..., None]) & (index < (first + length)[..., None])
-              & happens[..., None])
     return np.where(inside, factor[..., None], 1.0).reshape(sites, units * steps)
 
 

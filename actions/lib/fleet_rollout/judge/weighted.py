@@ -326,9 +326,8 @@ def weighted_test(hosts: Sequence[HostData], ci_level: float = 0.95,
     sizes = _size_measure(given, strata, pre_windows) if size >= MIN_SIZE else None
     if sizes is not None:
         columns.append(sizes[0])
-    p, z = _p_value(np.stack(columns, axis=1), canary, strata, permutations,
-                    np.random.default_rng(_seed(e, canary)))
-    used = 0 if int(canary.sum()) >= NORMAL_FROM else permutations
+    p, z, used = _p_value(np.stack(columns, axis=1), canary, strata, permutations,
+                          np.random.default_rng(_seed(e, canary)))
     measure = COUNT
     if sizes is not None and z.size > 1 and z[1] > z[0]:
         measure, raw, w = SIZE, sizes[1], sizes[2]
@@ -392,17 +391,18 @@ def _size_measure(hosts: Sequence[HostData], strata: np.ndarray, pre_windows: fl
 
 
 def _p_value(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, permutations: int,
-             rng: np.random.Generator) -> Tuple[float, np.ndarray]:
+             rng: np.random.Generator) -> Tuple[float, np.ndarray, int]:
     """The p-value of M = max(z_count, z_size) under relabelling within strata (one column of
     scores: z_count alone), z = each column's sum over the canaries standardised by its
     permutation moments; and the observed z per column. The same relabellings score
     every column, so M's p-value holds its level whatever the columns' correlation. From
-    NORMAL_FROM canaries: the normal approximation with the columns' permutation correlation."""
+    NORMAL_FROM canaries: the normal approximation with the columns' permutation correlation.
+    Also the number of relabellings drawn (0: none, or the normal approximation)."""
     columns = b.shape[1]
     moments = [_permutation_moments(b[:, k], canary, strata) for k in range(columns)]
     observed = b[canary].sum(axis=0)
     if moments[0][1] <= 0:
-        return 1.0, np.zeros(columns)
+        return 1.0, np.zeros(columns), 0
     if columns > 1 and moments[1][1] <= 0:
         return _p_value(b[:, :1], canary, strata, permutations, rng)
     mean = np.array([m for m, _ in moments])
@@ -411,15 +411,15 @@ def _p_value(b: np.ndarray, canary: np.ndarray, strata: np.ndarray, permutations
     worst = float(np.max(z))
     if int(canary.sum()) >= NORMAL_FROM:
         if columns == 1:
-            return normal_sf(worst), z
+            return normal_sf(worst), z, 0
         rho = _permutation_covariance(b[:, 0], b[:, 1], canary, strata) / (sd[0] * sd[1])
         either = 2.0 * normal_sf(worst) - _both_above(worst, rho)
-        return min(1.0, max(either, normal_sf(worst))), z
+        return min(1.0, max(either, normal_sf(worst))), z, 0
     totals = _monte_carlo(b, canary, strata, rng, permutations)
     drawn = ((totals - mean) / sd).max(axis=1)
     # the observed labelling is one of the possible ones (+1): never p = 0
     hits = np.count_nonzero(drawn >= worst - 1e-12 * max(1.0, abs(worst)))
-    return float((1 + hits) / (1 + permutations)), z
+    return float((1 + hits) / (1 + permutations)), z, permutations
 
 
 def _permutation_covariance(a: np.ndarray, b: np.ndarray, canary: np.ndarray,
