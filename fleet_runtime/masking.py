@@ -173,8 +173,15 @@ def mask_logs(masker: SecretMasker) -> None:
 
 def config_secret_values(configs: Dict[str, Dict[str, Any]],
                          paths: Dict[str, List[str]]) -> List[str]:
-    """Every secret value of the loaded pack configs."""
+    """Every secret value of the loaded pack configs. An object marked secret is shown masked
+    whole; where fields inside it are marked secret too, those fields are its secret values
+    (a credential's password, not its user name)."""
     found: List[str] = []
     for pack, config in configs.items():
-        found.extend(values_at_paths(config, paths.get(pack) or []))
+        found.extend(values_at_paths(config, innermost(paths.get(pack) or [])))
     return found
+
+
+def innermost(paths: List[str]) -> List[str]:
+    """The paths no other path of `paths` lies under."""
+    return [p for p in paths if not any(q.startswith(p + ".") for q in paths)]

@@ -35,13 +35,13 @@ def _fill(schema: Any, config: Any) -> None:
                 value = {}
                 _put(config, key, value)
             if isinstance(value, dict):
-                _fill(_object_items(item, list(value)), value)
+                _fill(object_item_schemas(item, list(value)), value)
         elif kind == "array" and (item.get("items") or item.get("additionalItems")):
             if not value:
                 value = []
                 _put(config, key, value)
             if isinstance(value, list):
-                _fill(_array_items(item, len(value)), value)
+                _fill(array_item_schemas(item, len(value)), value)
 
 
 def _put(config: Any, key: Any, value: Any) -> None:
@@ -49,7 +49,7 @@ def _put(config: Any, key: Any, value: Any) -> None:
         config[key] = value
 
 
-def _object_items(schema: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
+def object_item_schemas(schema: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
     """Each key's schema: `properties` first, then the matching `patternProperties` (merged),
     then an object `additionalProperties`."""
     out: Dict[str, Any] = {key: {} for key in keys}
@@ -73,7 +73,7 @@ def _object_items(schema: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
     return out
 
 
-def _array_items(schema: Dict[str, Any], count: int) -> List[Any]:
+def array_item_schemas(schema: Dict[str, Any], count: int) -> List[Any]:
     """Each item's schema: one `items` schema for all, or positional `items` then
     `additionalItems`."""
     items = schema.get("items") or []

@@ -8,7 +8,11 @@ import copy
 from typing import Any, Dict, List
 
 from fleet_runtime import templating
-from fleet_runtime.engine.config_defaults import with_defaults
+from fleet_runtime.engine.config_defaults import (
+    array_item_schemas,
+    object_item_schemas,
+    with_defaults,
+)
 from fleet_runtime.engine.model import EngineState
 from fleet_runtime.runtime_errors import MetadataError
 from fleet_runtime.schema import validate_instance
@@ -49,30 +53,61 @@ class ConfigsMixin(EngineState):
                     where = ".".join(str(p) for p in getattr(e, "path", []))
                     raise MetadataError(shown, where or None,
                                         getattr(e, "message", str(e))) from e
+                _refuse_decrypt_kv_on_secrets(schema, config, shown)
             else:
                 from fleet_runtime.schema import assign_default_values
 
                 config = assign_default_values(config, full)
-        config = self._render_dynamic_config(config, shown)
+        config = self._render_dynamic_config(config, shown, schema or {})
         if schema:  # as st2's config loader gives it to an action: every section's defaults
             config = with_defaults(schema, config)
         self._configs[pack_ref] = config
         self._config_secrets[pack_ref] = _secret_paths(schema)
         return config
 
-    def _render_dynamic_config(self, value: Any, shown: str, path: str = "") -> Any:
+    def _render_dynamic_config(self, value: Any, shown: str, schema: Any,
+                               path: str = "") -> Any:
+        """`value` with its `{{ st2kv... }}` strings rendered, as st2's config loader renders
+        them for an action: a field marked `secret: true` names an encrypted datastore key,
+        whose value it gets decrypted (util/config_loader.py, services/config.py
+        deserialize_key_value)."""
         if isinstance(value, dict):
-            return {k: self._render_dynamic_config(v, shown, f"{path}.{k}".strip("."))
+            items = object_item_schemas(schema, list(value)) if path else schema
+            return {k: self._render_dynamic_config(v, shown, items.get(k) or {},
+                                                   f"{path}.{k}".strip("."))
                     for k, v in value.items()}
         if isinstance(value, list):
-            return [self._render_dynamic_config(v, shown, f"{path}[{i}]")
+            items = array_item_schemas(schema, len(value))
+            return [self._render_dynamic_config(v, shown, items[i] if i < len(items) else {},
+                                                f"{path}[{i}]")
                     for i, v in enumerate(value)]
         if isinstance(value, str) and templating.is_jinja_expression(value):
             try:
-                return templating.render(value, {"st2kv": templating.kv_context(self.user)})
+                rendered = templating.render(value, {"st2kv": templating.kv_context(self.user)})
             except Exception as e:
                 raise MetadataError(shown, path, f"cannot render dynamic value: {e}") from e
+            if rendered and schema.get("secret"):
+                try:
+                    return templating.decrypt_kv(rendered)
+                except Exception:
+                    raise MetadataError(
+                        shown, path, "a secret field's datastore value must be a key stored "
+                        "encrypted (st2 key set --encrypt): StackStorm decrypts it") from None
+            return rendered
         return value
+
+
+def _refuse_decrypt_kv_on_secrets(schema: Dict[str, Any], config: Dict[str, Any],
+                                  shown: str) -> None:
+    """st2 refuses to register a config whose top-level secret field pipes its datastore
+    reference through decrypt_kv (util/pack.py validate_config_against_schema): it decrypts
+    such a field itself."""
+    for key, value in config.items():
+        if (templating.is_jinja_expression(value) and "decrypt_kv" in value
+                and isinstance(schema.get(key), dict) and schema[key].get("secret")):
+            raise MetadataError(
+                shown, key, 'a field marked "secret: true" is decrypted by StackStorm: '
+                '"decrypt_kv" is not allowed in it (write {{ st2kv.system.NAME }})')
 
 
 def _secret_paths(schema: Dict[str, Any], prefix: str = "") -> List[str]:

@@ -34,6 +34,33 @@ def test_config_schema_marks_passwords_secret() -> None:
     assert password.get("secret") is True
 
 
+def _hidden_secrets(schema: dict, path: str, found_by_name: bool) -> list:
+    """Secret fields StackStorm's API would show in clear: st2 masks what it reaches through
+    `properties` and `items` (st2common util/secrets.py get_secret_parameters), so a secret
+    under `additionalProperties` or `patternProperties` is masked only with a secret above."""
+    if schema.get("secret"):
+        return [] if found_by_name else [path]
+    hidden = []
+    for name, sub in (schema.get("properties") or {}).items():
+        hidden += _hidden_secrets(sub, f"{path}.{name}", found_by_name)
+    if isinstance(schema.get("items"), dict):
+        hidden += _hidden_secrets(schema["items"], f"{path}[]", found_by_name)
+    if isinstance(schema.get("additionalProperties"), dict):
+        hidden += _hidden_secrets(schema["additionalProperties"], f"{path}.*", False)
+    for pattern, sub in (schema.get("patternProperties") or {}).items():
+        hidden += _hidden_secrets(sub, f"{path}.{pattern}", False)
+    return hidden
+
+
+def test_every_secret_config_field_is_one_stackstorms_api_masks() -> None:
+    schema = yaml.safe_load((ROOT / "config.schema.yaml").read_text())
+    hidden = []
+    for name, field in schema.items():
+        hidden += _hidden_secrets(field, name, True)
+    assert hidden == []
+    assert schema["credentials"].get("secret") is True
+
+
 def test_library_has_no_stackstorm_import() -> None:
     for path in (ROOT / "actions" / "lib").rglob("*.py"):
         text = path.read_text()
