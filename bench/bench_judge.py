@@ -59,7 +59,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from yardstick import BenchYardstick, generator_yardstick, power, statistic, threshold
@@ -526,14 +526,27 @@ def print_independent(results: List[Dict[str, Any]], reps: int, seed: int,
           f"at least {BEST_LEVEL_FLOOR:.0%})")
 
 
+def cells_run(pool: Any, run: Callable[[Any], Dict[str, Any]], cells: List[Any],
+              label: str) -> List[Dict[str, Any]]:
+    """`run` over `cells` (in `pool` when there is one), in order, with a progress line on
+    stderr as each cell ends."""
+    started = time.time()
+    mapped = pool.imap(run, cells, chunksize=1) if pool is not None else map(run, cells)
+    results = []
+    for done, result in enumerate(mapped, 1):
+        results.append(result)
+        print(f"bench-judge: {label} {done}/{len(cells)} cells, {time.time() - started:.0f} s",
+              file=sys.stderr, flush=True)
+    return results
+
+
 def independent_cells(args: argparse.Namespace, pool: Any) -> List[Dict[str, Any]]:
     """Every generator's cells, the yardstick attached."""
     from fleet_generators import GENERATORS
 
     cells = [(args.seed, name, m, effect, args.reps, args.pre_windows)
              for name in GENERATORS for m, effect in INDEPENDENT_CELLS]
-    results = (pool.map(run_independent_cell, cells, chunksize=1) if pool is not None
-               else [run_independent_cell(cell) for cell in cells])
+    results = cells_run(pool, run_independent_cell, cells, "independent fleets")
     for name in GENERATORS:
         for form, _ in INDEPENDENT_FORMS:
             attach_best_by_size([r["forms"][form] for r in results if r["generator"] == name])
@@ -614,12 +627,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    for scenario in SCENARIOS for m in SMALL_SIZES for effect in SMALL_EFFECTS]
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(run_cell, cells, chunksize=1)
-            small = pool.map(run_small_cell, small_cells, chunksize=1)
+            results = cells_run(pool, run_cell, cells, "scenarios")
+            small = cells_run(pool, run_small_cell, small_cells, "small batches")
             independent = independent_cells(args, pool)
     else:
-        results = [run_cell(cell) for cell in cells]
-        small = [run_small_cell(cell) for cell in small_cells]
+        results = cells_run(None, run_cell, cells, "scenarios")
+        small = cells_run(None, run_small_cell, small_cells, "small batches")
         independent = independent_cells(args, None)
     elapsed = time.time() - started
     table = {(r["scenario"], r["canaries"], r["effect"]): r for r in results}
