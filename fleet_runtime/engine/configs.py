@@ -58,7 +58,7 @@ class ConfigsMixin(EngineState):
                 from fleet_runtime.schema import assign_default_values
 
                 config = assign_default_values(config, full)
-        config = self._render_dynamic_config(config, shown, schema or {})
+        config = self._render_dynamic_config(config, shown, {"properties": schema or {}})
         if schema:  # as st2's config loader gives it to an action: every section's defaults
             config = with_defaults(schema, config)
         self._configs[pack_ref] = config
@@ -72,7 +72,7 @@ class ConfigsMixin(EngineState):
         whose value it gets decrypted (util/config_loader.py, services/config.py
         deserialize_key_value)."""
         if isinstance(value, dict):
-            items = object_item_schemas(schema, list(value)) if path else schema
+            items = object_item_schemas(schema, list(value))
             return {k: self._render_dynamic_config(v, shown, items.get(k) or {},
                                                    f"{path}.{k}".strip("."))
                     for k, v in value.items()}

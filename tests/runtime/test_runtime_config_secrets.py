@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import pytest
 import runtime_support as testing
@@ -51,12 +51,12 @@ def make_pack(root: Path) -> Path:
 
 
 def start(tmp_path: Path, monkeypatch: Any, config: Dict[str, Any],
-          keys: Dict[str, Any] = {}) -> Any:  # noqa: B006 (read only)
+          keys: Optional[Dict[str, Any]] = None) -> Any:
     """A runtime for the pack with `config`, after `keys` (name: (value, encrypted)) are
     stored in its datastore."""
     pack = make_pack(tmp_path)
     home = testing.fixture_home(tmp_path / "home", monkeypatch)
-    if keys:
+    if keys is not None:
         (home / "configs" / "cred.yaml").write_text(yaml.safe_dump({}))
         first = testing.engine(home, [str(pack)])
         for name, (value, encrypted) in keys.items():
